@@ -1,0 +1,187 @@
+"""The Delta tables of a pipeline: names, schemas, locations, creation and SQL registration.
+
+Tables live at ``<warehouse>/<schema>/<name>``; every session registers them by location in its
+own in-memory catalog, so any number of JVMs (stream, batch, SQL) can use them at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from lakehouse.errors import LakehouseError
+from lakehouse.pipelines import PIPELINES
+from lakehouse.pipelines.base import Pipeline
+from lakehouse.settings import Settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    schema: str
+    name: str
+    columns: T.StructType
+    partition_by: tuple[str, ...] = ()
+    change_data_feed: bool = False
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def uri(self, settings: Settings) -> str:
+        return settings.table_uri(self.schema, self.name)
+
+
+def _struct(*fields: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(name, data_type) for name, data_type in fields])
+
+
+TS, STR, LONG = T.TimestampType(), T.StringType(), T.LongType()
+
+STREAM_PROGRESS = Table(
+    "ops", "stream_progress",
+    _struct(
+        ("pipeline", STR), ("app_id", STR), ("batch_id", LONG), ("started_at", TS), ("duration_ms", LONG),
+        ("input_rows", LONG), ("quarantined", LONG), ("duplicates", LONG), ("on_time", LONG), ("late", LONG),
+        ("watermark", TS), ("max_event_time", TS), ("speed_rows_changed", LONG),
+    ),
+)
+BACKFILL_RUNS = Table(
+    "ops", "backfill_runs",
+    _struct(
+        ("run_id", STR), ("pipeline", STR), ("source", STR), ("range_start", TS), ("range_end", TS),
+        ("status", STR), ("error", STR), ("chunks", LONG), ("events_read", LONG), ("quarantined", LONG),
+        ("duplicates", LONG), ("events_used", LONG), ("rows_written", LONG), ("started_at", TS),
+        ("finished_at", TS), ("duration_ms", LONG),
+    ),
+)
+# One row per chunk the batch layer has recomputed: the serving view trusts batch values there,
+# even for windows where the batch found no events at all.
+BATCH_COVERAGE = Table(
+    "ops", "batch_coverage",
+    _struct(("pipeline", STR), ("range_start", TS), ("range_end", TS), ("run_id", STR), ("source", STR),
+            ("written_at", TS)),
+)
+SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineTables:
+    bronze: Table
+    quarantine: Table
+    speed: Table
+    batch: Table
+    serving_view: str
+
+
+def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
+    p = pipeline.name
+    event_fields = [(f.name, f.spark_type) for f in pipeline.fields]
+    gold_fields = [("window_start", TS), ("window_end", TS)]
+    gold_fields += [(key, pipeline.event_schema[key].dataType) for key in pipeline.keys]
+    gold_fields += [(m.name, m.spark_type) for m in pipeline.metrics]
+    return PipelineTables(
+        bronze=Table(
+            "bronze", f"{p}_events",
+            _struct(*event_fields, ("event_date", T.DateType()), ("fate", STR), ("app_id", STR),
+                    ("batch_id", LONG), ("source_file", STR), ("ingested_at", TS)),
+            partition_by=("event_date",),
+        ),
+        quarantine=Table(
+            "quarantine", f"{p}_events",
+            _struct(("raw", STR), ("reason", STR), ("event_id", STR), ("source_file", STR), ("app_id", STR),
+                    ("batch_id", LONG), ("quarantined_at", TS)),
+        ),
+        speed=Table("gold", f"{p}__speed", _struct(*gold_fields, ("last_batch_id", LONG), ("updated_at", TS)),
+                    change_data_feed=True),
+        batch=Table("gold", f"{p}__batch", _struct(*gold_fields, ("run_id", STR), ("updated_at", TS)),
+                    change_data_feed=True),
+        serving_view=f"gold.{p}",
+    )
+
+
+def all_tables(pipeline: Pipeline) -> list[Table]:
+    tables = pipeline_tables(pipeline)
+    return [tables.bronze, tables.quarantine, tables.speed, tables.batch, *SHARED_TABLES]
+
+
+def table_exists(spark: SparkSession, uri: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, uri)
+
+
+def ensure_table(spark: SparkSession, table: Table, settings: Settings) -> None:
+    """Create the table at its location unless it exists. Safe when two jobs race to create it."""
+    from delta.tables import DeltaTable
+
+    uri = table.uri(settings)
+    if table_exists(spark, uri):
+        return
+    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(table.columns)
+    if table.partition_by:
+        builder = builder.partitionedBy(*table.partition_by)
+    if table.change_data_feed:
+        builder = builder.property("delta.enableChangeDataFeed", "true")
+    try:
+        builder.execute()
+    except Exception:
+        # Another job created it between our check and our commit: fine if it now exists.
+        if not table_exists(spark, uri):
+            raise
+
+
+def ensure_pipeline_tables(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> PipelineTables:
+    for table in all_tables(pipeline):
+        ensure_table(spark, table, settings)
+    return pipeline_tables(pipeline)
+
+
+def serving_view_sql(pipeline: Pipeline) -> str:
+    """Batch value where the batch layer has recomputed the window, speed value otherwise."""
+    tables = pipeline_tables(pipeline)
+    columns = ", ".join(pipeline.gold_columns)
+    speed_columns = ", ".join(f"s.{c}" for c in pipeline.gold_columns)
+    return f"""
+        SELECT {columns}, 'batch' AS source, TRUE AS is_final, updated_at
+        FROM {tables.batch.qualified_name}
+        UNION ALL
+        SELECT {speed_columns}, 'speed' AS source, FALSE AS is_final, s.updated_at
+        FROM {tables.speed.qualified_name} AS s
+        LEFT ANTI JOIN (SELECT DISTINCT window_start FROM {tables.batch.qualified_name}) AS b
+          ON s.window_start = b.window_start
+        LEFT ANTI JOIN (SELECT range_start, range_end FROM {BATCH_COVERAGE.qualified_name}
+                        WHERE pipeline = '{pipeline.name}') AS c
+          ON s.window_start >= c.range_start AND s.window_start < c.range_end
+    """
+
+
+def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pipeline] | None = None) -> list[str]:
+    """Register every existing table (and each pipeline's serving view) under ``schema.name``."""
+    pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
+    registered: list[str] = []
+    candidates = list(SHARED_TABLES)
+    for pipeline in pipelines:
+        candidates += all_tables(pipeline)[:4]
+    for table in candidates:
+        uri = table.uri(settings)
+        if table.qualified_name in registered or not table_exists(spark, uri):
+            continue
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.schema}")
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {table.qualified_name} USING DELTA LOCATION '{uri}'")
+        registered.append(table.qualified_name)
+    for pipeline in pipelines:
+        tables = pipeline_tables(pipeline)
+        needed = {tables.speed.qualified_name, tables.batch.qualified_name, BATCH_COVERAGE.qualified_name}
+        if needed <= set(registered):
+            spark.sql(f"CREATE OR REPLACE VIEW {tables.serving_view} AS {serving_view_sql(pipeline)}")
+            registered.append(tables.serving_view)
+    return registered
+
+
+def require_table(spark: SparkSession, table: Table, settings: Settings, hint: str) -> str:
+    uri = table.uri(settings)
+    if not table_exists(spark, uri):
+        raise LakehouseError(f"table {table.qualified_name} does not exist at {uri}: {hint}")
+    return uri

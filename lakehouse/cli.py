@@ -1,0 +1,170 @@
+"""The ``lakehouse`` command line: generate, stream, backfill, sql, status, demo."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from datetime import datetime, timezone
+
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings, parse_duration
+
+
+def _spark(settings: Settings, app: str):
+    from lakehouse.spark import build_spark_session
+
+    return build_spark_session(settings, app)
+
+
+def _pipeline(name: str):
+    from lakehouse.pipelines import get_pipeline
+
+    return get_pipeline(name)
+
+
+def _start_time(text: str) -> datetime:
+    if text == "now":
+        return datetime.now(timezone.utc).replace(microsecond=0)
+    from lakehouse.batch import parse_instant
+
+    return parse_instant(text, "start").replace(tzinfo=timezone.utc)
+
+
+def cmd_generate(args, settings: Settings) -> None:
+    from lakehouse.generator import GeneratorConfig, generate
+
+    config = GeneratorConfig(
+        events=args.events, seed=args.seed, start=_start_time(args.start), rate=args.rate, wall_rate=args.wall_rate,
+        bridges=args.bridges, booths_per_bridge=args.booths, late_fraction=args.late_fraction,
+        late_delay=args.late_delay, duplicate_fraction=args.duplicate_fraction,
+        malformed_fraction=args.malformed_fraction, events_per_file=args.events_per_file,
+    )
+    result = generate(settings, config, args.pipeline)
+    print(json.dumps({"log": settings.pipeline_log_uri(args.pipeline), **result.as_dict()}, indent=1))
+
+
+def cmd_stream(args, settings: Settings) -> None:
+    from lakehouse.speed import run_speed_layer
+
+    timeout = parse_duration(args.timeout) if args.timeout else None
+    run_speed_layer(_spark(settings, f"speed-{args.pipeline}"), settings, _pipeline(args.pipeline),
+                    available_now=args.available_now, timeout=timeout)
+
+
+def cmd_backfill(args, settings: Settings) -> None:
+    from lakehouse.batch import BatchLayer, ProgressBar, parse_range
+
+    pipeline = _pipeline(args.pipeline)
+    start, end = parse_range(args.start, args.end, pipeline)  # before Spark starts: bad input fails fast
+    layer = BatchLayer(_spark(settings, f"backfill-{args.pipeline}"), settings, pipeline)
+    bar = ProgressBar(0, f"backfill {pipeline.name} from {args.source}")
+
+    def on_chunk(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done)
+
+    result = layer.backfill(start, end, source=args.source, chunk=args.chunk, on_chunk=on_chunk)
+    print(
+        f"backfill {result.run_id} {result.status}: {result.pipeline} [{start.isoformat()}Z, {end.isoformat()}Z) "
+        f"from {result.source}, {result.chunks} chunks, {result.events_used} events, "
+        f"{result.rows_written} rows written to gold.{pipeline.name}__batch"
+    )
+
+
+def cmd_sql(args, settings: Settings) -> None:
+    from lakehouse.sql import run_sql
+
+    sys.stdout.write(run_sql(_spark(settings, "sql"), settings, args.query, args.format,
+                             max_rows=None if args.format != "table" else args.max_rows))
+
+
+def cmd_status(args, settings: Settings) -> None:
+    from lakehouse.status import pipeline_status, render_status
+
+    status = pipeline_status(_spark(settings, "status"), settings, _pipeline(args.pipeline))
+    print(render_status(status))
+
+
+def cmd_demo(args, settings: Settings) -> None:
+    from lakehouse.demo import run_demo
+
+    run_demo(settings, events=args.events)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    generate = commands.add_parser("generate", help="write deterministic toll events into the retained log")
+    generate.add_argument("--pipeline", default="toll_traffic", choices=["toll_traffic"])
+    generate.add_argument("--events", type=int, default=10_000)
+    generate.add_argument("--seed", type=int, default=7)
+    generate.add_argument("--start", default="2026-01-05T08:00:00Z", help="first event time (ISO-8601) or 'now'")
+    generate.add_argument("--rate", type=float, default=50.0, help="events per second of event time")
+    generate.add_argument("--wall-rate", type=float, default=0.0, help="events per second of wall time (0: no pacing)")
+    generate.add_argument("--bridges", type=int, default=4)
+    generate.add_argument("--booths", type=int, default=3, help="booths per bridge")
+    generate.add_argument("--late-fraction", type=float, default=0.02, help="share of events that arrive delayed")
+    generate.add_argument("--late-delay", default="5m", help="mean delay of a delayed event")
+    generate.add_argument("--duplicate-fraction", type=float, default=0.01)
+    generate.add_argument("--malformed-fraction", type=float, default=0.01)
+    generate.add_argument("--events-per-file", type=int, default=500)
+    generate.set_defaults(run=cmd_generate)
+
+    stream = commands.add_parser("stream", help="run the speed layer (continuously, or drain and stop)")
+    stream.add_argument("--pipeline", default="toll_traffic")
+    stream.add_argument("--available-now", action="store_true", help="process what the log holds, then stop")
+    stream.add_argument("--timeout", help="stop after this long, e.g. 10m")
+    stream.add_argument("--max-files-per-trigger", type=int)
+    stream.add_argument("--watermark-delay")
+    stream.add_argument("--allowed-lateness")
+    stream.set_defaults(run=cmd_stream)
+
+    backfill = commands.add_parser("backfill", help="recompute gold.<p>__batch for an event-time range")
+    backfill.add_argument("--pipeline", default="toll_traffic")
+    backfill.add_argument("--start", required=True, help="ISO-8601; without a zone it is UTC")
+    backfill.add_argument("--end", required=True, help="exclusive")
+    backfill.add_argument("--source", default="bronze", choices=["bronze", "log"])
+    backfill.add_argument("--chunk", default="1d", help="recompute and commit this much at a time")
+    backfill.set_defaults(run=cmd_backfill)
+
+    sql = commands.add_parser("sql", help="query tables and views by schema.name (Delta time travel works)")
+    sql.add_argument("query")
+    sql.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    sql.add_argument("--max-rows", type=int, default=1000, help="rows shown in table format")
+    sql.set_defaults(run=cmd_sql)
+
+    status = commands.add_parser("status", help="event fates, quarantine reasons and rows per table")
+    status.add_argument("--pipeline", default="toll_traffic")
+    status.set_defaults(run=cmd_status)
+
+    demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")
+    demo.add_argument("--events", type=int, default=20_000)
+    demo.set_defaults(run=cmd_demo)
+    return parser
+
+
+def _settings_for(args) -> Settings:
+    settings = Settings.from_env()
+    overrides = {
+        name: getattr(args, name) for name in ("max_files_per_trigger", "watermark_delay", "allowed_lateness")
+        if getattr(args, name, None) is not None
+    }
+    return settings.replace(**overrides) if overrides else settings
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.run(args, _settings_for(args))
+    except LakehouseError as error:
+        print(f"lakehouse: error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,89 @@
+"""The retained log: newline-delimited JSON files, partitioned by ingest hour.
+
+Layout: ``<log>/<pipeline>/ingest_date=YYYY-MM-DD/ingest_hour=HH/<arrival>-<seq>.jsonl``. File
+names start with the arrival time of their first record, so name order is arrival order, and a
+replay of an ingest-time range lists only the folders of that range. Files appear atomically
+(written beside, then renamed), so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.errors import AnalysisException
+
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings, local_path
+
+
+def log_glob(settings: Settings, pipeline: str) -> str:
+    return f"{settings.pipeline_log_uri(pipeline)}/ingest_date=*/ingest_hour=*/*.jsonl"
+
+
+def partition_dir(arrival: datetime) -> str:
+    return f"ingest_date={arrival:%Y-%m-%d}/ingest_hour={arrival:%H}"
+
+
+class LocalLogWriter:
+    """Appends files to a log on the local file system (temp file + rename)."""
+
+    def __init__(self, settings: Settings, pipeline: str):
+        try:
+            self.root = local_path(settings.pipeline_log_uri(pipeline))
+        except LakehouseError:
+            raise LakehouseError(
+                f"the generator writes to a local log; {settings.log_uri} is not local (set LAKEHOUSE_LOG_URI "
+                "to a file:// location, or produce into object storage with your own producer)"
+            ) from None
+        self.incoming = self.root / "_incoming"  # a leading underscore hides it from Spark's listing
+        self._last_mtime_ns = 0
+
+    def write(self, arrival: datetime, tag: str, lines: list[str]) -> Path:
+        target_dir = self.root / partition_dir(arrival)
+        target_dir.mkdir(parents=True, exist_ok=True)
+        self.incoming.mkdir(parents=True, exist_ok=True)
+        name = f"{arrival:%Y%m%dT%H%M%S%f}Z-{tag}.jsonl"
+        temp = self.incoming / f"{name}.{os.getpid()}.tmp"
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        # Spark's file source orders new files by modification time: keep it strictly increasing
+        # (in wall time, which its max-file-age check compares against) so files stay in arrival order.
+        mtime_ns = max(time.time_ns(), self._last_mtime_ns + 1_000_000)
+        os.utime(temp, ns=(mtime_ns, mtime_ns))
+        self._last_mtime_ns = mtime_ns
+        target = target_dir / name
+        os.replace(temp, target)
+        return target
+
+
+def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> DataFrame:
+    """Raw log lines (``value``, ``source_file``) that arrived at or after ``arrived_from``'s hour."""
+    base = settings.pipeline_log_uri(pipeline)
+    empty = spark.createDataFrame([], "value string, source_file string")
+    try:
+        raw = spark.read.format("text").option("basePath", base).load(base)
+    except AnalysisException as error:
+        if "PATH_NOT_FOUND" in str(error):
+            return empty
+        raise
+    if "ingest_date" not in raw.columns:  # no partition folder yet: an empty log
+        return empty
+    if arrived_from is not None:
+        day, hour = arrived_from.date(), arrived_from.hour
+        same_day_later_hour = (F.col("ingest_date") == F.lit(day)) & (F.col("ingest_hour") >= hour)
+        raw = raw.where((F.col("ingest_date") > F.lit(day)) | same_day_later_hour)
+    return raw.where(F.col("_metadata.file_name").endswith(".jsonl")).select(
+        "value", F.col("_metadata.file_path").alias("source_file")
+    )
+
+
+def earliest_arrival_for(event_time_start: datetime, future_tolerance: timedelta = timedelta(days=1)) -> datetime:
+    """An event may be stamped up to a day ahead of its sending: it arrived no earlier than this."""
+    return event_time_start - future_tolerance

@@ -1,0 +1,59 @@
+"""Toll-bridge traffic (the running example of *Grokking Streaming Systems*): vehicles and revenue
+per 1-minute window, bridge and vehicle type."""
+
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
+
+from lakehouse.pipelines.base import INTEGER, MONEY, STRING, TIMESTAMP, Field, Metric, Pipeline, Rule, Window
+
+VEHICLE_TYPES = ("car", "motorcycle", "van", "bus", "truck")
+MONEY_TYPE = T.DecimalType(9, 2)
+REVENUE_TYPE = T.DecimalType(18, 2)
+
+
+def _unknown_vehicle_type():
+    return ~F.col("vehicle_type").isin(*VEHICLE_TYPES)
+
+
+def _axles_out_of_range():
+    return ~F.col("axles").between(2, 9)
+
+
+def _toll_out_of_range():
+    return (F.col("toll_amount") < 0) | (F.col("toll_amount") >= 1000)
+
+
+def _event_time_too_far_in_future():
+    # The device clock may run ahead of the sender's, but not by more than a day.
+    return F.col("event_time") > F.col("sent_at") + F.expr("INTERVAL 1 DAY")
+
+
+TOLL_TRAFFIC = Pipeline(
+    name="toll_traffic",
+    description="Vehicles and toll revenue per 1-minute window, bridge and vehicle type",
+    fields=(
+        Field("event_id", STRING, T.StringType()),
+        Field("bridge_id", STRING, T.StringType()),
+        Field("booth_id", STRING, T.StringType()),
+        Field("vehicle_type", STRING, T.StringType()),
+        Field("axles", INTEGER, T.IntegerType()),
+        Field("toll_amount", MONEY, MONEY_TYPE),
+        Field("plate_hash", STRING, T.StringType(), required=False),
+        Field("event_time", TIMESTAMP, T.TimestampType()),
+        Field("sent_at", TIMESTAMP, T.TimestampType()),
+    ),
+    keys=("bridge_id", "vehicle_type"),
+    window=Window(size="1m"),
+    metrics=(
+        Metric("vehicles", lambda: F.count(F.lit(1)), T.LongType()),
+        Metric("revenue", lambda: F.sum("toll_amount").cast(REVENUE_TYPE), REVENUE_TYPE),
+    ),
+    rules=(
+        Rule("unknown_vehicle_type", _unknown_vehicle_type),
+        Rule("axles_out_of_range", _axles_out_of_range),
+        Rule("toll_out_of_range", _toll_out_of_range),
+        Rule("event_time_too_far_in_future", _event_time_too_far_in_future),
+    ),
+    watermark_delay="2m",
+    allowed_lateness="0s",
+)

@@ -1,0 +1,138 @@
+"""One settings object for every entry point, chosen by environment variables.
+
+Every location is a URI (``file:///...`` locally, ``s3a://bucket/prefix`` on a cluster), so the
+same code runs against local disk and object storage. Paths are derived from ``LAKEHOUSE_HOME``
+unless overridden one by one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Mapping
+from datetime import timedelta
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse the durations used everywhere in the CLI and settings: ``0s``, ``90s``, ``5m``, ``1h``, ``1d``."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise LakehouseError(f"cannot read duration {text!r}: write it like 0s, 90s, 5m, 1h or 1d")
+    amount, unit = match.groups()
+    return timedelta(seconds=int(amount) * _UNIT_SECONDS[unit])
+
+
+def format_duration(value: timedelta) -> str:
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def to_uri(location: str | os.PathLike) -> str:
+    """A URI for a location: ``s3a://...`` and the like pass through, local paths become ``file:/...``.
+
+    Local URIs take Hadoop's own form (``file:/abs/path``), the one Delta records in its logs, so a
+    location we build always equals the one a table reports.
+    """
+    text = str(location)
+    if text.startswith("file:"):
+        return "file:" + str(local_path(text))
+    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text):
+        return text.rstrip("/")
+    return "file:" + str(Path(text).expanduser().resolve())
+
+
+def local_path(uri: str) -> Path:
+    """The local path of a ``file:`` URI (or of a plain path); other schemes are not local."""
+    if uri.startswith("file://"):
+        return Path(uri[len("file://"):]).resolve()
+    if uri.startswith("file:"):
+        return Path(uri[len("file:"):]).resolve()
+    if "://" not in uri:
+        return Path(uri).resolve()
+    raise LakehouseError(f"{uri} is not on the local file system")
+
+
+def _default_home() -> Path:
+    # Inside a checkout the home is the checkout's ignored .lakehouse/ folder; elsewhere, the cwd's.
+    base = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd()
+    return base / ".lakehouse"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    home: str
+    log_uri: str
+    warehouse_uri: str
+    checkpoint_uri: str
+    spark_master: str = "local[2]"
+    shuffle_partitions: int = 4
+    driver_memory: str = "2g"
+    trigger_interval: str = "5s"
+    # Files per micro-batch for the speed layer (0: no limit). Bounds batch size, and with 1 makes
+    # batch boundaries, and so the watermark, reproducible file by file.
+    max_files_per_trigger: int = 0
+    # How far back the speed layer looks for an earlier copy of an event id.
+    dedupe_horizon: str = "1d"
+    # Per-run overrides of the pipeline's declared lateness (None: the pipeline's own).
+    watermark_delay: str | None = None
+    allowed_lateness: str | None = None
+    ivy_dir: str = str(PROJECT_ROOT / ".cache" / "ivy")
+    extra_packages: tuple[str, ...] = ()
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        env = os.environ if env is None else env
+        home = to_uri(env.get("LAKEHOUSE_HOME") or _default_home())
+        packages = tuple(p for p in env.get("LAKEHOUSE_SPARK_PACKAGES", "").split(",") if p.strip())
+        settings = cls(
+            home=home,
+            log_uri=to_uri(env.get("LAKEHOUSE_LOG_URI") or f"{home}/log"),
+            warehouse_uri=to_uri(env.get("LAKEHOUSE_WAREHOUSE_URI") or f"{home}/warehouse"),
+            checkpoint_uri=to_uri(env.get("LAKEHOUSE_CHECKPOINT_URI") or f"{home}/checkpoints"),
+            spark_master=env.get("LAKEHOUSE_SPARK_MASTER", cls.spark_master),
+            shuffle_partitions=int(env.get("LAKEHOUSE_SHUFFLE_PARTITIONS", cls.shuffle_partitions)),
+            driver_memory=env.get("LAKEHOUSE_DRIVER_MEMORY", cls.driver_memory),
+            trigger_interval=env.get("LAKEHOUSE_TRIGGER_INTERVAL", cls.trigger_interval),
+            max_files_per_trigger=int(env.get("LAKEHOUSE_MAX_FILES_PER_TRIGGER", cls.max_files_per_trigger)),
+            dedupe_horizon=env.get("LAKEHOUSE_DEDUPE_HORIZON", cls.dedupe_horizon),
+            watermark_delay=env.get("LAKEHOUSE_WATERMARK_DELAY") or None,
+            allowed_lateness=env.get("LAKEHOUSE_ALLOWED_LATENESS") or None,
+            ivy_dir=env.get("LAKEHOUSE_IVY_DIR", cls.ivy_dir),
+            extra_packages=packages,
+        )
+        settings.validate()
+        return settings
+
+    def validate(self) -> None:
+        for name in ("trigger_interval", "dedupe_horizon", "watermark_delay", "allowed_lateness"):
+            value = getattr(self, name)
+            if value is not None:
+                parse_duration(value)
+        if self.shuffle_partitions < 1:
+            raise LakehouseError("LAKEHOUSE_SHUFFLE_PARTITIONS must be at least 1")
+
+    def replace(self, **changes) -> Settings:
+        updated = dataclasses.replace(self, **changes)
+        updated.validate()
+        return updated
+
+    def table_uri(self, schema: str, name: str) -> str:
+        return f"{self.warehouse_uri}/{schema}/{name}"
+
+    def pipeline_log_uri(self, pipeline: str) -> str:
+        return f"{self.log_uri}/{pipeline}"
+
+    def speed_checkpoint_uri(self, pipeline: str) -> str:
+        return f"{self.checkpoint_uri}/{pipeline}/speed"

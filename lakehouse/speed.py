@@ -1,0 +1,185 @@
+"""The speed layer: Structured Streaming from the retained log into bronze, quarantine, gold
+``__speed`` and ``ops.stream_progress``.
+
+Each micro-batch is handled by one ``foreachBatch`` function that gives every record its fate and
+writes all four tables idempotently. The watermark follows Spark's rule (DESIGN.md): during batch
+n it is the max event time of batches before n, less the watermark delay and allowed lateness.
+Its state lives in ``ops.stream_progress``, so a replayed batch sees exactly what it saw before.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from datetime import datetime, timedelta, timezone
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse import transforms as tx
+from lakehouse.catalog import STREAM_PROGRESS, ensure_pipeline_tables
+from lakehouse.log import log_glob
+from lakehouse.pipelines.base import Pipeline
+from lakehouse.settings import Settings, parse_duration
+from lakehouse.writers import append_once, merge_add_once
+
+
+def watermark_for(max_event_time_before: datetime | None, watermark_delay: str, allowed_lateness: str) -> datetime | None:
+    """Spark's watermark rule: nothing is late until some earlier batch has seen event time."""
+    if max_event_time_before is None:
+        return None
+    return max_event_time_before - parse_duration(watermark_delay) - parse_duration(allowed_lateness)
+
+
+class SpeedLayer:
+    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline):
+        self.spark = spark
+        self.settings = settings
+        self.pipeline = pipeline
+        self.tables = ensure_pipeline_tables(spark, settings, pipeline)
+        self.watermark_delay = settings.watermark_delay or pipeline.watermark_delay
+        self.allowed_lateness = settings.allowed_lateness or pipeline.allowed_lateness
+        self._query_id: str | None = None
+        self._query_started = threading.Event()
+        # (batch id, max event time through it): saves re-reading the progress table each batch.
+        self._max_event_time_through: tuple[int, datetime | None] | None = None
+
+    # -- the streaming query -------------------------------------------------------------------
+
+    def raw_stream(self) -> DataFrame:
+        reader = self.spark.readStream.format("text")
+        if self.settings.max_files_per_trigger:
+            reader = reader.option("maxFilesPerTrigger", self.settings.max_files_per_trigger)
+        return reader.load(log_glob(self.settings, self.pipeline.name)).select(
+            "value", F.col("_metadata.file_path").alias("source_file")
+        )
+
+    def start(self, available_now: bool = False):
+        writer = (
+            self.raw_stream().writeStream.foreachBatch(self.process_batch)
+            .option("checkpointLocation", self.settings.speed_checkpoint_uri(self.pipeline.name))
+            .queryName(f"speed_{self.pipeline.name}")
+        )
+        if available_now:
+            writer = writer.trigger(availableNow=True)
+        else:
+            writer = writer.trigger(processingTime=tx.interval(self.settings.trigger_interval))
+        query = writer.start()
+        # The query id persists in the checkpoint: it names this stream's transactions, so a
+        # restarted query skips what it already wrote, and a new checkpoint starts afresh.
+        self._query_id = str(query.id)
+        self._query_started.set()
+        return query
+
+    @property
+    def app_id(self) -> str:
+        self._query_started.wait()
+        return f"speed:{self.pipeline.name}:{self._query_id}"
+
+    # -- one micro-batch ---------------------------------------------------------------------------
+
+    def process_batch(self, batch: DataFrame, batch_id: int) -> None:
+        started = time.time()
+        spark, pipeline, app_id = batch.sparkSession, self.pipeline, self.app_id
+        parsed = tx.parse_events(batch, pipeline).persist()
+        try:
+            summary = parsed.agg(
+                F.count(F.lit(1)).alias("input_rows"),
+                F.count("reason").alias("quarantined"),
+                F.min(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("min_event_time"),
+                F.max(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("max_event_time"),
+            ).first()
+            max_before = self._max_event_time_before(spark, app_id, batch_id)
+            watermark = watermark_for(max_before, self.watermark_delay, self.allowed_lateness)
+            fates = self._label_fates(parsed, summary, app_id, batch_id, watermark).persist()
+            try:
+                counts = {row["fate"]: row["count"] for row in fates.groupBy("fate").count().collect()}
+                speed_rows = self._write(spark, parsed, fates, summary, counts, app_id, batch_id)
+            finally:
+                fates.unpersist()
+        finally:
+            parsed.unpersist()
+        max_through = max((t for t in (max_before, summary["max_event_time"]) if t is not None), default=None)
+        progress = {
+            "pipeline": pipeline.name, "app_id": app_id, "batch_id": batch_id,
+            "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
+            "duration_ms": int((time.time() - started) * 1000),
+            "input_rows": summary["input_rows"], "quarantined": summary["quarantined"],
+            "duplicates": counts.get(tx.DUPLICATE, 0), "on_time": counts.get(tx.ON_TIME, 0),
+            "late": counts.get(tx.LATE, 0), "watermark": watermark, "max_event_time": max_through,
+            "speed_rows_changed": speed_rows,
+        }
+        progress_rows = spark.createDataFrame([progress], STREAM_PROGRESS.columns)
+        append_once(progress_rows, STREAM_PROGRESS.uri(self.settings), app_id, batch_id)
+        self._max_event_time_through = (batch_id, max_through)
+
+    def _label_fates(self, parsed: DataFrame, summary, app_id: str, batch_id: int, watermark) -> DataFrame:
+        pipeline = self.pipeline
+        windowed = tx.assign_windows(tx.valid_events(parsed, pipeline), pipeline)
+        return tx.label_fates(windowed, self._seen_event_ids(summary, app_id, batch_id), watermark, pipeline)
+
+    def _seen_event_ids(self, summary, app_id: str, batch_id: int) -> DataFrame:
+        """Ids bronze accepted before this batch, within the dedupe horizon of this batch's events."""
+        pipeline = self.pipeline
+        bronze = self.spark.read.format("delta").load(self.tables.bronze.uri(self.settings))
+        if summary["min_event_time"] is None:
+            return bronze.limit(0).select(pipeline.event_id)
+        horizon = parse_duration(self.settings.dedupe_horizon)
+        low, high = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
+        # A replayed batch must not find its own earlier write: only batches before this one count.
+        earlier = ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
+        in_horizon = F.col(pipeline.event_time).between(low, high) & F.col("event_date").between(
+            low.date(), high.date()
+        )
+        return bronze.where(in_horizon & earlier).select(pipeline.event_id)
+
+    def _max_event_time_before(self, spark: SparkSession, app_id: str, batch_id: int) -> datetime | None:
+        if self._max_event_time_through and self._max_event_time_through[0] == batch_id - 1:
+            return self._max_event_time_through[1]
+        progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(self.settings))
+        earlier = ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
+        row = progress.where((F.col("pipeline") == self.pipeline.name) & earlier).agg(F.max("max_event_time")).first()
+        return row[0]
+
+    def _write(self, spark, parsed, fates, summary, counts, app_id: str, batch_id: int) -> int:
+        """Write bronze, quarantine and the speed aggregate; each write happens once per batch."""
+        pipeline, settings, tables = self.pipeline, self.settings, self.tables
+        stamp = {"app_id": F.lit(app_id), "batch_id": F.lit(batch_id).cast("long")}
+        if counts.get(tx.ON_TIME, 0) + counts.get(tx.LATE, 0):
+            accepted = fates.where(F.col("fate") != tx.DUPLICATE).withColumns(
+                {"event_date": F.to_date(pipeline.event_time), **stamp, "ingested_at": F.current_timestamp()}
+            )
+            append_once(accepted.select(tables.bronze.columns.fieldNames()), tables.bronze.uri(settings),
+                        app_id, batch_id, tables.bronze.partition_by)
+        if summary["quarantined"]:
+            quarantined = tx.quarantined_records(parsed).withColumns({**stamp, "quarantined_at": F.current_timestamp()})
+            append_once(quarantined.select(tables.quarantine.columns.fieldNames()), tables.quarantine.uri(settings),
+                        app_id, batch_id)
+        if not counts.get(tx.ON_TIME, 0):
+            return 0
+        partials = tx.aggregate_metrics(fates.where(F.col("fate") == tx.ON_TIME), pipeline).persist()
+        try:
+            changed = partials.count()
+            merge_add_once(
+                spark, partials, tables.speed.uri(settings),
+                match_columns=["window_start", "window_end", *pipeline.keys],
+                additive_columns=pipeline.metric_names,
+                also_set={"last_batch_id": F.lit(batch_id).cast("long"), "updated_at": F.current_timestamp()},
+                app_id=app_id, version=batch_id,
+            )
+        finally:
+            partials.unpersist()
+        return changed
+
+
+def run_speed_layer(spark: SparkSession, settings: Settings, pipeline: Pipeline, available_now: bool,
+                    timeout: timedelta | None = None) -> None:
+    """Run the streaming query until it drains (``available_now``), times out, or is stopped."""
+    query = SpeedLayer(spark, settings, pipeline).start(available_now=available_now)
+    try:
+        query.awaitTermination(timeout.total_seconds() if timeout else None)
+    finally:
+        if query.isActive:
+            query.stop()
+    if query.exception():
+        raise query.exception()
