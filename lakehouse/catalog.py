@@ -169,7 +169,10 @@ def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pip
         if table.qualified_name in registered or not table_exists(spark, uri):
             continue
         spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.schema}")
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {table.qualified_name} USING DELTA LOCATION '{uri}'")
+        # Dropping an entry that has a LOCATION forgets the name only; the data stays. Re-creating it
+        # keeps the name pointing at this settings' location even if the session saw another one.
+        spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")
+        spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA LOCATION '{uri}'")
         registered.append(table.qualified_name)
     for pipeline in pipelines:
         tables = pipeline_tables(pipeline)

@@ -124,3 +124,18 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
         jar_cache.remember_resolved_jars()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+def main() -> None:
+    """``python -m lakehouse.spark``: resolve and cache the JARs now, so later runs need no network."""
+    settings = Settings.from_env()
+    spark = build_spark_session(settings, "resolve-jars")
+    print(f"Spark {spark.version} with Delta ready; JARs cached under {settings.ivy_dir}")
+    spark.stop()
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except LakehouseError as error:
+        raise SystemExit(f"lakehouse: error: {error}") from None

@@ -157,19 +157,14 @@ class SpeedLayer:
                         app_id, batch_id)
         if not counts.get(tx.ON_TIME, 0):
             return 0
-        partials = tx.aggregate_metrics(fates.where(F.col("fate") == tx.ON_TIME), pipeline).persist()
-        try:
-            changed = partials.count()
-            merge_add_once(
-                spark, partials, tables.speed.uri(settings),
-                match_columns=["window_start", "window_end", *pipeline.keys],
-                additive_columns=pipeline.metric_names,
-                also_set={"last_batch_id": F.lit(batch_id).cast("long"), "updated_at": F.current_timestamp()},
-                app_id=app_id, version=batch_id,
-            )
-        finally:
-            partials.unpersist()
-        return changed
+        partials = tx.aggregate_metrics(fates.where(F.col("fate") == tx.ON_TIME), pipeline)
+        return merge_add_once(
+            spark, partials, tables.speed.uri(settings),
+            match_columns=["window_start", "window_end", *pipeline.keys],
+            additive_columns=pipeline.metric_names,
+            also_set={"last_batch_id": F.lit(batch_id).cast("long"), "updated_at": F.current_timestamp()},
+            app_id=app_id, version=batch_id,
+        )
 
 
 def run_speed_layer(spark: SparkSession, settings: Settings, pipeline: Pipeline, available_now: bool,

@@ -41,8 +41,8 @@ def merge_add_once(
     also_set: dict[str, Column],
     app_id: str,
     version: int,
-) -> None:
-    """Add per-batch partial values into the table, once per (app_id, version)."""
+) -> int:
+    """Add per-batch partial values into the table, once per (app_id, version). Returns rows changed."""
     from delta.tables import DeltaTable
 
     condition = " AND ".join(f"t.{c} = s.{c}" for c in match_columns)
@@ -56,7 +56,8 @@ def merge_add_once(
         .whenNotMatchedInsert(values=inserts)
     )
     with _dml_transaction(spark, app_id, version):
-        merge.execute()
+        metrics = merge.execute().first()
+    return int(metrics["num_affected_rows"]) if metrics is not None else 0
 
 
 def replace_where(rows: DataFrame, uri: str, condition: str) -> None:

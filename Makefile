@@ -1,0 +1,41 @@
+# Everything a newcomer needs: `make demo` sets up and runs the lambda loop, `make test` runs the tests.
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+UV_VERSION := 0.13.8
+STAMP := $(VENV)/.installed
+
+.PHONY: setup demo test test-fast lock clean
+
+# The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
+	$(VENV)/bin/uv pip sync --quiet --python $(VENV)/bin/python requirements.lock
+	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -e .
+	@mkdir -p .cache
+	@echo "Resolving Spark's Delta JARs from Maven Central into .cache/ivy (once) ..."
+	@$(VENV)/bin/python -m lakehouse.spark > .cache/resolve-jars.log 2>&1 \
+		|| { tail -n 40 .cache/resolve-jars.log; exit 1; }
+	@tail -n 1 .cache/resolve-jars.log
+	@touch $(STAMP)
+
+demo: setup
+	$(VENV)/bin/lakehouse demo
+
+test: setup
+	$(VENV)/bin/python -m pytest
+
+# Unit tests only: no subprocess JVMs.
+test-fast: setup
+	$(VENV)/bin/python -m pytest -m "not slow"
+
+# Re-resolve the pinned versions after editing requirements.in.
+lock:
+	@test -x $(VENV)/bin/uv || { $(PYTHON) -m venv $(VENV) && $(VENV)/bin/python -m pip install --quiet uv==$(UV_VERSION); }
+	$(VENV)/bin/uv pip compile --quiet --python-version 3.11 requirements.in -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .cache .lakehouse .pytest_cache test-artifacts

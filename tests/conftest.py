@@ -1,0 +1,37 @@
+"""Shared fixtures: one real SparkSession with Delta for the whole run (JVM start-up costs seconds),
+and a fresh lakehouse home per test so tests never see each other's tables."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from lakehouse.settings import Settings
+
+RESOURCES = Path(__file__).parent / "resources"
+
+
+def make_settings(home: Path, **env: str) -> Settings:
+    return Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", **env})
+
+
+@pytest.fixture(scope="session")
+def spark(tmp_path_factory):
+    from lakehouse.spark import build_spark_session
+
+    session = build_spark_session(make_settings(tmp_path_factory.mktemp("session-home")), "tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def settings(tmp_path) -> Settings:
+    return make_settings(tmp_path / "home")
+
+
+@pytest.fixture
+def cli_env(tmp_path) -> dict[str, str]:
+    """Environment for running the `lakehouse` CLI as a subprocess against this test's home."""
+    return {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}

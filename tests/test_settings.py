@@ -1,0 +1,203 @@
+"""Durations, URIs and environment-driven settings: plain Python, no Spark."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import PROJECT_ROOT, Settings, format_duration, local_path, parse_duration, to_uri
+
+
+# --- parse_duration / format_duration -------------------------------------------------------------
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("0s", timedelta(0)),
+        ("90s", timedelta(seconds=90)),
+        ("5m", timedelta(minutes=5)),
+        ("1h", timedelta(hours=1)),
+        ("1d", timedelta(days=1)),
+        ("250ms", timedelta(milliseconds=250)),
+        (" 2m ", timedelta(minutes=2)),
+    ],
+)
+def test_parse_duration_reads_every_unit(text, expected):
+    assert parse_duration(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "5", "m", "1.5h", "-1s", "5 minutes", "1w", "5M", "1h30m"])
+def test_parse_duration_rejects_unreadable_text_with_an_example_of_the_format(text):
+    with pytest.raises(LakehouseError) as error:
+        parse_duration(text)
+    assert str(error.value) == f"cannot read duration {text!r}: write it like 0s, 90s, 5m, 1h or 1d"
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (timedelta(0), "0s"),
+        (timedelta(seconds=90), "90s"),
+        (timedelta(minutes=5), "5m"),
+        (timedelta(minutes=90), "90m"),
+        (timedelta(hours=1), "1h"),
+        (timedelta(hours=36), "36h"),
+        (timedelta(days=1), "1d"),
+        (timedelta(days=2), "2d"),
+    ],
+)
+def test_format_duration_uses_the_largest_unit_that_divides_exactly(value, expected):
+    assert format_duration(value) == expected
+
+
+@pytest.mark.parametrize("text", ["0s", "45s", "90s", "5m", "2h", "1d"])
+def test_format_duration_reads_back_to_the_same_duration(text):
+    assert parse_duration(format_duration(parse_duration(text))) == parse_duration(text)
+
+
+# --- to_uri / local_path ---------------------------------------------------------------------------
+
+def test_to_uri_turns_an_absolute_local_path_into_a_hadoop_file_uri(tmp_path):
+    folder = tmp_path.resolve() / "home"
+    assert to_uri(folder) == f"file:{folder}"
+
+
+def test_to_uri_resolves_a_relative_path_against_the_working_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert to_uri("data/home") == f"file:{tmp_path.resolve()}/data/home"
+
+
+def test_to_uri_normalises_a_triple_slash_file_uri_to_hadoops_single_slash_form(tmp_path):
+    folder = tmp_path.resolve() / "home"
+    assert to_uri(f"file://{folder}") == f"file:{folder}"
+
+
+def test_to_uri_leaves_a_single_slash_file_uri_unchanged(tmp_path):
+    uri = f"file:{tmp_path.resolve()}/home"
+    assert to_uri(uri) == uri
+
+
+def test_to_uri_passes_an_object_store_uri_through_without_its_trailing_slash():
+    assert to_uri("s3a://bucket/lakehouse/") == "s3a://bucket/lakehouse"
+
+
+def test_to_uri_keeps_an_object_store_uri_as_given():
+    assert to_uri("s3a://bucket/lakehouse/warehouse") == "s3a://bucket/lakehouse/warehouse"
+
+
+@pytest.mark.parametrize("form", ["file:{p}", "file://{p}", "{p}"])
+def test_local_path_reads_every_local_form_to_the_same_path(tmp_path, form):
+    folder = tmp_path.resolve() / "home"
+    assert local_path(form.format(p=folder)) == folder
+
+
+def test_local_path_refuses_an_object_store_uri():
+    with pytest.raises(LakehouseError, match=r"^s3a://bucket/log is not on the local file system$"):
+        local_path("s3a://bucket/log")
+
+
+# --- Settings.from_env -----------------------------------------------------------------------------
+
+def test_settings_derive_every_location_from_lakehouse_home(tmp_path):
+    home = tmp_path.resolve() / "home"
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(home)})
+    assert (settings.home, settings.log_uri, settings.warehouse_uri, settings.checkpoint_uri) == (
+        f"file:{home}", f"file:{home}/log", f"file:{home}/warehouse", f"file:{home}/checkpoints"
+    )
+
+
+def test_settings_without_overrides_take_the_documented_defaults(tmp_path):
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
+    assert (
+        settings.spark_master, settings.shuffle_partitions, settings.driver_memory, settings.trigger_interval,
+        settings.max_files_per_trigger, settings.dedupe_horizon, settings.watermark_delay,
+        settings.allowed_lateness, settings.extra_packages,
+    ) == ("local[2]", 4, "2g", "5s", 0, "1d", None, None, ())
+
+
+def test_settings_without_lakehouse_home_live_in_the_checkouts_dot_lakehouse_folder():
+    settings = Settings.from_env({})
+    assert settings.home == f"file:{PROJECT_ROOT / '.lakehouse'}"
+
+
+def test_settings_read_from_an_explicit_env_ignore_the_process_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE_SPARK_MASTER", "local[8]")
+    assert Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)}).spark_master == "local[2]"
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "attribute", "expected"),
+    [
+        ("LAKEHOUSE_LOG_URI", "s3a://bucket/log/", "log_uri", "s3a://bucket/log"),
+        ("LAKEHOUSE_WAREHOUSE_URI", "s3a://bucket/warehouse", "warehouse_uri", "s3a://bucket/warehouse"),
+        ("LAKEHOUSE_CHECKPOINT_URI", "s3a://bucket/checkpoints", "checkpoint_uri", "s3a://bucket/checkpoints"),
+        ("LAKEHOUSE_SPARK_MASTER", "spark://master:7077", "spark_master", "spark://master:7077"),
+        ("LAKEHOUSE_SHUFFLE_PARTITIONS", "16", "shuffle_partitions", 16),
+        ("LAKEHOUSE_DRIVER_MEMORY", "4g", "driver_memory", "4g"),
+        ("LAKEHOUSE_TRIGGER_INTERVAL", "30s", "trigger_interval", "30s"),
+        ("LAKEHOUSE_MAX_FILES_PER_TRIGGER", "1", "max_files_per_trigger", 1),
+        ("LAKEHOUSE_DEDUPE_HORIZON", "2h", "dedupe_horizon", "2h"),
+        ("LAKEHOUSE_WATERMARK_DELAY", "10m", "watermark_delay", "10m"),
+        ("LAKEHOUSE_ALLOWED_LATENESS", "1h", "allowed_lateness", "1h"),
+        ("LAKEHOUSE_IVY_DIR", "/opt/ivy", "ivy_dir", "/opt/ivy"),
+        ("LAKEHOUSE_SPARK_PACKAGES", "org.a:b:1,org.c:d:2", "extra_packages", ("org.a:b:1", "org.c:d:2")),
+    ],
+)
+def test_each_environment_variable_overrides_its_own_setting(tmp_path, variable, value, attribute, expected):
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), variable: value})
+    assert getattr(settings, attribute) == expected
+
+
+def test_overriding_one_location_leaves_the_others_under_home(tmp_path):
+    home = tmp_path.resolve()
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_LOG_URI": "s3a://bucket/log"})
+    assert (settings.log_uri, settings.warehouse_uri) == ("s3a://bucket/log", f"file:{home}/warehouse")
+
+
+def test_a_local_location_override_is_normalised_to_a_file_uri(tmp_path):
+    log = tmp_path.resolve() / "elsewhere" / "log"
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_LOG_URI": f"file://{log}"})
+    assert settings.log_uri == f"file:{log}"
+
+
+@pytest.mark.parametrize("variable", ["LAKEHOUSE_WATERMARK_DELAY", "LAKEHOUSE_ALLOWED_LATENESS"])
+def test_an_empty_lateness_override_means_the_pipelines_own(tmp_path, variable):
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), variable: ""})
+    assert getattr(settings, variable.removeprefix("LAKEHOUSE_").lower()) is None
+
+
+@pytest.mark.parametrize(
+    "variable",
+    ["LAKEHOUSE_TRIGGER_INTERVAL", "LAKEHOUSE_DEDUPE_HORIZON", "LAKEHOUSE_WATERMARK_DELAY", "LAKEHOUSE_ALLOWED_LATENESS"],
+)
+def test_an_unreadable_duration_in_the_environment_is_a_lakehouse_error(tmp_path, variable):
+    with pytest.raises(LakehouseError, match=r"cannot read duration 'soon'"):
+        Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), variable: "soon"})
+
+
+def test_zero_shuffle_partitions_is_a_lakehouse_error(tmp_path):
+    with pytest.raises(LakehouseError, match="LAKEHOUSE_SHUFFLE_PARTITIONS must be at least 1"):
+        Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_SHUFFLE_PARTITIONS": "0"})
+
+
+def test_replace_validates_the_changed_settings(tmp_path):
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
+    with pytest.raises(LakehouseError, match=r"cannot read duration '5 minutes'"):
+        settings.replace(watermark_delay="5 minutes")
+
+
+def test_table_and_checkpoint_locations_hang_off_their_roots(tmp_path):
+    home = tmp_path.resolve()
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(home)})
+    assert (
+        settings.table_uri("gold", "toll_traffic__speed"),
+        settings.pipeline_log_uri("toll_traffic"),
+        settings.speed_checkpoint_uri("toll_traffic"),
+    ) == (
+        f"file:{home}/warehouse/gold/toll_traffic__speed",
+        f"file:{home}/log/toll_traffic",
+        f"file:{home}/checkpoints/toll_traffic/speed",
+    )

@@ -1,0 +1,331 @@
+"""The shared DataFrame transforms, on tiny inline inputs, with the toll-traffic pipeline.
+
+Every parse case below is one line of the log; the lines are parsed together once (a Spark job
+costs far more than a comparison), and each test then looks at the line it is about.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from decimal import Decimal
+
+import pytest
+from pyspark.sql import functions as F, types as T
+from pyspark.testing import assertDataFrameEqual
+
+from lakehouse import transforms as tx
+from lakehouse.pipelines import get_pipeline
+
+PIPELINE = get_pipeline("toll_traffic")
+
+VALID = {
+    "event_id": "e-1", "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-1", "vehicle_type": "van",
+    "axles": 3, "toll_amount": 12.34, "plate_hash": "9f86d081884c7d65",
+    "event_time": "2026-01-05T08:00:30.250Z", "sent_at": "2026-01-05T08:00:31.000Z",
+}
+
+
+def event(**changes) -> str:
+    return json.dumps({**VALID, **changes})
+
+
+def event_without(*fields: str, **changes) -> str:
+    return json.dumps({k: v for k, v in {**VALID, **changes}.items() if k not in fields})
+
+
+REQUIRED_FIELDS = ["event_id", "bridge_id", "booth_id", "vehicle_type", "axles", "toll_amount", "event_time", "sent_at"]
+
+# source_file (the case's name) -> (raw line, expected reason; None for a valid event)
+CASES: dict[str, tuple[str, str | None]] = {
+    "valid": (event(), None),
+    "valid_without_plate_hash": (event_without("plate_hash"), None),
+    "valid_with_null_plate_hash": (event(plate_hash=None), None),
+    "valid_with_zone_offset": (event(event_time="2026-01-05T09:30:00.250+01:00"), None),
+    "valid_toll_999.99": (event(toll_amount=999.99), None),
+    "valid_toll_0": (event(toll_amount=0), None),
+    "valid_toll_one_decimal": (event(toll_amount=12.5), None),
+    "valid_toll_integer": (event(toll_amount=7), None),
+    "valid_axles_2": (event(axles=2), None),
+    "valid_axles_9": (event(axles=9), None),
+    "valid_event_time_exactly_one_day_after_sent_at": (
+        event(event_time="2026-01-06T08:00:31.000Z", sent_at="2026-01-05T08:00:31.000Z"), None),
+    "valid_event_time_long_before_sent_at": (event(event_time="2025-12-01T00:00:00Z"), None),
+    "truncated_json": (event()[:30], "bad_json"),
+    "empty_line": ("", "bad_json"),
+    "duplicate_keys": ('{"event_id":"e-1","event_id":"e-2"}', "bad_json"),
+    "json_array": (f"[{event()}]", "not_an_object"),
+    "json_null": ("null", "not_an_object"),
+    **{f"missing_{field}": (event_without(field), f"missing_field:{field}") for field in REQUIRED_FIELDS},
+    "null_bridge_id": (event(bridge_id=None), "missing_field:bridge_id"),
+    "axles_as_string": (event(axles="3"), "wrong_type:axles"),
+    "axles_as_3.0": (event(axles=3.0), "wrong_type:axles"),
+    "toll_as_string": (event(toll_amount="12.34"), "wrong_type:toll_amount"),
+    "toll_with_three_decimals": (event(toll_amount=1.005), "wrong_type:toll_amount"),
+    "booth_id_as_number": (event(booth_id=17), "wrong_type:booth_id"),
+    "event_time_as_number": (event(event_time=1767600030), "wrong_type:event_time"),
+    "plate_hash_as_number": (event(plate_hash=42), "wrong_type:plate_hash"),
+    "event_time_without_zone": (event(event_time="2026-01-05T08:00:30.250"), "bad_timestamp:event_time"),
+    "event_time_in_month_13": (event(event_time="2026-13-05T08:00:30Z"), "bad_timestamp:event_time"),
+    "sent_at_without_zone": (event(sent_at="2026-01-05T08:00:31"), "bad_timestamp:sent_at"),
+    "vehicle_type_tractor": (event(vehicle_type="tractor"), "unknown_vehicle_type"),
+    "vehicle_type_capitalised": (event(vehicle_type="Car"), "unknown_vehicle_type"),
+    "axles_1": (event(axles=1), "axles_out_of_range"),
+    "axles_10": (event(axles=10), "axles_out_of_range"),
+    "toll_minus_one_cent": (event(toll_amount=-0.01), "toll_out_of_range"),
+    "toll_1000": (event(toll_amount=1000), "toll_out_of_range"),
+    "event_time_one_day_and_a_millisecond_after_sent_at": (
+        event(event_time="2026-01-06T08:00:31.001Z", sent_at="2026-01-05T08:00:31.000Z"),
+        "event_time_too_far_in_future"),
+    # Several rules broken: the first in declaration order names the record.
+    "missing_bridge_id_and_unknown_vehicle_type": (
+        event_without("bridge_id", vehicle_type="tractor"), "missing_field:bridge_id"),
+    "bad_event_time_and_unknown_vehicle_type": (
+        event(event_time="2026-01-05T08:00:30", vehicle_type="tractor"), "bad_timestamp:event_time"),
+    "axles_and_toll_out_of_range": (event(axles=1, toll_amount=1000), "axles_out_of_range"),
+    "wrong_type_axles_and_missing_toll": (event_without("toll_amount", axles="3"), "wrong_type:axles"),
+}
+
+
+@pytest.fixture(scope="module")
+def parsed(spark):
+    raw = spark.createDataFrame([(line, name) for name, (line, _) in CASES.items()], "value string, source_file string")
+    frame = tx.parse_events(raw, PIPELINE).persist()
+    yield frame
+    frame.unpersist()
+
+
+@pytest.fixture(scope="module")
+def reasons(parsed) -> dict[str, list[str | None]]:
+    """Every reason given to each case's line (a list, so a line that came out twice would show)."""
+    out: dict[str, list[str | None]] = {}
+    for row in parsed.select("source_file", "reason").collect():
+        out.setdefault(row.source_file, []).append(row.reason)
+    return out
+
+
+def events_frame(spark, rows: list[tuple], schema: str):
+    return spark.createDataFrame(rows, schema)
+
+
+def ts(text: str) -> datetime:
+    """A naive UTC datetime (the test session runs in UTC) from ``HH:MM:SS[.fff]`` on 2026-01-05."""
+    return datetime.fromisoformat(f"2026-01-05T{text}")
+
+
+# --- parse_events ----------------------------------------------------------------------------------
+
+def test_every_input_line_comes_out_exactly_once(reasons):
+    assert {name: len(found) for name, found in reasons.items()} == {name: 1 for name in CASES}
+
+
+@pytest.mark.parametrize("case", [name for name, (_, reason) in CASES.items() if reason is None])
+def test_valid_event_has_no_reason(reasons, case):
+    assert reasons[case] == [None]
+
+
+@pytest.mark.parametrize("case", [name for name, (_, reason) in CASES.items() if reason is not None])
+def test_broken_line_is_quarantined_for_the_first_rule_it_breaks(reasons, case):
+    assert reasons[case] == [CASES[case][1]]
+
+
+def test_valid_event_is_read_into_typed_values(spark, parsed):
+    expected = spark.createDataFrame(
+        [("e-1", "bridge-00", "bridge-00-booth-1", "van", 3, Decimal("12.34"), "9f86d081884c7d65",
+          ts("08:00:30.250"), ts("08:00:31"))],
+        PIPELINE.event_schema,
+    )
+    assertDataFrameEqual(parsed.where(F.col("source_file") == "valid").select(*PIPELINE.field_names), expected)
+
+
+def test_a_zone_offset_is_converted_to_utc(spark, parsed):
+    actual = parsed.where(F.col("source_file") == "valid_with_zone_offset").select("event_time")
+    assertDataFrameEqual(actual, spark.createDataFrame([(ts("08:30:00.250"),)], "event_time timestamp"))
+
+
+def test_toll_amounts_are_exact_decimals_to_the_cent(spark, parsed):
+    cases = ["valid", "valid_toll_999.99", "valid_toll_0", "valid_toll_one_decimal", "valid_toll_integer"]
+    actual = parsed.where(F.col("source_file").isin(cases)).select("source_file", "toll_amount")
+    expected = spark.createDataFrame(
+        [("valid", Decimal("12.34")), ("valid_toll_999.99", Decimal("999.99")), ("valid_toll_0", Decimal("0.00")),
+         ("valid_toll_one_decimal", Decimal("12.50")), ("valid_toll_integer", Decimal("7.00"))],
+        "source_file string, toll_amount decimal(9,2)",
+    )
+    assertDataFrameEqual(actual, expected, rtol=0, atol=0)
+
+
+def test_absent_and_null_plate_hash_both_read_as_null(spark, parsed):
+    cases = ["valid_without_plate_hash", "valid_with_null_plate_hash"]
+    actual = parsed.where(F.col("source_file").isin(cases)).select("source_file", "plate_hash")
+    expected = spark.createDataFrame([(name, None) for name in cases], "source_file string, plate_hash string")
+    assertDataFrameEqual(actual, expected)
+
+
+# --- valid_events / quarantined_records ------------------------------------------------------------
+
+def test_valid_events_keep_only_lines_without_a_reason_with_their_typed_fields(spark, parsed):
+    expected = spark.createDataFrame(
+        [(name, line) for name, (line, reason) in CASES.items() if reason is None], "source_file string, value string"
+    )
+    actual = tx.valid_events(parsed, PIPELINE)
+    assert actual.columns == ["source_file", "value", *PIPELINE.field_names]
+    assertDataFrameEqual(actual.select("source_file", "value"), expected)
+
+
+def test_quarantined_records_keep_the_raw_line_its_reason_and_the_event_id_it_names(spark, parsed):
+    cases = ["truncated_json", "axles_10", "missing_event_id", "valid"]
+    actual = tx.quarantined_records(parsed.where(F.col("source_file").isin(cases)))
+    expected = spark.createDataFrame(
+        [(CASES["truncated_json"][0], "bad_json", None, "truncated_json"),
+         (CASES["axles_10"][0], "axles_out_of_range", "e-1", "axles_10"),
+         (CASES["missing_event_id"][0], "missing_field:event_id", None, "missing_event_id")],
+        "raw string, reason string, event_id string, source_file string",
+    )
+    assertDataFrameEqual(actual, expected)
+
+
+# --- assign_windows --------------------------------------------------------------------------------
+
+def test_event_exactly_at_window_end_belongs_to_next_window(spark):
+    events = events_frame(spark, [("e-1", ts("08:01:00.000"))], "event_id string, event_time timestamp")
+    expected = events_frame(spark, [("e-1", ts("08:01:00.000"), ts("08:01:00"), ts("08:02:00"))],
+                            "event_id string, event_time timestamp, window_start timestamp, window_end timestamp")
+    assertDataFrameEqual(tx.assign_windows(events, PIPELINE), expected)
+
+
+def test_event_in_last_millisecond_of_a_window_stays_in_it(spark):
+    events = events_frame(spark, [("e-1", ts("08:00:59.999"))], "event_id string, event_time timestamp")
+    expected = events_frame(spark, [("e-1", ts("08:00:59.999"), ts("08:00:00"), ts("08:01:00"))],
+                            "event_id string, event_time timestamp, window_start timestamp, window_end timestamp")
+    assertDataFrameEqual(tx.assign_windows(events, PIPELINE), expected)
+
+
+# --- label_fates -----------------------------------------------------------------------------------
+
+WINDOWED = "event_id string, source_file string, value string, window_start timestamp, window_end timestamp"
+NO_IDS_SEEN = "event_id string"
+
+
+def fates(spark, rows, watermark=None, seen=()):
+    windowed = spark.createDataFrame(rows, WINDOWED)
+    seen_ids = spark.createDataFrame([(i,) for i in seen], NO_IDS_SEEN)
+    return tx.label_fates(windowed, seen_ids, watermark, PIPELINE).select("source_file", "value", "fate")
+
+
+def expected_fates(spark, rows):
+    return spark.createDataFrame(rows, "source_file string, value string, fate string")
+
+
+def test_label_fates_adds_only_the_fate_column(spark):
+    windowed = spark.createDataFrame([], WINDOWED)
+    labelled = tx.label_fates(windowed, spark.createDataFrame([], NO_IDS_SEEN), None, PIPELINE)
+    assert sorted(labelled.columns) == sorted([*windowed.columns, "fate"])
+
+
+def test_copy_from_the_earliest_source_file_is_on_time_and_later_copies_are_duplicates(spark):
+    w = (ts("08:00:00"), ts("08:01:00"))
+    rows = [("e-1", "f3.jsonl", "v", *w), ("e-1", "f1.jsonl", "v", *w), ("e-1", "f2.jsonl", "v", *w)]
+    assertDataFrameEqual(fates(spark, rows), expected_fates(spark, [
+        ("f1.jsonl", "v", "on_time"), ("f2.jsonl", "v", "duplicate"), ("f3.jsonl", "v", "duplicate")]))
+
+
+def test_copies_in_the_same_source_file_are_ordered_by_their_text(spark):
+    w = (ts("08:00:00"), ts("08:01:00"))
+    rows = [("e-1", "f1.jsonl", "v-b", *w), ("e-1", "f1.jsonl", "v-a", *w)]
+    assertDataFrameEqual(fates(spark, rows), expected_fates(spark, [
+        ("f1.jsonl", "v-a", "on_time"), ("f1.jsonl", "v-b", "duplicate")]))
+
+
+def test_event_id_seen_in_an_earlier_batch_is_a_duplicate(spark):
+    w = (ts("08:00:00"), ts("08:01:00"))
+    rows = [("e-1", "f1.jsonl", "v1", *w), ("e-2", "f1.jsonl", "v2", *w)]
+    assertDataFrameEqual(fates(spark, rows, seen=["e-1"]), expected_fates(spark, [
+        ("f1.jsonl", "v1", "duplicate"), ("f1.jsonl", "v2", "on_time")]))
+
+
+def test_window_ending_exactly_at_the_watermark_is_late(spark):
+    rows = [("e-1", "f1.jsonl", "v1", ts("08:00:00"), ts("08:01:00"))]
+    assertDataFrameEqual(fates(spark, rows, watermark=ts("08:01:00")), expected_fates(spark, [
+        ("f1.jsonl", "v1", "late")]))
+
+
+def test_window_ending_after_the_watermark_is_on_time(spark):
+    rows = [("e-1", "f1.jsonl", "v1", ts("08:00:00"), ts("08:01:00"))]
+    assertDataFrameEqual(fates(spark, rows, watermark=ts("08:00:59.999")), expected_fates(spark, [
+        ("f1.jsonl", "v1", "on_time")]))
+
+
+def test_without_a_watermark_nothing_is_late(spark):
+    rows = [("e-1", "f1.jsonl", "v1", datetime(2000, 1, 1, 0, 0), datetime(2000, 1, 1, 0, 1))]
+    assertDataFrameEqual(fates(spark, rows, watermark=None), expected_fates(spark, [("f1.jsonl", "v1", "on_time")]))
+
+
+def test_a_late_duplicate_is_labelled_duplicate(spark):
+    w = (ts("08:00:00"), ts("08:01:00"))
+    rows = [("e-1", "f1.jsonl", "v1", *w), ("e-1", "f2.jsonl", "v1", *w)]
+    assertDataFrameEqual(fates(spark, rows, watermark=ts("09:00:00")), expected_fates(spark, [
+        ("f1.jsonl", "v1", "late"), ("f2.jsonl", "v1", "duplicate")]))
+
+
+# --- first_copies ----------------------------------------------------------------------------------
+
+def test_first_copies_keeps_the_copy_from_the_earliest_source_file(spark):
+    schema = "event_id string, source_file string, value string, plate_hash string"
+    events = spark.createDataFrame(
+        [("e-1", "f2.jsonl", "v", "late-copy"), ("e-1", "f1.jsonl", "v", "first-copy"), ("e-2", "f2.jsonl", "w", None)],
+        schema,
+    )
+    expected = spark.createDataFrame([("e-1", "f1.jsonl", "v", "first-copy"), ("e-2", "f2.jsonl", "w", None)], schema)
+    assertDataFrameEqual(tx.first_copies(events, PIPELINE), expected)
+
+
+# --- aggregate_metrics -----------------------------------------------------------------------------
+
+EVENTS = "window_start timestamp, window_end timestamp, bridge_id string, vehicle_type string, toll_amount decimal(9,2)"
+GOLD = T.StructType([
+    T.StructField("window_start", T.TimestampType()), T.StructField("window_end", T.TimestampType()),
+    T.StructField("bridge_id", T.StringType()), T.StructField("vehicle_type", T.StringType()),
+    T.StructField("vehicles", T.LongType()), T.StructField("revenue", T.DecimalType(18, 2)),
+])
+W0 = (ts("08:00:00"), ts("08:01:00"))
+W1 = (ts("08:01:00"), ts("08:02:00"))
+
+
+def test_revenue_is_summed_exactly_to_the_cent(spark):
+    events = spark.createDataFrame(
+        [(*W0, "bridge-00", "car", Decimal("0.10")), (*W0, "bridge-00", "car", Decimal("0.20"))], EVENTS)
+    expected = spark.createDataFrame([(*W0, "bridge-00", "car", 2, Decimal("0.30"))], GOLD)
+    assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE), expected, rtol=0, atol=0)
+
+
+def test_large_revenue_sums_keep_every_cent(spark):
+    events = spark.createDataFrame([(*W0, "bridge-00", "truck", Decimal("999.99"))] * 3 +
+                                   [(*W0, "bridge-00", "truck", Decimal("0.01"))], EVENTS)
+    expected = spark.createDataFrame([(*W0, "bridge-00", "truck", 4, Decimal("2999.98"))], GOLD)
+    assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE), expected, rtol=0, atol=0)
+
+
+def test_metrics_are_computed_per_window_bridge_and_vehicle_type(spark):
+    events = spark.createDataFrame([
+        (*W0, "bridge-00", "car", Decimal("6.00")), (*W0, "bridge-00", "car", Decimal("5.10")),
+        (*W0, "bridge-00", "truck", Decimal("14.25")), (*W0, "bridge-01", "car", Decimal("6.00")),
+        (*W1, "bridge-00", "car", Decimal("6.00")),
+    ], EVENTS)
+    expected = spark.createDataFrame([
+        (*W0, "bridge-00", "car", 2, Decimal("11.10")), (*W0, "bridge-00", "truck", 1, Decimal("14.25")),
+        (*W0, "bridge-01", "car", 1, Decimal("6.00")), (*W1, "bridge-00", "car", 1, Decimal("6.00")),
+    ], GOLD)
+    assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE), expected, rtol=0, atol=0)
+
+
+def test_aggregate_metrics_returns_the_gold_columns_in_contract_order(spark):
+    gold = tx.aggregate_metrics(spark.createDataFrame([], EVENTS), PIPELINE)
+    assert [(f.name, f.dataType) for f in gold.schema] == [(f.name, f.dataType) for f in GOLD]
+
+
+def test_event_count_is_added_after_the_gold_columns_on_request(spark):
+    events = spark.createDataFrame(
+        [(*W0, "bridge-00", "car", Decimal("6.00")), (*W0, "bridge-00", "car", Decimal("6.00"))], EVENTS)
+    expected = spark.createDataFrame([(*W0, "bridge-00", "car", 2, Decimal("12.00"), 2)],
+                                     T.StructType([*GOLD.fields, T.StructField("events", T.LongType())]))
+    assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE, with_event_count=True), expected, rtol=0, atol=0)
