@@ -21,6 +21,7 @@ from pyspark.sql import functions as F
 from lakehouse import transforms as tx
 from lakehouse.catalog import BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, require_table
 from lakehouse.errors import LakehouseError
+from lakehouse.frames import literal_frame
 from lakehouse.log import earliest_arrival_for, read_log
 from lakehouse.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
@@ -173,9 +174,9 @@ class BatchLayer:
             gold.unpersist()
         result.rows_written += totals["rows"]
         result.events_used += totals["events"] or 0
-        coverage = self.spark.createDataFrame(
+        coverage = literal_frame(
+            self.spark, BATCH_COVERAGE.columns,
             [(pipeline.name, chunk_start, chunk_end, result.run_id, result.source, datetime.now(timezone.utc))],
-            BATCH_COVERAGE.columns,
         )
         coverage.write.format("delta").mode("append").save(BATCH_COVERAGE.uri(settings))
 
@@ -187,5 +188,5 @@ class BatchLayer:
             "finished_at": datetime.fromtimestamp(finished, tz=timezone.utc),
             "duration_ms": int((finished - started) * 1000),
         }
-        runs = self.spark.createDataFrame([row], BACKFILL_RUNS.columns)
+        runs = literal_frame(self.spark, BACKFILL_RUNS.columns, [row])
         runs.write.format("delta").mode("append").save(BACKFILL_RUNS.uri(self.settings))

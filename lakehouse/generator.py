@@ -65,7 +65,8 @@ class GeneratorConfig:
             raise LakehouseError("events must be >= 0, rate > 0, bridges and booths >= 1")
         if self.events_per_file < 1 or self.wall_rate < 0:
             raise LakehouseError("events_per_file must be >= 1 and wall_rate >= 0")
-        parse_duration(self.late_delay)
+        if parse_duration(self.late_delay).total_seconds() < 1:
+            raise LakehouseError("late_delay must be at least 1s")
 
 
 @dataclasses.dataclass

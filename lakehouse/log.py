@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from pyspark.errors import AnalysisException
 
 from lakehouse.errors import LakehouseError
+from lakehouse.frames import literal_frame
 from lakehouse.settings import Settings, local_path
 
 
@@ -66,7 +67,7 @@ class LocalLogWriter:
 def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> DataFrame:
     """Raw log lines (``value``, ``source_file``) that arrived at or after ``arrived_from``'s hour."""
     base = settings.pipeline_log_uri(pipeline)
-    empty = spark.createDataFrame([], "value string, source_file string")
+    empty = literal_frame(spark, "value string, source_file string", [])
     try:
         raw = spark.read.format("text").option("basePath", base).load(base)
     except AnalysisException as error:

@@ -18,8 +18,9 @@ from lakehouse.errors import LakehouseError
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
-_DURATION = re.compile(r"^\s*(\d+)\s*(ms|s|m|h|d)\s*$")
-_UNIT_SECONDS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+# Whole seconds and up: event-time windows, watermarks and triggers here are never finer than that.
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
 def parse_duration(text: str) -> timedelta:
@@ -56,7 +57,10 @@ def to_uri(location: str | os.PathLike) -> str:
 def local_path(uri: str) -> Path:
     """The local path of a ``file:`` URI (or of a plain path); other schemes are not local."""
     if uri.startswith("file://"):
-        return Path(uri[len("file://"):]).resolve()
+        host, _, path = uri[len("file://"):].partition("/")
+        if host not in ("", "localhost"):
+            raise LakehouseError(f"{uri} names another host; a local file URI looks like file:/path")
+        return Path("/" + path).resolve()
     if uri.startswith("file:"):
         return Path(uri[len("file:"):]).resolve()
     if "://" not in uri:
@@ -95,17 +99,27 @@ class Settings:
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         env = os.environ if env is None else env
         home = to_uri(env.get("LAKEHOUSE_HOME") or _default_home())
-        packages = tuple(p for p in env.get("LAKEHOUSE_SPARK_PACKAGES", "").split(",") if p.strip())
+        packages = tuple(p.strip() for p in env.get("LAKEHOUSE_SPARK_PACKAGES", "").split(",") if p.strip())
+
+        def integer(name: str, default: int) -> int:
+            text = env.get(name)
+            if text is None:
+                return default
+            try:
+                return int(text)
+            except ValueError:
+                raise LakehouseError(f"{name} must be a whole number, not {text!r}") from None
+
         settings = cls(
             home=home,
             log_uri=to_uri(env.get("LAKEHOUSE_LOG_URI") or f"{home}/log"),
             warehouse_uri=to_uri(env.get("LAKEHOUSE_WAREHOUSE_URI") or f"{home}/warehouse"),
             checkpoint_uri=to_uri(env.get("LAKEHOUSE_CHECKPOINT_URI") or f"{home}/checkpoints"),
             spark_master=env.get("LAKEHOUSE_SPARK_MASTER", cls.spark_master),
-            shuffle_partitions=int(env.get("LAKEHOUSE_SHUFFLE_PARTITIONS", cls.shuffle_partitions)),
+            shuffle_partitions=integer("LAKEHOUSE_SHUFFLE_PARTITIONS", cls.shuffle_partitions),
             driver_memory=env.get("LAKEHOUSE_DRIVER_MEMORY", cls.driver_memory),
             trigger_interval=env.get("LAKEHOUSE_TRIGGER_INTERVAL", cls.trigger_interval),
-            max_files_per_trigger=int(env.get("LAKEHOUSE_MAX_FILES_PER_TRIGGER", cls.max_files_per_trigger)),
+            max_files_per_trigger=integer("LAKEHOUSE_MAX_FILES_PER_TRIGGER", cls.max_files_per_trigger),
             dedupe_horizon=env.get("LAKEHOUSE_DEDUPE_HORIZON", cls.dedupe_horizon),
             watermark_delay=env.get("LAKEHOUSE_WATERMARK_DELAY") or None,
             allowed_lateness=env.get("LAKEHOUSE_ALLOWED_LATENESS") or None,
@@ -122,6 +136,10 @@ class Settings:
                 parse_duration(value)
         if self.shuffle_partitions < 1:
             raise LakehouseError("LAKEHOUSE_SHUFFLE_PARTITIONS must be at least 1")
+        if self.max_files_per_trigger < 0:
+            raise LakehouseError("LAKEHOUSE_MAX_FILES_PER_TRIGGER must be 0 (no limit) or more")
+        if parse_duration(self.trigger_interval).total_seconds() < 1:
+            raise LakehouseError("LAKEHOUSE_TRIGGER_INTERVAL must be at least 1s")
 
     def replace(self, **changes) -> Settings:
         updated = dataclasses.replace(self, **changes)

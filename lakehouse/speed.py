@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 
 from lakehouse import transforms as tx
 from lakehouse.catalog import STREAM_PROGRESS, ensure_pipeline_tables
+from lakehouse.frames import literal_frame
 from lakehouse.log import log_glob
 from lakehouse.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
@@ -109,7 +110,7 @@ class SpeedLayer:
             "late": counts.get(tx.LATE, 0), "watermark": watermark, "max_event_time": max_through,
             "speed_rows_changed": speed_rows,
         }
-        progress_rows = spark.createDataFrame([progress], STREAM_PROGRESS.columns)
+        progress_rows = literal_frame(spark, STREAM_PROGRESS.columns, [progress])
         append_once(progress_rows, STREAM_PROGRESS.uri(self.settings), app_id, batch_id)
         self._max_event_time_through = (batch_id, max_through)
 
@@ -157,14 +158,21 @@ class SpeedLayer:
                         app_id, batch_id)
         if not counts.get(tx.ON_TIME, 0):
             return 0
-        partials = tx.aggregate_metrics(fates.where(F.col("fate") == tx.ON_TIME), pipeline)
-        return merge_add_once(
-            spark, partials, tables.speed.uri(settings),
-            match_columns=["window_start", "window_end", *pipeline.keys],
-            additive_columns=pipeline.metric_names,
-            also_set={"last_batch_id": F.lit(batch_id).cast("long"), "updated_at": F.current_timestamp()},
-            app_id=app_id, version=batch_id,
-        )
+        partials = tx.aggregate_metrics(fates.where(F.col("fate") == tx.ON_TIME), pipeline).persist()
+        try:
+            # Counted from the input, not from the MERGE's metrics: a replayed batch whose MERGE Delta
+            # skips must record the same progress row as the first attempt.
+            changed = partials.count()
+            merge_add_once(
+                spark, partials, tables.speed.uri(settings),
+                match_columns=["window_start", "window_end", *pipeline.keys],
+                additive_columns=pipeline.metric_names,
+                also_set={"last_batch_id": F.lit(batch_id).cast("long"), "updated_at": F.current_timestamp()},
+                app_id=app_id, version=batch_id,
+            )
+        finally:
+            partials.unpersist()
+        return changed
 
 
 def run_speed_layer(spark: SparkSession, settings: Settings, pipeline: Pipeline, available_now: bool,

@@ -57,7 +57,7 @@ def format_rows(columns: list[str], rows: list[tuple], output: str, truncated: b
 
 def run_sql(spark: SparkSession, settings: Settings, query: str, output: str = "table",
             max_rows: int | None = 1000) -> str:
-    from pyspark.errors import AnalysisException, ParseException
+    from pyspark.errors import PySparkException
 
     if output not in FORMATS:
         raise LakehouseError(f"unknown format {output!r}: use one of {', '.join(FORMATS)}")
@@ -66,7 +66,7 @@ def run_sql(spark: SparkSession, settings: Settings, query: str, output: str = "
         frame = spark.sql(query)
         limited = frame.limit(max_rows + 1) if max_rows is not None else frame
         rows = [tuple(row) for row in limited.collect()]
-    except (AnalysisException, ParseException) as error:
+    except PySparkException as error:  # analysis, parse and runtime errors (1/0, bad casts) alike
         first_line = str(error).strip().splitlines()[0]
         raise LakehouseError(f"SQL error: {first_line}") from None
     truncated = max_rows is not None and len(rows) > max_rows

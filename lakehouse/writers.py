@@ -41,8 +41,8 @@ def merge_add_once(
     also_set: dict[str, Column],
     app_id: str,
     version: int,
-) -> int:
-    """Add per-batch partial values into the table, once per (app_id, version). Returns rows changed."""
+) -> None:
+    """Add per-batch partial values into the table, once per (app_id, version)."""
     from delta.tables import DeltaTable
 
     condition = " AND ".join(f"t.{c} = s.{c}" for c in match_columns)
@@ -56,8 +56,7 @@ def merge_add_once(
         .whenNotMatchedInsert(values=inserts)
     )
     with _dml_transaction(spark, app_id, version):
-        metrics = merge.execute().first()
-    return int(metrics["num_affected_rows"]) if metrics is not None else 0
+        merge.execute()
 
 
 def replace_where(rows: DataFrame, uri: str, condition: str) -> None:

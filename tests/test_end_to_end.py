@@ -24,7 +24,7 @@ PIPELINE = get_pipeline("toll_traffic")
 START = datetime(2026, 1, 5, 8, 0)
 CONFIG = GeneratorConfig(
     events=3000, seed=11, rate=8.0, late_fraction=0.05, late_delay="3m", duplicate_fraction=0.03,
-    malformed_fraction=0.03, events_per_file=250,
+    malformed_fraction=0.03, events_per_file=400,
 )
 BATCH_RANGE = (START + timedelta(minutes=1), START + timedelta(minutes=4))
 

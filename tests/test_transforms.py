@@ -16,6 +16,8 @@ from pyspark.testing import assertDataFrameEqual
 
 from lakehouse import transforms as tx
 from lakehouse.pipelines import get_pipeline
+from tests.frames import inline_frame
+
 
 PIPELINE = get_pipeline("toll_traffic")
 
@@ -89,7 +91,7 @@ CASES: dict[str, tuple[str, str | None]] = {
 
 @pytest.fixture(scope="module")
 def parsed(spark):
-    raw = spark.createDataFrame([(line, name) for name, (line, _) in CASES.items()], "value string, source_file string")
+    raw = inline_frame(spark, "value string, source_file string", [(line, name) for name, (line, _) in CASES.items()])
     frame = tx.parse_events(raw, PIPELINE).persist()
     yield frame
     frame.unpersist()
@@ -102,10 +104,6 @@ def reasons(parsed) -> dict[str, list[str | None]]:
     for row in parsed.select("source_file", "reason").collect():
         out.setdefault(row.source_file, []).append(row.reason)
     return out
-
-
-def events_frame(spark, rows: list[tuple], schema: str):
-    return spark.createDataFrame(rows, schema)
 
 
 def ts(text: str) -> datetime:
@@ -130,152 +128,145 @@ def test_broken_line_is_quarantined_for_the_first_rule_it_breaks(reasons, case):
 
 
 def test_valid_event_is_read_into_typed_values(spark, parsed):
-    expected = spark.createDataFrame(
-        [("e-1", "bridge-00", "bridge-00-booth-1", "van", 3, Decimal("12.34"), "9f86d081884c7d65",
-          ts("08:00:30.250"), ts("08:00:31"))],
-        PIPELINE.event_schema,
-    )
-    assertDataFrameEqual(parsed.where(F.col("source_file") == "valid").select(*PIPELINE.field_names), expected)
+    expected = inline_frame(spark, PIPELINE.event_schema, [
+        ("e-1", "bridge-00", "bridge-00-booth-1", "van", 3, Decimal("12.34"), "9f86d081884c7d65",
+         ts("08:00:30.250"), ts("08:00:31")),
+    ])
+    actual = parsed.where(F.col("source_file") == "valid").select(*PIPELINE.field_names)
+    assertDataFrameEqual(actual, expected, rtol=0, atol=0)
 
 
 def test_a_zone_offset_is_converted_to_utc(spark, parsed):
     actual = parsed.where(F.col("source_file") == "valid_with_zone_offset").select("event_time")
-    assertDataFrameEqual(actual, spark.createDataFrame([(ts("08:30:00.250"),)], "event_time timestamp"))
+    assertDataFrameEqual(actual, inline_frame(spark, "event_time timestamp", [(ts("08:30:00.250"),)]))
 
 
 def test_toll_amounts_are_exact_decimals_to_the_cent(spark, parsed):
-    cases = ["valid", "valid_toll_999.99", "valid_toll_0", "valid_toll_one_decimal", "valid_toll_integer"]
-    actual = parsed.where(F.col("source_file").isin(cases)).select("source_file", "toll_amount")
-    expected = spark.createDataFrame(
-        [("valid", Decimal("12.34")), ("valid_toll_999.99", Decimal("999.99")), ("valid_toll_0", Decimal("0.00")),
-         ("valid_toll_one_decimal", Decimal("12.50")), ("valid_toll_integer", Decimal("7.00"))],
-        "source_file string, toll_amount decimal(9,2)",
-    )
-    assertDataFrameEqual(actual, expected, rtol=0, atol=0)
+    tolls = [("valid", Decimal("12.34")), ("valid_toll_999.99", Decimal("999.99")), ("valid_toll_0", Decimal("0.00")),
+             ("valid_toll_one_decimal", Decimal("12.50")), ("valid_toll_integer", Decimal("7.00"))]
+    actual = parsed.where(F.col("source_file").isin([case for case, _ in tolls])).select("source_file", "toll_amount")
+    assertDataFrameEqual(actual, inline_frame(spark, "source_file string, toll_amount decimal(9,2)", tolls),
+                         rtol=0, atol=0)
 
 
 def test_absent_and_null_plate_hash_both_read_as_null(spark, parsed):
     cases = ["valid_without_plate_hash", "valid_with_null_plate_hash"]
     actual = parsed.where(F.col("source_file").isin(cases)).select("source_file", "plate_hash")
-    expected = spark.createDataFrame([(name, None) for name in cases], "source_file string, plate_hash string")
-    assertDataFrameEqual(actual, expected)
+    assertDataFrameEqual(actual, inline_frame(spark, "source_file string, plate_hash string",
+                                              [(name, None) for name in cases]))
 
 
 # --- valid_events / quarantined_records ------------------------------------------------------------
 
-def test_valid_events_keep_only_lines_without_a_reason_with_their_typed_fields(spark, parsed):
-    expected = spark.createDataFrame(
-        [(name, line) for name, (line, reason) in CASES.items() if reason is None], "source_file string, value string"
-    )
-    actual = tx.valid_events(parsed, PIPELINE)
-    assert actual.columns == ["source_file", "value", *PIPELINE.field_names]
-    assertDataFrameEqual(actual.select("source_file", "value"), expected)
+def test_valid_events_keep_only_the_lines_without_a_reason(spark, parsed):
+    expected = inline_frame(spark, "source_file string, value string",
+                            [(name, line) for name, (line, reason) in CASES.items() if reason is None])
+    assertDataFrameEqual(tx.valid_events(parsed, PIPELINE).select("source_file", "value"), expected)
+
+
+def test_valid_events_carry_the_source_file_the_raw_line_and_the_typed_fields(parsed):
+    assert tx.valid_events(parsed, PIPELINE).columns == ["source_file", "value", *PIPELINE.field_names]
 
 
 def test_quarantined_records_keep_the_raw_line_its_reason_and_the_event_id_it_names(spark, parsed):
     cases = ["truncated_json", "axles_10", "missing_event_id", "valid"]
-    actual = tx.quarantined_records(parsed.where(F.col("source_file").isin(cases)))
-    expected = spark.createDataFrame(
-        [(CASES["truncated_json"][0], "bad_json", None, "truncated_json"),
-         (CASES["axles_10"][0], "axles_out_of_range", "e-1", "axles_10"),
-         (CASES["missing_event_id"][0], "missing_field:event_id", None, "missing_event_id")],
-        "raw string, reason string, event_id string, source_file string",
-    )
-    assertDataFrameEqual(actual, expected)
+    expected = inline_frame(spark, "raw string, reason string, event_id string, source_file string", [
+        (CASES["truncated_json"][0], "bad_json", None, "truncated_json"),
+        (CASES["axles_10"][0], "axles_out_of_range", "e-1", "axles_10"),
+        (CASES["missing_event_id"][0], "missing_field:event_id", None, "missing_event_id"),
+    ])
+    assertDataFrameEqual(tx.quarantined_records(parsed.where(F.col("source_file").isin(cases))), expected)
 
 
 # --- assign_windows --------------------------------------------------------------------------------
 
+EVENT = "event_id string, event_time timestamp"
+WINDOWED_EVENT = "event_id string, event_time timestamp, window_start timestamp, window_end timestamp"
+
+
 def test_event_exactly_at_window_end_belongs_to_next_window(spark):
-    events = events_frame(spark, [("e-1", ts("08:01:00.000"))], "event_id string, event_time timestamp")
-    expected = events_frame(spark, [("e-1", ts("08:01:00.000"), ts("08:01:00"), ts("08:02:00"))],
-                            "event_id string, event_time timestamp, window_start timestamp, window_end timestamp")
+    events = inline_frame(spark, EVENT, [("e-1", ts("08:01:00.000"))])
+    expected = inline_frame(spark, WINDOWED_EVENT, [("e-1", ts("08:01:00.000"), ts("08:01:00"), ts("08:02:00"))])
     assertDataFrameEqual(tx.assign_windows(events, PIPELINE), expected)
 
 
-def test_event_in_last_millisecond_of_a_window_stays_in_it(spark):
-    events = events_frame(spark, [("e-1", ts("08:00:59.999"))], "event_id string, event_time timestamp")
-    expected = events_frame(spark, [("e-1", ts("08:00:59.999"), ts("08:00:00"), ts("08:01:00"))],
-                            "event_id string, event_time timestamp, window_start timestamp, window_end timestamp")
+def test_event_in_the_last_millisecond_of_a_window_stays_in_it(spark):
+    events = inline_frame(spark, EVENT, [("e-1", ts("08:00:59.999"))])
+    expected = inline_frame(spark, WINDOWED_EVENT, [("e-1", ts("08:00:59.999"), ts("08:00:00"), ts("08:01:00"))])
     assertDataFrameEqual(tx.assign_windows(events, PIPELINE), expected)
 
 
 # --- label_fates -----------------------------------------------------------------------------------
 
 WINDOWED = "event_id string, source_file string, value string, window_start timestamp, window_end timestamp"
-NO_IDS_SEEN = "event_id string"
+SEEN = "event_id string"
+FATES = "source_file string, value string, fate string"
+W0 = (ts("08:00:00"), ts("08:01:00"))
+W1 = (ts("08:01:00"), ts("08:02:00"))
 
 
 def fates(spark, rows, watermark=None, seen=()):
-    windowed = spark.createDataFrame(rows, WINDOWED)
-    seen_ids = spark.createDataFrame([(i,) for i in seen], NO_IDS_SEEN)
+    windowed = inline_frame(spark, WINDOWED, rows)
+    seen_ids = inline_frame(spark, SEEN, [(event_id,) for event_id in seen])
     return tx.label_fates(windowed, seen_ids, watermark, PIPELINE).select("source_file", "value", "fate")
 
 
-def expected_fates(spark, rows):
-    return spark.createDataFrame(rows, "source_file string, value string, fate string")
-
-
 def test_label_fates_adds_only_the_fate_column(spark):
-    windowed = spark.createDataFrame([], WINDOWED)
-    labelled = tx.label_fates(windowed, spark.createDataFrame([], NO_IDS_SEEN), None, PIPELINE)
+    windowed = inline_frame(spark, WINDOWED, [])
+    labelled = tx.label_fates(windowed, inline_frame(spark, SEEN, []), None, PIPELINE)
     assert sorted(labelled.columns) == sorted([*windowed.columns, "fate"])
 
 
 def test_copy_from_the_earliest_source_file_is_on_time_and_later_copies_are_duplicates(spark):
-    w = (ts("08:00:00"), ts("08:01:00"))
-    rows = [("e-1", "f3.jsonl", "v", *w), ("e-1", "f1.jsonl", "v", *w), ("e-1", "f2.jsonl", "v", *w)]
-    assertDataFrameEqual(fates(spark, rows), expected_fates(spark, [
-        ("f1.jsonl", "v", "on_time"), ("f2.jsonl", "v", "duplicate"), ("f3.jsonl", "v", "duplicate")]))
+    rows = [("e-1", "f3.jsonl", "v", *W0), ("e-1", "f1.jsonl", "v", *W0), ("e-1", "f2.jsonl", "v", *W0)]
+    expected = inline_frame(spark, FATES, [
+        ("f1.jsonl", "v", "on_time"), ("f2.jsonl", "v", "duplicate"), ("f3.jsonl", "v", "duplicate")])
+    assertDataFrameEqual(fates(spark, rows), expected)
 
 
 def test_copies_in_the_same_source_file_are_ordered_by_their_text(spark):
-    w = (ts("08:00:00"), ts("08:01:00"))
-    rows = [("e-1", "f1.jsonl", "v-b", *w), ("e-1", "f1.jsonl", "v-a", *w)]
-    assertDataFrameEqual(fates(spark, rows), expected_fates(spark, [
-        ("f1.jsonl", "v-a", "on_time"), ("f1.jsonl", "v-b", "duplicate")]))
+    rows = [("e-1", "f1.jsonl", "v-b", *W0), ("e-1", "f1.jsonl", "v-a", *W0)]
+    expected = inline_frame(spark, FATES, [("f1.jsonl", "v-a", "on_time"), ("f1.jsonl", "v-b", "duplicate")])
+    assertDataFrameEqual(fates(spark, rows), expected)
 
 
 def test_event_id_seen_in_an_earlier_batch_is_a_duplicate(spark):
-    w = (ts("08:00:00"), ts("08:01:00"))
-    rows = [("e-1", "f1.jsonl", "v1", *w), ("e-2", "f1.jsonl", "v2", *w)]
-    assertDataFrameEqual(fates(spark, rows, seen=["e-1"]), expected_fates(spark, [
-        ("f1.jsonl", "v1", "duplicate"), ("f1.jsonl", "v2", "on_time")]))
+    rows = [("e-1", "f1.jsonl", "v1", *W0), ("e-2", "f1.jsonl", "v2", *W0)]
+    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "duplicate"), ("f1.jsonl", "v2", "on_time")])
+    assertDataFrameEqual(fates(spark, rows, seen=["e-1"]), expected)
 
 
 def test_window_ending_exactly_at_the_watermark_is_late(spark):
-    rows = [("e-1", "f1.jsonl", "v1", ts("08:00:00"), ts("08:01:00"))]
-    assertDataFrameEqual(fates(spark, rows, watermark=ts("08:01:00")), expected_fates(spark, [
-        ("f1.jsonl", "v1", "late")]))
+    rows = [("e-1", "f1.jsonl", "v1", *W0), ("e-2", "f1.jsonl", "v2", *W1)]
+    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "late"), ("f1.jsonl", "v2", "on_time")])
+    assertDataFrameEqual(fates(spark, rows, watermark=ts("08:01:00")), expected)
 
 
-def test_window_ending_after_the_watermark_is_on_time(spark):
-    rows = [("e-1", "f1.jsonl", "v1", ts("08:00:00"), ts("08:01:00"))]
-    assertDataFrameEqual(fates(spark, rows, watermark=ts("08:00:59.999")), expected_fates(spark, [
-        ("f1.jsonl", "v1", "on_time")]))
+def test_window_ending_a_millisecond_after_the_watermark_is_on_time(spark):
+    rows = [("e-1", "f1.jsonl", "v1", *W0)]
+    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "on_time")])
+    assertDataFrameEqual(fates(spark, rows, watermark=ts("08:00:59.999")), expected)
 
 
 def test_without_a_watermark_nothing_is_late(spark):
     rows = [("e-1", "f1.jsonl", "v1", datetime(2000, 1, 1, 0, 0), datetime(2000, 1, 1, 0, 1))]
-    assertDataFrameEqual(fates(spark, rows, watermark=None), expected_fates(spark, [("f1.jsonl", "v1", "on_time")]))
+    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "on_time")])
+    assertDataFrameEqual(fates(spark, rows, watermark=None), expected)
 
 
 def test_a_late_duplicate_is_labelled_duplicate(spark):
-    w = (ts("08:00:00"), ts("08:01:00"))
-    rows = [("e-1", "f1.jsonl", "v1", *w), ("e-1", "f2.jsonl", "v1", *w)]
-    assertDataFrameEqual(fates(spark, rows, watermark=ts("09:00:00")), expected_fates(spark, [
-        ("f1.jsonl", "v1", "late"), ("f2.jsonl", "v1", "duplicate")]))
+    rows = [("e-1", "f1.jsonl", "v1", *W0), ("e-1", "f2.jsonl", "v1", *W0)]
+    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "late"), ("f2.jsonl", "v1", "duplicate")])
+    assertDataFrameEqual(fates(spark, rows, watermark=ts("09:00:00")), expected)
 
 
 # --- first_copies ----------------------------------------------------------------------------------
 
 def test_first_copies_keeps_the_copy_from_the_earliest_source_file(spark):
     schema = "event_id string, source_file string, value string, plate_hash string"
-    events = spark.createDataFrame(
-        [("e-1", "f2.jsonl", "v", "late-copy"), ("e-1", "f1.jsonl", "v", "first-copy"), ("e-2", "f2.jsonl", "w", None)],
-        schema,
-    )
-    expected = spark.createDataFrame([("e-1", "f1.jsonl", "v", "first-copy"), ("e-2", "f2.jsonl", "w", None)], schema)
+    events = inline_frame(spark, schema, [
+        ("e-1", "f2.jsonl", "v", "second-copy"), ("e-1", "f1.jsonl", "v", "first-copy"), ("e-2", "f2.jsonl", "w", None)])
+    expected = inline_frame(spark, schema, [("e-1", "f1.jsonl", "v", "first-copy"), ("e-2", "f2.jsonl", "w", None)])
     assertDataFrameEqual(tx.first_copies(events, PIPELINE), expected)
 
 
@@ -287,45 +278,43 @@ GOLD = T.StructType([
     T.StructField("bridge_id", T.StringType()), T.StructField("vehicle_type", T.StringType()),
     T.StructField("vehicles", T.LongType()), T.StructField("revenue", T.DecimalType(18, 2)),
 ])
-W0 = (ts("08:00:00"), ts("08:01:00"))
-W1 = (ts("08:01:00"), ts("08:02:00"))
 
 
 def test_revenue_is_summed_exactly_to_the_cent(spark):
-    events = spark.createDataFrame(
-        [(*W0, "bridge-00", "car", Decimal("0.10")), (*W0, "bridge-00", "car", Decimal("0.20"))], EVENTS)
-    expected = spark.createDataFrame([(*W0, "bridge-00", "car", 2, Decimal("0.30"))], GOLD)
+    events = inline_frame(spark, EVENTS, [(*W0, "bridge-00", "car", Decimal("0.10")),
+                                          (*W0, "bridge-00", "car", Decimal("0.20"))])
+    expected = inline_frame(spark, GOLD, [(*W0, "bridge-00", "car", 2, Decimal("0.30"))])
     assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE), expected, rtol=0, atol=0)
 
 
 def test_large_revenue_sums_keep_every_cent(spark):
-    events = spark.createDataFrame([(*W0, "bridge-00", "truck", Decimal("999.99"))] * 3 +
-                                   [(*W0, "bridge-00", "truck", Decimal("0.01"))], EVENTS)
-    expected = spark.createDataFrame([(*W0, "bridge-00", "truck", 4, Decimal("2999.98"))], GOLD)
+    events = inline_frame(spark, EVENTS, [(*W0, "bridge-00", "truck", Decimal("999.99"))] * 3
+                          + [(*W0, "bridge-00", "truck", Decimal("0.01"))])
+    expected = inline_frame(spark, GOLD, [(*W0, "bridge-00", "truck", 4, Decimal("2999.98"))])
     assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE), expected, rtol=0, atol=0)
 
 
 def test_metrics_are_computed_per_window_bridge_and_vehicle_type(spark):
-    events = spark.createDataFrame([
+    events = inline_frame(spark, EVENTS, [
         (*W0, "bridge-00", "car", Decimal("6.00")), (*W0, "bridge-00", "car", Decimal("5.10")),
         (*W0, "bridge-00", "truck", Decimal("14.25")), (*W0, "bridge-01", "car", Decimal("6.00")),
         (*W1, "bridge-00", "car", Decimal("6.00")),
-    ], EVENTS)
-    expected = spark.createDataFrame([
+    ])
+    expected = inline_frame(spark, GOLD, [
         (*W0, "bridge-00", "car", 2, Decimal("11.10")), (*W0, "bridge-00", "truck", 1, Decimal("14.25")),
         (*W0, "bridge-01", "car", 1, Decimal("6.00")), (*W1, "bridge-00", "car", 1, Decimal("6.00")),
-    ], GOLD)
+    ])
     assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE), expected, rtol=0, atol=0)
 
 
 def test_aggregate_metrics_returns_the_gold_columns_in_contract_order(spark):
-    gold = tx.aggregate_metrics(spark.createDataFrame([], EVENTS), PIPELINE)
+    gold = tx.aggregate_metrics(inline_frame(spark, EVENTS, []), PIPELINE)
     assert [(f.name, f.dataType) for f in gold.schema] == [(f.name, f.dataType) for f in GOLD]
 
 
 def test_event_count_is_added_after_the_gold_columns_on_request(spark):
-    events = spark.createDataFrame(
-        [(*W0, "bridge-00", "car", Decimal("6.00")), (*W0, "bridge-00", "car", Decimal("6.00"))], EVENTS)
-    expected = spark.createDataFrame([(*W0, "bridge-00", "car", 2, Decimal("12.00"), 2)],
-                                     T.StructType([*GOLD.fields, T.StructField("events", T.LongType())]))
+    events = inline_frame(spark, EVENTS, [(*W0, "bridge-00", "car", Decimal("6.00")),
+                                          (*W0, "bridge-00", "car", Decimal("6.00"))])
+    expected = inline_frame(spark, T.StructType([*GOLD.fields, T.StructField("events", T.LongType())]),
+                            [(*W0, "bridge-00", "car", 2, Decimal("12.00"), 2)])
     assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE, with_event_count=True), expected, rtol=0, atol=0)

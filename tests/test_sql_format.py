@@ -1,0 +1,140 @@
+"""SQL output formats (plain Python) and ``run_sql`` over a tiny Delta table (the shared session)."""
+
+from __future__ import annotations
+
+import json
+from datetime import date, datetime
+from decimal import Decimal
+
+import pytest
+
+from lakehouse.catalog import STREAM_PROGRESS, ensure_table
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings
+from lakehouse.sql import format_rows, run_sql
+from tests.frames import inline_frame
+
+COLUMNS = ["bridge_id", "vehicles", "revenue"]
+ROWS = [("bridge-00", 12, Decimal("1234.50")), ("bridge-01", None, Decimal("0.30"))]
+
+
+# --- format_rows: table ----------------------------------------------------------------------------
+
+def test_table_left_aligns_text_right_aligns_numbers_and_counts_the_rows():
+    assert format_rows(COLUMNS, ROWS, "table") == (
+        "bridge_id | vehicles | revenue\n"
+        "----------+----------+--------\n"
+        "bridge-00 |       12 | 1234.50\n"
+        "bridge-01 |     NULL |    0.30\n"
+        "(2 rows)\n"
+    )
+
+
+def test_table_shows_null_as_NULL():
+    assert format_rows(["plate_hash"], [("9f86d081",), (None,)], "table").splitlines()[3] == "NULL"
+
+
+def test_table_counts_a_single_row_in_the_singular():
+    assert format_rows(["n"], [(1,)], "table").endswith("\n(1 row)\n")
+
+
+def test_table_notes_that_more_rows_were_not_shown_when_truncated():
+    assert format_rows(COLUMNS, ROWS, "table", truncated=True).endswith("\n(2 rows, more not shown)\n")
+
+
+def test_table_of_no_rows_shows_the_header_and_a_zero_count():
+    assert format_rows(["window_start", "vehicles"], [], "table") == (
+        "window_start | vehicles\n"
+        "-------------+---------\n"
+        "(0 rows)\n"
+    )
+
+
+def test_table_shows_timestamps_with_a_space_between_date_and_time():
+    assert format_rows(["window_start"], [(datetime(2026, 1, 5, 8, 1),)], "table").splitlines()[2] == (
+        "2026-01-05 08:01:00"
+    )
+
+
+# --- format_rows: csv ------------------------------------------------------------------------------
+
+def test_csv_writes_a_header_and_leaves_null_cells_empty():
+    assert format_rows(COLUMNS, ROWS, "csv") == "bridge_id,vehicles,revenue\nbridge-00,12,1234.50\nbridge-01,,0.30\n"
+
+
+def test_csv_quotes_a_value_holding_a_comma():
+    assert format_rows(["raw"], [('{"a":1,"b":2}',)], "csv") == 'raw\n"{""a"":1,""b"":2}"\n'
+
+
+def test_csv_writes_timestamps_as_in_the_table():
+    assert format_rows(["window_start"], [(datetime(2026, 1, 5, 8, 1),)], "csv") == "window_start\n2026-01-05 08:01:00\n"
+
+
+# --- format_rows: json -----------------------------------------------------------------------------
+
+def test_json_writes_decimals_as_exact_strings():
+    assert json.loads(format_rows(["revenue"], [(Decimal("0.30"),), (Decimal("1234567890123456.10"),)], "json")) == [
+        {"revenue": "0.30"}, {"revenue": "1234567890123456.10"}
+    ]
+
+
+def test_json_writes_null_as_null_and_keeps_integers_as_numbers():
+    assert json.loads(format_rows(COLUMNS, ROWS, "json"))[1] == {"bridge_id": "bridge-01", "vehicles": None,
+                                                                 "revenue": "0.30"}
+
+
+def test_json_writes_timestamps_and_dates_in_iso_format():
+    out = format_rows(["window_start", "event_date"], [(datetime(2026, 1, 5, 8, 1, 0, 250000), date(2026, 1, 5))], "json")
+    assert json.loads(out) == [{"window_start": "2026-01-05T08:01:00.250000", "event_date": "2026-01-05"}]
+
+
+def test_json_of_no_rows_is_an_empty_array():
+    assert json.loads(format_rows(COLUMNS, [], "json")) == []
+
+
+# --- run_sql ---------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def progress_home(spark, tmp_path_factory) -> Settings:
+    """ops.stream_progress with 0 rows at version 0 (creation), 1 row at version 1, 3 rows at version 2."""
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path_factory.mktemp("sql-home"))})
+    ensure_table(spark, STREAM_PROGRESS, settings)
+    started = datetime(2026, 1, 5, 8, 0)
+    batch = [("toll_traffic", "app-1", n, started, 100, 10, 0, 0, 10, 0, None, started, 2) for n in range(3)]
+    for rows in (batch[:1], batch[1:]):
+        inline_frame(spark, STREAM_PROGRESS.columns, rows).write.format("delta").mode("append").save(
+            STREAM_PROGRESS.uri(settings))
+    return settings
+
+
+def test_run_sql_reads_a_lakehouse_table_by_its_qualified_name(spark, progress_home):
+    out = run_sql(spark, progress_home, "SELECT count(*) AS n FROM ops.stream_progress", "json")
+    assert json.loads(out) == [{"n": 3}]
+
+
+def test_version_as_of_reads_the_table_as_it_was(spark, progress_home):
+    out = run_sql(spark, progress_home, "SELECT count(*) AS n FROM ops.stream_progress VERSION AS OF 1", "json")
+    assert json.loads(out) == [{"n": 1}]
+
+
+def test_run_sql_shows_at_most_max_rows_and_says_more_exist(spark, progress_home):
+    out = run_sql(spark, progress_home, "SELECT batch_id FROM ops.stream_progress ORDER BY batch_id", "table",
+                  max_rows=2)
+    assert out == "batch_id\n--------\n       0\n       1\n(2 rows, more not shown)\n"
+
+
+def test_a_query_that_does_not_parse_is_a_one_line_sql_error(spark, progress_home):
+    with pytest.raises(LakehouseError) as error:
+        run_sql(spark, progress_home, "SELEC count(*) FROM ops.stream_progress")
+    assert str(error.value).startswith("SQL error: [PARSE_SYNTAX_ERROR]")
+    assert "\n" not in str(error.value)
+
+
+def test_a_query_on_an_unknown_table_is_an_sql_error_naming_it(spark, progress_home):
+    with pytest.raises(LakehouseError, match=r"^SQL error: \[TABLE_OR_VIEW_NOT_FOUND\] .*`ops`\.`no_such_table`"):
+        run_sql(spark, progress_home, "SELECT * FROM ops.no_such_table")
+
+
+def test_an_unknown_output_format_is_refused(spark, progress_home):
+    with pytest.raises(LakehouseError, match=r"^unknown format 'xml': use one of table, csv, json$"):
+        run_sql(spark, progress_home, "SELECT 1", "xml")
