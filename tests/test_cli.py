@@ -1,0 +1,74 @@
+"""The command line as a user runs it: separate processes, clear errors, SQL beside a running stream."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from lakehouse.generator import GeneratorConfig, generate
+from tests.conftest import make_settings
+
+PROJECT = Path(__file__).resolve().parents[1]
+
+
+def lakehouse(*args: str) -> list[str]:
+    return [sys.executable, "-m", "lakehouse.cli", *args]
+
+
+def test_spark_submit_entry_point_rejects_a_reversed_range_before_starting_spark(cli_env):
+    command = [sys.executable, str(PROJECT / "jobs" / "backfill.py"),
+               "--start", "2026-01-05T10:00Z", "--end", "2026-01-05T09:00Z"]
+    finished = subprocess.run(command, env=cli_env, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 2
+    assert "empty or reversed" in finished.stderr
+
+
+def test_missing_java_is_a_one_line_error(cli_env):
+    env = {**cli_env, "PATH": "/nonexistent"}
+    env.pop("JAVA_HOME", None)
+    finished = subprocess.run(lakehouse("sql", "SELECT 1"), env=env, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 2
+    assert finished.stderr.strip().splitlines() == [
+        "lakehouse: error: Java 17 is required to run Spark but no `java` was found (install a JDK 17 or set JAVA_HOME)"
+    ]
+
+
+def test_unknown_pipeline_is_named_with_the_shipped_ones(cli_env):
+    finished = subprocess.run(lakehouse("backfill", "--pipeline", "nope", "--start", "2026-01-05", "--end",
+                                        "2026-01-06"), env=cli_env, capture_output=True, text=True, timeout=60)
+    assert finished.returncode == 2
+    assert "unknown pipeline 'nope'; shipped pipelines: toll_traffic" in finished.stderr
+
+
+@pytest.mark.slow
+def test_sql_answers_from_another_process_while_the_stream_runs(tmp_path, cli_env):
+    settings = make_settings(tmp_path / "home")
+    generate(settings, GeneratorConfig(events=1500, events_per_file=500, seed=3))
+    stream_env = {**cli_env, "LAKEHOUSE_TRIGGER_INTERVAL": "1s", "LAKEHOUSE_MAX_FILES_PER_TRIGGER": "1"}
+    stream = subprocess.Popen(lakehouse("stream"), env=stream_env, start_new_session=True,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        progress_log = tmp_path / "home" / "warehouse" / "ops" / "stream_progress" / "_delta_log"
+        deadline = time.time() + 240
+        while len(list(progress_log.glob("*.json"))) < 2:  # table created + one batch
+            assert stream.poll() is None, stream.stderr.read().decode()[-2000:]
+            assert time.time() < deadline, "the stream wrote no progress in time"
+            time.sleep(0.5)
+        query = ("SELECT count(*) AS accepted, max(batch_id) AS last_batch FROM bronze.toll_traffic_events "
+                 "UNION ALL SELECT count(*), NULL FROM bronze.toll_traffic_events VERSION AS OF 0")
+        finished = subprocess.run(lakehouse("sql", query, "--format", "json"), env=cli_env,
+                                  capture_output=True, text=True, timeout=240)
+        assert finished.returncode == 0, finished.stderr[-2000:]
+        latest, first_version = json.loads(finished.stdout)
+        assert latest["accepted"] > 0 and first_version["accepted"] == 0
+        assert stream.poll() is None, "the stream stopped while SQL ran beside it"
+    finally:
+        os.killpg(stream.pid, signal.SIGKILL)
+        stream.wait()
