@@ -87,8 +87,10 @@ class Settings:
     # Files per micro-batch for the speed layer (0: no limit). Bounds batch size, and with 1 makes
     # batch boundaries, and so the watermark, reproducible file by file.
     max_files_per_trigger: int = 0
-    # How far back the speed layer looks for an earlier copy of an event id.
-    dedupe_horizon: str = "1d"
+    # How far (in event time) the speed layer searches bronze for an earlier copy of an event id.
+    # A retransmitted copy carries the same event time as the original, so any horizon finds it;
+    # the horizon bounds each micro-batch's bronze scan (cost grows with bronze rows in range).
+    dedupe_horizon: str = "1h"
     # Per-run overrides of the pipeline's declared lateness (None: the pipeline's own).
     watermark_delay: str | None = None
     allowed_lateness: str | None = None

@@ -72,3 +72,14 @@ def test_sql_answers_from_another_process_while_the_stream_runs(tmp_path, cli_en
     finally:
         os.killpg(stream.pid, signal.SIGKILL)
         stream.wait()
+
+
+@pytest.mark.slow
+def test_unresolvable_jars_are_a_clear_error_naming_the_coordinates(cli_env, tmp_path):
+    env = {**cli_env, "LAKEHOUSE_IVY_DIR": str(tmp_path / "ivy"),
+           "LAKEHOUSE_SPARK_PACKAGES": "org.example.nonexistent:no-such-artifact:0.0.1"}
+    finished = subprocess.run(lakehouse("sql", "SELECT 1"), env=env, capture_output=True, text=True, timeout=300)
+    assert finished.returncode == 2
+    last_line = finished.stderr.strip().splitlines()[-1]
+    assert last_line.startswith("lakehouse: error: Spark's JVM did not start; most likely the JARs ")
+    assert "org.example.nonexistent:no-such-artifact:0.0.1" in last_line

@@ -113,7 +113,7 @@ def test_settings_without_overrides_take_the_documented_defaults(tmp_path):
         settings.spark_master, settings.shuffle_partitions, settings.driver_memory, settings.trigger_interval,
         settings.max_files_per_trigger, settings.dedupe_horizon, settings.watermark_delay,
         settings.allowed_lateness, settings.extra_packages,
-    ) == ("local[2]", 4, "2g", "5s", 0, "1d", None, None, ())
+    ) == ("local[2]", 4, "2g", "5s", 0, "1h", None, None, ())
 
 
 def test_settings_without_lakehouse_home_live_in_the_checkouts_dot_lakehouse_folder():
