@@ -33,7 +33,7 @@ class Table:
         return settings.table_uri(self.schema, self.name)
 
 
-def _struct(*fields: tuple[str, T.DataType]) -> T.StructType:
+def struct_of(*fields: tuple[str, T.DataType]) -> T.StructType:
     return T.StructType([T.StructField(name, data_type) for name, data_type in fields])
 
 
@@ -41,15 +41,16 @@ TS, STR, LONG = T.TimestampType(), T.StringType(), T.LongType()
 
 STREAM_PROGRESS = Table(
     "ops", "stream_progress",
-    _struct(
+    struct_of(
         ("pipeline", STR), ("app_id", STR), ("batch_id", LONG), ("started_at", TS), ("duration_ms", LONG),
         ("input_rows", LONG), ("quarantined", LONG), ("duplicates", LONG), ("on_time", LONG), ("late", LONG),
         ("watermark", TS), ("max_event_time", TS), ("speed_rows_changed", LONG),
+        ("source_files", T.ArrayType(STR)),
     ),
 )
 BACKFILL_RUNS = Table(
     "ops", "backfill_runs",
-    _struct(
+    struct_of(
         ("run_id", STR), ("pipeline", STR), ("source", STR), ("range_start", TS), ("range_end", TS),
         ("status", STR), ("error", STR), ("chunks", LONG), ("events_read", LONG), ("quarantined", LONG),
         ("duplicates", LONG), ("events_used", LONG), ("rows_written", LONG), ("started_at", TS),
@@ -60,7 +61,7 @@ BACKFILL_RUNS = Table(
 # even for windows where the batch found no events at all.
 BATCH_COVERAGE = Table(
     "ops", "batch_coverage",
-    _struct(("pipeline", STR), ("range_start", TS), ("range_end", TS), ("run_id", STR), ("source", STR),
+    struct_of(("pipeline", STR), ("range_start", TS), ("range_end", TS), ("run_id", STR), ("source", STR),
             ("written_at", TS)),
 )
 SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE)
@@ -84,18 +85,18 @@ def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
     return PipelineTables(
         bronze=Table(
             "bronze", f"{p}_events",
-            _struct(*event_fields, ("event_date", T.DateType()), ("fate", STR), ("app_id", STR),
+            struct_of(*event_fields, ("event_date", T.DateType()), ("fate", STR), ("app_id", STR),
                     ("batch_id", LONG), ("source_file", STR), ("ingested_at", TS)),
             partition_by=("event_date",),
         ),
         quarantine=Table(
             "quarantine", f"{p}_events",
-            _struct(("raw", STR), ("reason", STR), ("event_id", STR), ("source_file", STR), ("app_id", STR),
+            struct_of(("raw", STR), ("reason", STR), ("event_id", STR), ("source_file", STR), ("app_id", STR),
                     ("batch_id", LONG), ("quarantined_at", TS)),
         ),
-        speed=Table("gold", f"{p}__speed", _struct(*gold_fields, ("last_batch_id", LONG), ("updated_at", TS)),
+        speed=Table("gold", f"{p}__speed", struct_of(*gold_fields, ("last_batch_id", LONG), ("updated_at", TS)),
                     change_data_feed=True),
-        batch=Table("gold", f"{p}__batch", _struct(*gold_fields, ("run_id", STR), ("updated_at", TS)),
+        batch=Table("gold", f"{p}__batch", struct_of(*gold_fields, ("run_id", STR), ("updated_at", TS)),
                     change_data_feed=True),
         serving_view=f"gold.{p}",
     )

@@ -86,6 +86,23 @@ def cmd_status(args, settings: Settings) -> None:
     print(render_status(status))
 
 
+def cmd_audit(args, settings: Settings) -> None:
+    from lakehouse.audit import Auditor, render_audit
+    from lakehouse.batch import parse_range
+
+    pipeline = _pipeline(args.pipeline)
+    start, end = parse_range(args.start, args.end, pipeline)
+    pins = json.loads(args.pins) if args.pins else None
+    result = Auditor(_spark(settings, f"audit-{pipeline.name}"), settings, pipeline).reconcile(start, end, pins)
+    print(render_audit(result))
+    if not result.ok:
+        raise AuditFailed()
+
+
+class AuditFailed(Exception):
+    """Differences no cause explains: the audit exits 1."""
+
+
 def cmd_demo(args, settings: Settings) -> None:
     from lakehouse.demo import run_demo
 
@@ -139,6 +156,13 @@ def build_parser() -> argparse.ArgumentParser:
     status.add_argument("--pipeline", default="toll_traffic")
     status.set_defaults(run=cmd_status)
 
+    audit = commands.add_parser("audit", help="reconcile gold.<p>__speed with the raw log, explaining every difference")
+    audit.add_argument("--pipeline", default="toll_traffic")
+    audit.add_argument("--start", required=True)
+    audit.add_argument("--end", required=True)
+    audit.add_argument("--pins", help="JSON of an earlier audit's pins, to re-run it exactly as it read")
+    audit.set_defaults(run=cmd_audit)
+
     demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")
     demo.add_argument("--events", type=int, default=20_000)
     demo.set_defaults(run=cmd_demo)
@@ -161,6 +185,8 @@ def main(argv: list[str] | None = None) -> int:
     except LakehouseError as error:
         print(f"lakehouse: error: {error}", file=sys.stderr)
         return 2
+    except AuditFailed:
+        return 1
     except KeyboardInterrupt:
         return 130
     return 0

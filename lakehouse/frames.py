@@ -14,6 +14,12 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 
+def _literal(value):
+    if isinstance(value, Mapping):
+        return F.create_map(*[F.lit(part) for item in value.items() for part in item])
+    return F.lit(value)
+
+
 def literal_frame(spark: SparkSession, schema: str | T.StructType, rows: Sequence[Sequence | Mapping]) -> DataFrame:
     """A DataFrame with exactly ``schema`` (a DDL string or a StructType) and these rows.
 
@@ -27,5 +33,5 @@ def literal_frame(spark: SparkSession, schema: str | T.StructType, rows: Sequenc
         values = [row.get(f.name) for f in struct.fields] if isinstance(row, Mapping) else list(row)
         if len(values) != len(struct.fields):
             raise ValueError(f"row {row!r} does not have the {len(struct.fields)} values of {struct.simpleString()}")
-        records.append(F.struct(*[F.lit(v).cast(f.dataType).alias(f.name) for v, f in zip(values, struct.fields)]))
+        records.append(F.struct(*[_literal(v).cast(f.dataType).alias(f.name) for v, f in zip(values, struct.fields)]))
     return spark.range(1).select(F.inline(F.array(*records)))

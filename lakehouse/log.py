@@ -65,9 +65,12 @@ class LocalLogWriter:
 
 
 def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> DataFrame:
-    """Raw log lines (``value``, ``source_file``) that arrived at or after ``arrived_from``'s hour."""
+    """Raw log lines (``value``, ``source_file``, ``written_at``) that arrived at or after ``arrived_from``'s hour.
+
+    ``written_at`` is the file's modification time: when it was added to the log.
+    """
     base = settings.pipeline_log_uri(pipeline)
-    empty = literal_frame(spark, "value string, source_file string", [])
+    empty = literal_frame(spark, "value string, source_file string, written_at timestamp", [])
     try:
         raw = spark.read.format("text").option("basePath", base).load(base)
     except AnalysisException as error:
@@ -81,7 +84,8 @@ def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_fro
         same_day_later_hour = (F.col("ingest_date") == F.lit(day)) & (F.col("ingest_hour") >= hour)
         raw = raw.where((F.col("ingest_date") > F.lit(day)) | same_day_later_hour)
     return raw.where(F.col("_metadata.file_name").endswith(".jsonl")).select(
-        "value", F.col("_metadata.file_path").alias("source_file")
+        "value", F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_modification_time").alias("written_at"),
     )
 
 

@@ -82,6 +82,10 @@ class SpeedLayer:
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
         spark, pipeline, app_id = batch.sparkSession, self.pipeline, self.app_id
+        # The stream runs on its own clone of the session. Micro-batches are small: adaptive
+        # re-planning only adds jobs there (measured: 355 Spark jobs for 9 batches with it, 169
+        # without, 17% less time), while backfills keep it for their large shuffles.
+        spark.conf.set("spark.sql.adaptive.enabled", "false")
         parsed = tx.parse_events(batch, pipeline).persist()
         try:
             summary = parsed.agg(
@@ -89,6 +93,7 @@ class SpeedLayer:
                 F.count("reason").alias("quarantined"),
                 F.min(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("min_event_time"),
                 F.max(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("max_event_time"),
+                F.sort_array(F.collect_set("source_file")).alias("source_files"),
             ).first()
             max_before = self._max_event_time_before(spark, app_id, batch_id)
             watermark = watermark_for(max_before, self.watermark_delay, self.allowed_lateness)
@@ -108,7 +113,7 @@ class SpeedLayer:
             "input_rows": summary["input_rows"], "quarantined": summary["quarantined"],
             "duplicates": counts.get(tx.DUPLICATE, 0), "on_time": counts.get(tx.ON_TIME, 0),
             "late": counts.get(tx.LATE, 0), "watermark": watermark, "max_event_time": max_through,
-            "speed_rows_changed": counts["speed_rows"],
+            "speed_rows_changed": counts["speed_rows"], "source_files": summary["source_files"],
         }
         # Written last: a progress row means every write of its batch has committed.
         progress_rows = literal_frame(spark, STREAM_PROGRESS.columns, [progress])
