@@ -25,11 +25,10 @@ from datetime import datetime, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql import types as T
 
 from lakehouse import transforms as tx
 from lakehouse.catalog import (
-    LONG, STR, STREAM_PROGRESS, TS, Table, struct_of, ensure_table, pipeline_tables, require_table,
+    DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables, require_table,
 )
 from lakehouse.errors import LakehouseError
 from lakehouse.frames import literal_frame
@@ -39,27 +38,6 @@ from lakehouse.settings import Settings, parse_duration
 
 ON_TIME, LATE, NOT_YET_READ, MISSING = "on_time", "late", "not_yet_read", "missing"
 EXPLAINING_CAUSES = (LATE, NOT_YET_READ)
-
-STRING_MAP, STRINGS = T.MapType(STR, STR), T.ArrayType(STR)
-RECONCILIATIONS = Table(
-    "audit", "reconciliations",
-    struct_of(
-        ("run_id", STR), ("pipeline", STR), ("range_start", TS), ("range_end", TS), ("pins", STRING_MAP),
-        ("watermark", TS), ("windows_compared", LONG), ("open_windows", LONG), ("matched", LONG),
-        ("explained_late", LONG), ("explained_not_yet_read", LONG), ("unexplained", LONG), ("started_at", TS),
-        ("duration_ms", LONG),
-    ),
-)
-# One row per (window, key) that did not match, with what explains it or the event ids that do not.
-DIFFERENCES = Table(
-    "audit", "reconciliation_differences",
-    struct_of(
-        ("run_id", STR), ("pipeline", STR), ("window_start", TS), ("window_end", TS), ("key", STRING_MAP),
-        ("status", STR), ("causes", STRINGS), ("truth", STRING_MAP), ("speed", STRING_MAP), ("late_events", LONG),
-        ("not_yet_read_events", LONG), ("unexplained_event_ids", STRINGS), ("speed_minus_on_time", STRING_MAP),
-    ),
-)
-
 
 @dataclasses.dataclass
 class AuditResult:
@@ -71,6 +49,10 @@ class AuditResult:
     matched: int
     explained: dict[str, int]
     unexplained: list[dict]
+    pipeline: str = ""
+    range_start: datetime | None = None
+    range_end: datetime | None = None
+    rows: list[dict] = dataclasses.field(default_factory=list, repr=False)  # every closed (window, key)
 
     @property
     def ok(self) -> bool:
@@ -127,6 +109,8 @@ class Auditor:
             explained={cause: sum(r.status == "explained" and cause in r.causes for r in rows)
                        for cause in EXPLAINING_CAUSES},
             unexplained=[r.asDict(recursive=True) for r in rows if r.status == "unexplained"],
+            pipeline=self.pipeline.name, range_start=start, range_end=end,
+            rows=[r.asDict(recursive=True) for r in rows],
         )
         if record:
             self._record(result, per_key.where(F.col("status") != "matched"), start, end, started)

@@ -64,7 +64,27 @@ BATCH_COVERAGE = Table(
     struct_of(("pipeline", STR), ("range_start", TS), ("range_end", TS), ("run_id", STR), ("source", STR),
             ("written_at", TS)),
 )
+STRING_MAP, STRINGS = T.MapType(STR, STR), T.ArrayType(STR)
+RECONCILIATIONS = Table(
+    "audit", "reconciliations",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("range_start", TS), ("range_end", TS), ("pins", STRING_MAP),
+        ("watermark", TS), ("windows_compared", LONG), ("open_windows", LONG), ("matched", LONG),
+        ("explained_late", LONG), ("explained_not_yet_read", LONG), ("unexplained", LONG), ("started_at", TS),
+        ("duration_ms", LONG),
+    ),
+)
+# One row per (window, key) that did not match, with what explains it or the event ids that do not.
+DIFFERENCES = Table(
+    "audit", "reconciliation_differences",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("window_start", TS), ("window_end", TS), ("key", STRING_MAP),
+        ("status", STR), ("causes", STRINGS), ("truth", STRING_MAP), ("speed", STRING_MAP), ("late_events", LONG),
+        ("not_yet_read_events", LONG), ("unexplained_event_ids", STRINGS), ("speed_minus_on_time", STRING_MAP),
+    ),
+)
 SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE)
+AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,7 +182,7 @@ def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pip
     """Register every existing table (and each pipeline's serving view) under ``schema.name``."""
     pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
     registered: list[str] = []
-    candidates = list(SHARED_TABLES)
+    candidates = list(SHARED_TABLES + AUDIT_TABLES)
     for pipeline in pipelines:
         candidates += all_tables(pipeline)[:4]
     for table in candidates:

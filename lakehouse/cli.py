@@ -93,8 +93,16 @@ def cmd_audit(args, settings: Settings) -> None:
     pipeline = _pipeline(args.pipeline)
     start, end = parse_range(args.start, args.end, pipeline)
     pins = json.loads(args.pins) if args.pins else None
-    result = Auditor(_spark(settings, f"audit-{pipeline.name}"), settings, pipeline).reconcile(start, end, pins)
+    spark = _spark(settings, f"audit-{pipeline.name}")
+    result = Auditor(spark, settings, pipeline).reconcile(start, end, pins)
     print(render_audit(result))
+    if args.report:
+        from pathlib import Path
+
+        from lakehouse.report import gather_inputs, render_report
+
+        Path(args.report).write_text(render_report(result, gather_inputs(spark, settings, pipeline, result)))
+        print(f"report written to {args.report}")
     if not result.ok:
         raise AuditFailed()
 
@@ -161,6 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--start", required=True)
     audit.add_argument("--end", required=True)
     audit.add_argument("--pins", help="JSON of an earlier audit's pins, to re-run it exactly as it read")
+    audit.add_argument("--report", help="also write a self-contained HTML report to this path")
     audit.set_defaults(run=cmd_audit)
 
     demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")

@@ -2,7 +2,8 @@
 
 Generate a log with every defect turned on, drain it through the speed layer one file per
 micro-batch (so the watermark advances and stragglers turn out late), recompute the first part of
-the range with the batch layer, then show what happened and query the result with SQL.
+the range with the batch layer, audit the speed table against the raw log, then show what happened
+and query the result with SQL.
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ def _step(text: str) -> float:
 
 
 def run_demo(settings: Settings, events: int = 20_000) -> None:
+    from lakehouse.audit import Auditor, render_audit
     from lakehouse.batch import BatchLayer
     from lakehouse.generator import GeneratorConfig, generate
     from lakehouse.pipelines import get_pipeline
@@ -63,7 +65,7 @@ def run_demo(settings: Settings, events: int = 20_000) -> None:
     pipeline = get_pipeline("toll_traffic")
     _fresh_home(settings)
     config = GeneratorConfig(events=events, seed=7, rate=20.0, late_fraction=0.03, late_delay="4m",
-                             duplicate_fraction=0.02, malformed_fraction=0.02, events_per_file=1000)
+                             duplicate_fraction=0.02, malformed_fraction=0.02, events_per_file=2000)
     began = _step(f"Generating {events} toll events into the retained log {settings.pipeline_log_uri(pipeline.name)}")
     generated = generate(settings, config, pipeline.name)
     print(json.dumps(generated.as_dict(), indent=1))
@@ -79,6 +81,10 @@ def run_demo(settings: Settings, events: int = 20_000) -> None:
     _step(f"Batch layer: recomputing [{start:%H:%M}, {end:%H:%M}) from bronze, late events included")
     result = BatchLayer(spark, settings, pipeline).backfill(start, end, source="bronze", chunk="5m")
     print(f"run {result.run_id}: {result.chunks} chunks, {result.events_used} events, {result.rows_written} rows")
+
+    _step("Audit: the speed table against the truth recomputed from the raw log, every difference explained")
+    audit = Auditor(spark, settings, pipeline).reconcile(start, start + timedelta(hours=1))
+    print(render_audit(audit))
 
     _step("What happened")
     print(f"events generated: {generated.records} records in {generated.files} files "

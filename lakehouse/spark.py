@@ -26,9 +26,7 @@ def delta_packages() -> list[str]:
     """Maven coordinates of the Delta JARs that match the installed delta-spark and pyspark."""
     import importlib.metadata
 
-    import pyspark
-
-    spark_minor = ".".join(pyspark.__version__.split(".")[:2])
+    spark_minor = ".".join(importlib.metadata.version("pyspark").split(".")[:2])
     delta_version = importlib.metadata.version("delta-spark")
     return [f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"]
 
@@ -42,6 +40,23 @@ def _check_java() -> None:
         subprocess.run([java, "-version"], capture_output=True, check=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as error:
         raise LakehouseError(f"`{java} -version` failed: {error}") from error
+
+
+def launched_by_spark_submit() -> bool:
+    """True inside ``spark-submit jobs/...``: the JVM exists and handed Python its gateway."""
+    return "PYSPARK_GATEWAY_PORT" in os.environ
+
+
+def spark_submit_jars(settings: Settings) -> str:
+    """The ``--jars`` value for ``spark-submit jobs/...``: the cached Delta JARs (resolving them once)."""
+    jar_cache = JarCache(settings.ivy_dir, delta_packages() + list(settings.extra_packages))
+    jars = jar_cache.cached_jars()
+    if jars is None:
+        build_spark_session(settings, "resolve-jars").stop()
+        jars = jar_cache.cached_jars()
+    if not jars:
+        raise LakehouseError(f"no cached JARs for {', '.join(jar_cache.packages)} in {jar_cache.ivy_dir}")
+    return ",".join(jars)
 
 
 class JarCache:
@@ -86,7 +101,6 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
     jar_cache = JarCache(settings.ivy_dir, delta_packages() + list(settings.extra_packages))
     builder = (
         SparkSession.builder.appName(app_name)
-        .master(settings.spark_master)
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.catalogImplementation", "in-memory")
@@ -102,6 +116,12 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
     )
+    if launched_by_spark_submit():
+        # spark-submit started the JVM before Python: its --master and --jars/--packages rule.
+        spark = builder.getOrCreate()
+        spark.sparkContext.setLogLevel("ERROR")
+        return spark
+    builder = builder.master(settings.spark_master)
     cached = jar_cache.cached_jars()
     if cached:
         builder = builder.config("spark.jars", ",".join(cached))

@@ -16,6 +16,7 @@ from lakehouse.catalog import pipeline_tables
 from lakehouse.cli import main
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.pipelines import get_pipeline
+from lakehouse.report import gather_inputs, render_report
 from lakehouse.speed import run_speed_layer
 from tests.conftest import make_settings
 
@@ -36,6 +37,13 @@ def streamed_home(spark, tmp_path_factory):
     return base
 
 
+def malformed_records() -> int:
+    """How many records the generator broke: each must be in quarantine under some reason."""
+    from lakehouse.generator import generate_records
+
+    return sum(n for kind, n in generate_records(CONFIG)[1].items() if kind.startswith("malformed:"))
+
+
 def copy_of(streamed_home, tmp_path):
     """The whole home, log included: the audit matches log files by name, so a copy stays whole."""
     shutil.copytree(streamed_home, tmp_path / "copy")
@@ -51,6 +59,10 @@ def test_clean_run_explains_every_difference_by_late_events_exactly(spark, strea
     differences = spark.read.format("delta").load(f"{settings.warehouse_uri}/audit/reconciliation_differences")
     for row in differences.where(F.col("status") == "explained").collect():
         assert int(row.truth["vehicles"]) - int(row.speed["vehicles"]) == row.late_events
+    inputs = gather_inputs(spark, settings, PIPELINE, result)
+    page = render_report(result, inputs)
+    assert "All differences explained" in page and f">{result.explained['late']}<" in page
+    assert sum(inputs.quarantine_reasons.values()) == malformed_records() and "bad_json" in page
     late = spark.read.format("delta").load(TABLES.bronze.uri(settings)).where(F.col("fate") == "late")
     late_in_closed_windows = late.where(F.col("event_time") < F.lit(result.watermark - timedelta(minutes=1)))
     assert differences.agg(F.sum("late_events")).first()[0] >= late_in_closed_windows.count() > 0
@@ -77,9 +89,12 @@ def test_a_bronze_row_deleted_after_the_stream_read_it_is_unexplained_with_its_e
     assert result.unexplained[0]["key"] == {"bridge_id": victim.bridge_id, "vehicle_type": victim.vehicle_type}
 
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
-    exit_code = main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z"])
+    report = tmp_path / "report.html"
+    exit_code = main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--report", str(report)])
     assert exit_code == 1
     assert victim.event_id in capsys.readouterr().out
+    page = report.read_text()
+    assert "1 unexplained difference<" in page and victim.event_id in page and "<svg" in page
 
 
 def test_a_speed_value_changed_by_hand_is_unexplained_by_the_amount_changed(spark, streamed_home, tmp_path):
