@@ -94,6 +94,11 @@ def test_spark_submit_runs_a_backfill_job_from_the_raw_log(tmp_path, cli_env):
     command = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[1]",
                "--jars", spark_submit_jars(settings), str(PROJECT / "jobs" / "backfill.py"),
                "--source", "log", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T08:10Z", "--chunk", "5m"]
-    finished = subprocess.run(command, env=cli_env, capture_output=True, text=True, timeout=300)
+    import pyspark
+
+    # spark-submit finds Spark through SPARK_HOME (pip's pyspark is one) and runs the job with the
+    # interpreter PYSPARK_PYTHON names: this environment's, where lakehouse is installed.
+    env = {**cli_env, "SPARK_HOME": str(Path(pyspark.__file__).parent), "PYSPARK_PYTHON": sys.executable}
+    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert " succeeded: toll_traffic " in finished.stdout and " 2 chunks, " in finished.stdout
