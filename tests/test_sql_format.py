@@ -100,7 +100,8 @@ def progress_home(spark, tmp_path_factory) -> Settings:
     settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path_factory.mktemp("sql-home"))})
     ensure_table(spark, STREAM_PROGRESS, settings)
     started = datetime(2026, 1, 5, 8, 0)
-    batch = [("toll_traffic", "app-1", n, started, 100, 10, 0, 0, 10, 0, None, started, 2) for n in range(3)]
+    batch = [("toll_traffic", "app-1", n, started, 100, 10, 0, 0, 10, 0, None, started, 2, [f"file-{n}.jsonl"])
+             for n in range(3)]
     for rows in (batch[:1], batch[1:]):
         inline_frame(spark, STREAM_PROGRESS.columns, rows).write.format("delta").mode("append").save(
             STREAM_PROGRESS.uri(settings))
