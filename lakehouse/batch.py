@@ -120,8 +120,9 @@ class BatchLayer:
             raise LakehouseError(f"chunk {chunk} must be a positive multiple of the window slide")
         result = BackfillResult(str(uuid.uuid4()), self.pipeline.name, source, start, end)
         started = time.time()
+        cached: list[DataFrame] = []
         try:
-            events = self._events(source, start, end, result)
+            events = self._events(source, start, end, result, cached)
             chunks = split_range(start, end, chunk_size)
             for done, (chunk_start, chunk_end) in enumerate(chunks, start=1):
                 self._recompute_chunk(events, chunk_start, chunk_end, result)
@@ -133,10 +134,13 @@ class BatchLayer:
             result.status, result.error = "failed", f"{type(error).__name__}: {error}"[:2000]
             raise
         finally:
+            for frame in cached:  # the session may live on (Airflow worker, demo, tests): free the cache
+                frame.unpersist()
             self._record_run(result, started)
         return result
 
-    def _events(self, source: str, start: datetime, end: datetime, result: BackfillResult) -> DataFrame:
+    def _events(self, source: str, start: datetime, end: datetime, result: BackfillResult,
+                cached: list[DataFrame]) -> DataFrame:
         """Valid, de-duplicated events that can fall in windows starting in [start, end)."""
         pipeline = self.pipeline
         last_event = end - pipeline.window.slide_delta + pipeline.window.size_delta
@@ -153,6 +157,7 @@ class BatchLayer:
         counted = parsed.agg(F.count(F.lit(1)).alias("read"), F.count("reason").alias("quarantined")).first()
         result.events_read, result.quarantined = counted["read"], counted["quarantined"]
         in_range_copies = numbered.where(in_range).persist()
+        cached.append(in_range_copies)
         result.duplicates = in_range_copies.where(F.col("copy_number") > 1).count()
         return in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names)
 
