@@ -9,6 +9,10 @@ delay the watermark has passed 12:02 by then (12:06:02), so the 9 is late: the s
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from datetime import datetime
 
 import pytest
@@ -229,3 +233,47 @@ def test_scenario_line_without_arrival_is_refused(tmp_path):
     with pytest.raises(LakehouseError, match=r"bad.jsonl:1: .*arrival"):
         read_scenario(scenario)
 
+
+
+# --- the toll pipelines ------------------------------------------------------------------------------
+# tests/resources/toll_straggler.jsonl: the README's straggler (e4, event time 08:00:20) arrives when
+# the watermark is 08:01:30.
+
+def test_replay_and_correct_from_the_command_line_on_toll_traffic(tmp_path):
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+
+    def lakehouse(*args):
+        done = subprocess.run([sys.executable, "-m", "lakehouse.cli", *args], env=env, capture_output=True,
+                              text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        return done.stdout
+
+    replayed_json = json.loads(lakehouse("replay", "--pipeline", "toll_traffic",
+                                          str(RESOURCES / "toll_straggler.jsonl"), "--format", "json"))
+    first_window = [s for s in replayed_json["speed"] if s["window_start"] == "2026-01-05T08:00:00"]
+    assert [(s["vehicles"], s["revenue"]) for s in first_window] == [(2, "11.10")]
+    assert "1 late events" in lakehouse("correct", "--pipeline", "toll_traffic")
+    corrections = json.loads(lakehouse("sql", "SELECT change, values FROM audit.corrections ORDER BY change",
+                                       "--format", "json"))
+    assert corrections == [{"change": "insert", "values": {"vehicles": "3", "revenue": "17.10"}},
+                           {"change": "retract", "values": {"vehicles": "2", "revenue": "11.10"}}]
+    assert "nothing to do" in lakehouse("correct", "--pipeline", "toll_traffic")
+
+
+def test_hopping_windows_late_event_is_corrected_in_every_window_it_falls_in(spark, tmp_path_factory):
+    hopping = get_pipeline("toll_traffic_5m")
+    settings, result = replayed(spark, tmp_path_factory, hopping, "toll_straggler.jsonl")
+    # e4 at 08:00:20 falls in the windows starting 07:56 .. 08:00; the earliest ends at 08:01:00,
+    # before the watermark (08:01:30), so it is late for all five.
+    run = CorrectionRun(spark, settings, hopping).run()
+    assert (run.late_events, run.windows_recomputed) == (1, 5)
+    BatchLayer(spark, settings, hopping).backfill(datetime(2026, 1, 5, 7, 56), datetime(2026, 1, 5, 8, 4),
+                                                  source="log", chunk="1h")
+    batch = spark.read.format("delta").load(pipeline_tables(hopping).batch.uri(settings))
+    corrections = spark.read.format("delta").load(CORRECTIONS.uri(settings)).collect()
+    corrected = {s["window_start"]: s["vehicles"] for s in result["speed"]}
+    for row in corrections:
+        sign = 1 if row["change"] == "insert" else -1
+        corrected[row["window_start"]] = corrected.get(row["window_start"], 0) + sign * int(row["values"]["vehicles"])
+    assert corrected == {r["window_start"]: r["vehicles"] for r in batch.where(F.col("window_start") < datetime(
+        2026, 1, 5, 8, 4)).collect()}
