@@ -52,6 +52,7 @@ class AuditResult:
     pipeline: str = ""
     range_start: datetime | None = None
     range_end: datetime | None = None
+    newest_event_time: datetime | None = None  # in the log, for the range: what fresh speed results reach
     rows: list[dict] = dataclasses.field(default_factory=list, repr=False)  # every closed (window, key)
 
     @property
@@ -103,13 +104,14 @@ class Auditor:
         per_key = self._compare(caused.where(closed), pins, start, end, watermark).persist()
         open_windows = caused.where(~closed).select("window_start", *self.pipeline.keys).distinct().count()
         rows = per_key.collect()
+        newest_event_time = caused.agg(F.max(self.pipeline.event_time)).first()[0]
         result = AuditResult(
             run_id=str(uuid.uuid4()), pins=pins, watermark=watermark, windows_compared=len(rows),
             open_windows=open_windows, matched=sum(r.status == "matched" for r in rows),
             explained={cause: sum(r.status == "explained" and cause in r.causes for r in rows)
                        for cause in EXPLAINING_CAUSES},
             unexplained=[r.asDict(recursive=True) for r in rows if r.status == "unexplained"],
-            pipeline=self.pipeline.name, range_start=start, range_end=end,
+            pipeline=self.pipeline.name, range_start=start, range_end=end, newest_event_time=newest_event_time,
             rows=[r.asDict(recursive=True) for r in rows],
         )
         if record:

@@ -83,8 +83,18 @@ DIFFERENCES = Table(
         ("not_yet_read_events", LONG), ("unexplained_event_ids", STRINGS), ("speed_minus_on_time", STRING_MAP),
     ),
 )
+# One row per expectation per suite the audit validated (lakehouse.quality); Data Docs render the same results.
+DATA_QUALITY = Table(
+    "audit", "data_quality",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("suite", STR), ("table_name", STR), ("table_version", LONG),
+        ("suite_success", T.BooleanType()), ("expectation", STR), ("expectation_type", STR),
+        ("success", T.BooleanType()), ("element_count", LONG), ("unexpected_count", LONG),
+        ("observed_value", STR), ("data_docs", STR), ("validated_at", TS),
+    ),
+)
 SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE)
-AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES)
+AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, DATA_QUALITY)
 
 
 @dataclasses.dataclass(frozen=True)
