@@ -72,6 +72,8 @@ RECONCILIATIONS = Table(
         ("watermark", TS), ("windows_compared", LONG), ("open_windows", LONG), ("matched", LONG),
         ("explained_late", LONG), ("explained_not_yet_read", LONG), ("unexplained", LONG), ("started_at", TS),
         ("duration_ms", LONG),
+        # full | incremental; an incremental audit covers the changes after these versions up to ``pins``.
+        ("mode", STR), ("changes_since", STRING_MAP), ("changed_windows", LONG),
     ),
 )
 # One row per (window, key) that did not match, with what explains it or the event ids that do not.
