@@ -173,7 +173,8 @@ class Auditor:
         changed = self._changed_windows(self.tables.speed, since.get("speed"), pins.get("speed"), start, end)
         changed |= self._changed_windows(self.tables.batch, since.get("batch"), pins.get("batch"), start, end)
         closed_since = F.lit(True) if previous.watermark is None else F.col("window_end") > F.lit(previous.watermark)
-        windows = F.col("window_start").isin(*sorted(changed)) | closed_since
+        changed_in_range = F.col("window_start").isin(*sorted(changed)) if changed else F.lit(False)
+        windows = changed_in_range | closed_since
         # The log holding those windows arrived no earlier than the earliest of them: read from there.
         earliest = [*changed, *([previous.watermark - self.pipeline.window.size_delta] if previous.watermark else [])]
         scoped_start = max(start, min(earliest)) if earliest and previous.watermark else start
