@@ -60,6 +60,13 @@ class SuiteOutcome:
         return [e for e in self.expectations if not e.success]
 
 
+def failure_text(outcome: ExpectationOutcome) -> str:
+    """What went wrong, in a few words: rows that broke it, or the value GX observed."""
+    if outcome.unexpected_count is not None:
+        return f"{outcome.name}: {outcome.unexpected_count} unexpected row{'s' if outcome.unexpected_count != 1 else ''}"
+    return f"{outcome.name}: observed {outcome.observed.strip(chr(34)) or 'nothing'}"
+
+
 @dataclasses.dataclass
 class QualityResult:
     suites: list[SuiteOutcome]
@@ -247,6 +254,5 @@ def render_quality(quality: QualityResult) -> str:
         lines.append(f"  {suite.suite:<28} {'pass' if suite.success else 'FAIL'}  {passed}/{len(suite.expectations)} "
                      f"expectations on {suite.table}@v{suite.table_version}")
         for failed in suite.failed:
-            lines.append(f"    FAILED {failed.name} ({failed.expectation_type}): "
-                         f"{failed.unexpected_count if failed.unexpected_count is not None else failed.observed} unexpected")
+            lines.append(f"    FAILED {failure_text(failed)} ({failed.expectation_type})")
     return "\n".join(lines)

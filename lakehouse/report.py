@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 from lakehouse.audit import LATE, NOT_YET_READ, AuditResult
 from lakehouse.catalog import pipeline_tables, table_exists
 from lakehouse.pipelines.base import Pipeline
-from lakehouse.quality import QualityResult
+from lakehouse.quality import QualityResult, failure_text
 from lakehouse.settings import Settings
 
 CAUSE_COLOURS = {LATE: "#d97706", NOT_YET_READ: "#2563eb", "unexplained": "#dc2626"}
@@ -175,8 +175,7 @@ def _quality_section(quality: QualityResult | None, report_dir: Path | None) -> 
         return "<p>Expectation suites were not validated in this run (<code>--skip-quality</code>).</p>"
     rows = []
     for suite in quality.suites:
-        failed = "; ".join(f"{e.name}: {e.unexpected_count if e.unexpected_count is not None else e.observed} unexpected"
-                           for e in suite.failed)
+        failed = "; ".join(failure_text(e) for e in suite.failed)
         mark = '<span class="ok">&#10004; pass</span>' if suite.success else '<span class="bad">&#10008; FAIL</span>'
         rows.append(f"<tr><td>{html.escape(suite.suite)}</td><td>{mark}</td>"
                     f"<td class=\"num\">{sum(e.success for e in suite.expectations)}/{len(suite.expectations)}</td>"
@@ -202,6 +201,13 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
     quality_verdict = ("" if quality is None else
                        f'<div class="verdict {"good" if quality.ok else "alarm"}">'
                        f'{"Data quality: all suites pass" if quality.ok else "Data quality: suite failed"}</div>')
+    why = [f"{len(result.unexplained)} (window, key) rows differ with no cause: see Unexplained below"] if not result.ok else []
+    if quality is not None:
+        why += [f"{suite.suite} &rsaquo; {html.escape(failure_text(e))}" for suite in quality.suites for e in suite.failed]
+    why_list = ("<ul class=\"why\">" + "".join(f"<li>{line}</li>" for line in why) + "</ul>") if why else ""
+    docs_link = ("" if quality is None else
+                 f'<p><a href="{html.escape(_docs_href(quality.data_docs, report_dir))}">Data Docs</a> '
+                 "(Great Expectations: every validation, expectation by expectation)</p>")
     scope = ("" if result.mode != "incremental" else
              f"<p>Incremental: {result.changed_windows if result.changed_windows is not None else 'all'} windows changed "
              f"since versions <code>{html.escape(json.dumps(result.changes_since))}</code>, plus windows closed since "
@@ -216,6 +222,7 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
             display: inline-block; margin: 0 8px 8px 0; }}
  .good {{ background: #16a34a; }} .alarm {{ background: #dc2626; }} .ok {{ color: #16a34a; }} .bad {{ color: #dc2626; font-weight: 600; }}
  th {{ text-align: left; font-weight: 600; padding-right: 10px; }}
+ .why {{ color: #b91c1c; font-weight: 600; margin: 4px 0; }}
  .counts td, table td {{ padding: 2px 10px 2px 0; }} .num {{ text-align: right; }}
  .bar {{ height: 12px; border-radius: 2px; }} svg {{ width: 100%; height: auto; background: #f8fafc; }}
  code {{ font-size: 12px; }}
@@ -224,6 +231,7 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
 <p>Event-time range [{result.range_start}, {result.range_end}), watermark {result.watermark}. Run <code>{result.run_id}</code>.</p>
 {scope}
 <div class="verdict {'good' if result.ok else 'alarm'}">{verdict}</div>{quality_verdict}
+{why_list}{docs_link}
 <table class="counts">
  <tr><td>closed (window, key) rows compared</td><td class="num">{result.windows_compared}</td></tr>
  <tr><td>matched</td><td class="num">{result.matched}</td></tr>
