@@ -54,6 +54,7 @@ class SuiteOutcome:
     table_version: str
     success: bool
     expectations: list[ExpectationOutcome]
+    page: str | None = None  # this validation's Data Docs page (static HTML, readable offline)
 
     @property
     def failed(self) -> list[ExpectationOutcome]:
@@ -173,6 +174,13 @@ def validate_frame(context, suite_file: Path, asset_name: str, frame: DataFrame,
                           result_format="SUMMARY")
 
 
+def _validation_page(settings: Settings, suite_name: str, asset_name: str, result) -> str:
+    """Where the site builder puts this result's page: validations/<suite path>/<run name>/<run time>/<batch>."""
+    run_time = result.meta["run_id"].run_time.strftime("%Y%m%dT%H%M%S.%fZ")
+    folder = data_docs_dir(settings) / "validations" / Path(*suite_name.split(".")) / "__none__" / run_time
+    return str(folder / f"{DATA_SOURCE}-{asset_name}.html")
+
+
 def freshness_floor(newest_event_time: datetime | None, suite: dict) -> datetime:
     tolerance = parse_duration(suite.get("meta", {}).get("freshness_tolerance", "0s"))
     return (newest_event_time or datetime(1970, 1, 1)) - tolerance
@@ -218,9 +226,11 @@ def validate_audit(spark: SparkSession, settings: Settings, pipeline: Pipeline, 
         parameters = {}
         if layer == GOLD:
             parameters["fresh_since"] = freshness_floor(newest_event_time, load_suite(path))
-        result = validate_frame(context, path, f"{pipeline.name}.{layer}", frame, parameters)
-        outcomes.append(SuiteOutcome(suite=load_suite(path)["name"], table=table, table_version=version,
-                                     success=bool(result.success), expectations=[_outcome(r) for r in result.results]))
+        asset, suite_name = f"{pipeline.name}.{layer}", load_suite(path)["name"]
+        result = validate_frame(context, path, asset, frame, parameters)
+        outcomes.append(SuiteOutcome(suite=suite_name, table=table, table_version=version,
+                                     success=bool(result.success), expectations=[_outcome(r) for r in result.results],
+                                     page=_validation_page(settings, suite_name, asset, result)))
     for _, _, frame in frames.values():
         frame.unpersist()
     context.build_data_docs(site_names=[DOCS_SITE])

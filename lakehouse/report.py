@@ -177,7 +177,10 @@ def _quality_section(quality: QualityResult | None, report_dir: Path | None) -> 
     for suite in quality.suites:
         failed = "; ".join(failure_text(e) for e in suite.failed)
         mark = '<span class="ok">&#10004; pass</span>' if suite.success else '<span class="bad">&#10008; FAIL</span>'
-        rows.append(f"<tr><td>{html.escape(suite.suite)}</td><td>{mark}</td>"
+        name = html.escape(suite.suite)
+        if suite.page:  # the run's own page: static HTML, readable even where the Data Docs index's CDN is not
+            name = f'<a href="{html.escape(_docs_href(suite.page, report_dir))}">{name}</a>'
+        rows.append(f"<tr><td>{name}</td><td>{mark}</td>"
                     f"<td class=\"num\">{sum(e.success for e in suite.expectations)}/{len(suite.expectations)}</td>"
                     f"<td>{html.escape(suite.table)} v{suite.table_version}</td><td>{html.escape(failed)}</td></tr>")
     href = html.escape(_docs_href(quality.data_docs, report_dir))

@@ -167,6 +167,8 @@ def test_a_stream_that_stopped_fails_freshness_and_the_audit_with_data_docs(
     docs_link = re.search(r'href="([^"]+)">Open the Great Expectations Data Docs', page).group(1)
     docs_index = (report.parent / docs_link).resolve()
     assert docs_index == tmp_path / "copy" / "data_docs" / "index.html" and "toll_traffic.gold" in docs_index.read_text()
+    gold_page = re.search(r'<a href="([^"]+)">toll_traffic.gold</a>', page).group(1)
+    assert "Status: Failed" in " ".join(re.sub(r"<[^>]+>", " ", (report.parent / gold_page).read_text()).split())
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
     artifacts.mkdir(exist_ok=True)
     shutil.copy(report, artifacts / "audit-report-stale-stream.html")  # for a look in a browser
