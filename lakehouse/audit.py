@@ -23,21 +23,32 @@ import time
 import uuid
 from datetime import datetime, timezone
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import transforms as tx
 from lakehouse.catalog import (
-    DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables, require_table,
+    DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables, require_table, table_exists,
 )
 from lakehouse.errors import LakehouseError
 from lakehouse.frames import literal_frame
-from lakehouse.log import earliest_arrival_for, read_log
+from lakehouse.log import earliest_arrival_for, last_write, read_log
 from lakehouse.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
 
 ON_TIME, LATE, NOT_YET_READ, MISSING = "on_time", "late", "not_yet_read", "missing"
 EXPLAINING_CAUSES = (LATE, NOT_YET_READ)
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """Which closed windows an audit compares: all of the range, or those changed since ``since``."""
+
+    mode: str  # full | incremental
+    since: dict[str, str]  # the previous audit's table versions the changes are counted from
+    windows: Column  # true on the windows in scope
+    changed_windows: int | None
+    start: datetime  # the earliest window start in scope: the log is read from there on
+
 
 @dataclasses.dataclass
 class AuditResult:
@@ -52,15 +63,24 @@ class AuditResult:
     pipeline: str = ""
     range_start: datetime | None = None
     range_end: datetime | None = None
+    newest_event_time: datetime | None = None  # in the log, for the range: what fresh speed results reach
     rows: list[dict] = dataclasses.field(default_factory=list, repr=False)  # every closed (window, key)
+    mode: str = "full"
+    changes_since: dict[str, str] = dataclasses.field(default_factory=dict)
+    changed_windows: int | None = None
 
     @property
     def ok(self) -> bool:
         return not self.unexplained
 
 
-def current_pins(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> dict[str, str]:
-    """The versions of what the audit reads: bronze, the speed table, stream progress, the log."""
+def current_pins(spark: SparkSession, settings: Settings, pipeline: Pipeline,
+                 arrived_from: datetime | None = None) -> dict[str, str]:
+    """The versions of what the audit reads: bronze, the speed table, stream progress, the log.
+
+    The log is pinned by the newest write time among the files the audit will read (those that
+    arrived from ``arrived_from``'s hour on), found by listing folders, never by reading files.
+    """
     from delta.tables import DeltaTable
 
     tables = pipeline_tables(pipeline)
@@ -68,9 +88,11 @@ def current_pins(spark: SparkSession, settings: Settings, pipeline: Pipeline) ->
     for name, table in (("bronze", tables.bronze), ("speed", tables.speed), ("progress", STREAM_PROGRESS)):
         uri = require_table(spark, table, settings, "run the speed layer first")
         pins[name] = str(DeltaTable.forPath(spark, uri).history(1).select("version").first()[0])
+    if table_exists(spark, tables.batch.uri(settings)):  # incremental audits follow its changes too
+        pins["batch"] = str(DeltaTable.forPath(spark, tables.batch.uri(settings)).history(1).select("version").first()[0])
     # Files are only ever added to the log: the latest write time pins its content.
-    last_write = read_log(spark, settings, pipeline.topic).agg(F.max("written_at")).first()[0]
-    pins["log_until"] = last_write.isoformat() if last_write else ""
+    newest = last_write(spark, settings, pipeline.topic, arrived_from)
+    pins["log_until"] = newest.isoformat() if newest else ""
     return pins
 
 
@@ -89,34 +111,75 @@ class Auditor:
         self.tables = pipeline_tables(pipeline)
 
     def reconcile(self, start: datetime, end: datetime, pins: dict[str, str] | None = None,
-                  record: bool = True) -> AuditResult:
+                  record: bool = True, incremental: bool = False) -> AuditResult:
+        """Audit the closed windows starting in ``[start, end)``; ``incremental``: only those changed
+        since the previous audit (see :meth:`_changed_since_previous_audit`)."""
         started = time.time()
-        pins = pins or current_pins(self.spark, self.settings, self.pipeline)
+        pins = pins or current_pins(self.spark, self.settings, self.pipeline, earliest_arrival_for(start))
         missing_pins = {"bronze", "speed", "progress", "log_until"} - set(pins)
         if missing_pins:
             raise LakehouseError(f"pins lack {', '.join(sorted(missing_pins))}")
         watermark, read_files = self._stream_position(pins)
-        truth_events = self._truth_events(start, end, pins)
+        scope = (self._changed_since_previous_audit(pins, start, end, watermark) if incremental
+                 else Scope("full", {}, F.lit(True), None, start))
+        truth_events = self._truth_events(scope.start, end, pins).where(scope.windows)
         # Parsed once: the open-window count, the comparison and the recorded differences share it.
         caused = self._with_causes(truth_events, pins, read_files).persist()
         closed = F.lit(watermark is not None) & (F.col("window_end") <= F.lit(watermark))
-        per_key = self._compare(caused.where(closed), pins, start, end, watermark).persist()
+        per_key = self._compare(caused.where(closed), pins, scope.start, end, watermark, scope.windows).persist()
         open_windows = caused.where(~closed).select("window_start", *self.pipeline.keys).distinct().count()
         rows = per_key.collect()
+        newest_event_time = caused.agg(F.max(self.pipeline.event_time)).first()[0]
         result = AuditResult(
             run_id=str(uuid.uuid4()), pins=pins, watermark=watermark, windows_compared=len(rows),
             open_windows=open_windows, matched=sum(r.status == "matched" for r in rows),
             explained={cause: sum(r.status == "explained" and cause in r.causes for r in rows)
                        for cause in EXPLAINING_CAUSES},
             unexplained=[r.asDict(recursive=True) for r in rows if r.status == "unexplained"],
-            pipeline=self.pipeline.name, range_start=start, range_end=end,
-            rows=[r.asDict(recursive=True) for r in rows],
+            pipeline=self.pipeline.name, range_start=start, range_end=end, newest_event_time=newest_event_time,
+            rows=[r.asDict(recursive=True) for r in rows], mode=scope.mode, changes_since=scope.since,
+            changed_windows=scope.changed_windows,
         )
         if record:
             self._record(result, per_key.where(F.col("status") != "matched"), start, end, started)
         per_key.unpersist()
         caused.unpersist()
         return result
+
+    def _previous_audit(self):
+        if not table_exists(self.spark, RECONCILIATIONS.uri(self.settings)):
+            return None
+        runs = self.spark.read.format("delta").load(RECONCILIATIONS.uri(self.settings))
+        return runs.where(F.col("pipeline") == self.pipeline.name).orderBy(F.col("started_at").desc()).first()
+
+    def _changed_windows(self, table: Table, since: str | None, until: str | None, start, end) -> set[datetime]:
+        """Window starts of the range whose rows changed in versions (since, until] (Change Data Feed)."""
+        if until is None:
+            return set()
+        first = int(since) + 1 if since is not None else 0
+        if first > int(until):
+            return set()
+        changes = (self.spark.read.format("delta").option("readChangeFeed", "true")
+                   .option("startingVersion", first).option("endingVersion", int(until)).load(table.uri(self.settings)))
+        return {row[0] for row in changes.where(tx.in_window_range(start, end)).select("window_start").distinct().collect()}
+
+    def _changed_since_previous_audit(self, pins, start: datetime, end: datetime, watermark) -> Scope:
+        """Windows whose speed or batch rows changed since the previous audit, plus those the watermark
+        closed since then (an unchanged window that was open then was never compared)."""
+        previous = self._previous_audit()
+        if previous is None:
+            return Scope("incremental", {}, F.lit(True), None, start)
+        since = dict(previous.pins)
+        changed = self._changed_windows(self.tables.speed, since.get("speed"), pins.get("speed"), start, end)
+        changed |= self._changed_windows(self.tables.batch, since.get("batch"), pins.get("batch"), start, end)
+        closed_since = F.lit(True) if previous.watermark is None else F.col("window_end") > F.lit(previous.watermark)
+        changed_in_range = F.col("window_start").isin(*sorted(changed)) if changed else F.lit(False)
+        windows = changed_in_range | closed_since
+        # The log holding those windows arrived no earlier than the earliest of them: read from there.
+        earliest = [*changed, *([previous.watermark - self.pipeline.window.size_delta] if previous.watermark else [])]
+        scoped_start = max(start, min(earliest)) if earliest and previous.watermark else start
+        return Scope("incremental", {k: since[k] for k in ("speed", "batch") if k in since}, windows,
+                     len(changed), scoped_start)
 
     def _stream_position(self, pins) -> tuple[datetime | None, DataFrame]:
         """The speed layer's watermark now, and the log files it has processed."""
@@ -159,7 +222,7 @@ class Auditor:
             .withColumn("cause", cause)
         )
 
-    def _compare(self, caused: DataFrame, pins, start, end, watermark) -> DataFrame:
+    def _compare(self, caused: DataFrame, pins, start, end, watermark, in_scope: Column) -> DataFrame:
         """Per closed window and key: truth, speed, the on-time part, and the status with causes."""
         pipeline, keys, metrics = self.pipeline, list(self.pipeline.keys), self.pipeline.metric_names
         grouping = ["window_start", "window_end", *keys]
@@ -176,7 +239,7 @@ class Auditor:
             .alias("unexplained_event_ids"),
         )
         closed_speed = _at(self.spark, self.tables.speed, self.settings, pins["speed"]).where(
-            tx.in_window_range(start, end)
+            tx.in_window_range(start, end) & in_scope
             & (F.lit(watermark is not None) & (F.col("window_end") <= F.lit(watermark)))
         ).select(*grouping, *[F.col(m).alias(f"speed_{m}") for m in metrics])
         joined = (
@@ -230,13 +293,16 @@ class Auditor:
             "pins": result.pins, "watermark": result.watermark, "windows_compared": result.windows_compared,
             "open_windows": result.open_windows, "matched": result.matched,
             "explained_late": result.explained[LATE], "explained_not_yet_read": result.explained[NOT_YET_READ],
-            "unexplained": len(result.unexplained), "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
+            "unexplained": len(result.unexplained), "mode": result.mode, "changes_since": result.changes_since,
+            "changed_windows": result.changed_windows, "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
             "duration_ms": int((time.time() - started) * 1000),
         }
         differences.select(F.lit(result.run_id).alias("run_id"), F.lit(self.pipeline.name).alias("pipeline"), "*") \
             .write.format("delta").mode("append").save(DIFFERENCES.uri(self.settings))
         # The summary row last: a reconciliation row means its differences are all recorded.
-        literal_frame(self.spark, RECONCILIATIONS.columns, [run]).write.format("delta").mode("append").save(
+        # mergeSchema: a table made before the incremental mode gains its columns on the first write.
+        literal_frame(self.spark, RECONCILIATIONS.columns, [run]).write.format("delta").mode("append") \
+            .option("mergeSchema", "true").save(
             RECONCILIATIONS.uri(self.settings)
         )
 

@@ -72,6 +72,8 @@ RECONCILIATIONS = Table(
         ("watermark", TS), ("windows_compared", LONG), ("open_windows", LONG), ("matched", LONG),
         ("explained_late", LONG), ("explained_not_yet_read", LONG), ("unexplained", LONG), ("started_at", TS),
         ("duration_ms", LONG),
+        # full | incremental; an incremental audit covers the changes after these versions up to ``pins``.
+        ("mode", STR), ("changes_since", STRING_MAP), ("changed_windows", LONG),
     ),
 )
 # One row per (window, key) that did not match, with what explains it or the event ids that do not.
@@ -102,8 +104,18 @@ CORRECTION_RUNS = Table(
         ("started_at", TS), ("finished_at", TS),
     ),
 )
+# One row per expectation per suite the audit validated (lakehouse.quality); Data Docs render the same results.
+DATA_QUALITY = Table(
+    "audit", "data_quality",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("suite", STR), ("table_name", STR), ("table_version", LONG),
+        ("suite_success", T.BooleanType()), ("expectation", STR), ("expectation_type", STR),
+        ("success", T.BooleanType()), ("element_count", LONG), ("unexpected_count", LONG),
+        ("observed_value", STR), ("data_docs", STR), ("validated_at", TS),
+    ),
+)
 SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE, CORRECTION_RUNS)
-AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, CORRECTIONS)
+AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, CORRECTIONS, DATA_QUALITY)
 
 
 @dataclasses.dataclass(frozen=True)

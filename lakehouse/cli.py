@@ -94,16 +94,25 @@ def cmd_audit(args, settings: Settings) -> None:
     start, end = parse_range(args.start, args.end, pipeline)
     pins = json.loads(args.pins) if args.pins else None
     spark = _spark(settings, f"audit-{pipeline.name}")
-    result = Auditor(spark, settings, pipeline).reconcile(start, end, pins)
+    result = Auditor(spark, settings, pipeline).reconcile(start, end, pins, incremental=args.incremental)
     print(render_audit(result))
+    quality = None
+    if not args.skip_quality:
+        from lakehouse.quality import render_quality, validate_audit
+
+        quality = validate_audit(spark, settings, pipeline, result.run_id, result.pins, start, end,
+                                 result.newest_event_time)
+        print(render_quality(quality))
     if args.report:
         from pathlib import Path
 
         from lakehouse.report import gather_inputs, render_report
 
-        Path(args.report).write_text(render_report(result, gather_inputs(spark, settings, pipeline, result)))
+        report = Path(args.report)
+        report.write_text(render_report(result, gather_inputs(spark, settings, pipeline, result), quality=quality,
+                                        report_dir=report.resolve().parent))
         print(f"report written to {args.report}")
-    if not result.ok:
+    if not result.ok or (quality is not None and not quality.ok):
         raise AuditFailed()
 
 
@@ -140,7 +149,7 @@ def cmd_replay(args, settings: Settings) -> None:
 
 
 class AuditFailed(Exception):
-    """Differences no cause explains: the audit exits 1."""
+    """Differences no cause explains, or a failed expectation suite: the audit exits 1."""
 
 
 def cmd_demo(args, settings: Settings) -> None:
@@ -202,6 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--end", required=True)
     audit.add_argument("--pins", help="JSON of an earlier audit's pins, to re-run it exactly as it read")
     audit.add_argument("--report", help="also write a self-contained HTML report to this path")
+    audit.add_argument("--incremental", action="store_true",
+                       help="compare only windows whose speed or batch rows changed since the previous audit")
+    audit.add_argument("--skip-quality", action="store_true",
+                       help="reconcile only: do not validate the expectation suites (no GX, no Data Docs)")
     audit.set_defaults(run=cmd_audit)
 
     correct = commands.add_parser("correct", help="fold late events into gold.<p>__batch, logging retractions")

@@ -64,25 +64,70 @@ class LocalLogWriter:
         return target
 
 
+_EPOCH = datetime(1970, 1, 1)
+
+
+def _file_system(spark: SparkSession, uri: str):
+    """Hadoop's file system for a URI (local, s3a, ...) and the path in it: listings without reading files."""
+    path = spark._jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
+
+
+def _children(file_system, path, prefix: str) -> list:
+    if not file_system.exists(path):
+        return []
+    return [status for status in file_system.listStatus(path)
+            if status.isDirectory() and status.getPath().getName().startswith(prefix)]
+
+
+def partition_uris(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> list[str]:
+    """The ingest-hour folders that hold files arrived at or after ``arrived_from``'s hour, oldest first.
+
+    Only folder names are listed: a day folder before the cut-off is never opened.
+    """
+    file_system, base = _file_system(spark, settings.pipeline_log_uri(pipeline))
+    cut = f"{arrived_from:%Y-%m-%d}/{arrived_from:%H}" if arrived_from is not None else ""
+    uris = []
+    for day in sorted(_children(file_system, base, "ingest_date="), key=lambda s: s.getPath().getName()):
+        day_name = day.getPath().getName().removeprefix("ingest_date=")
+        if cut and day_name < cut[:10]:
+            continue
+        for hour in sorted(_children(file_system, day.getPath(), "ingest_hour="), key=lambda s: s.getPath().getName()):
+            if f"{day_name}/{hour.getPath().getName().removeprefix('ingest_hour=')}" >= cut:
+                uris.append(str(hour.getPath().toUri()))
+    return uris
+
+
+def last_write(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> datetime | None:
+    """When the newest file of those partitions was added to the log (UTC), from a listing alone."""
+    newest_ms = None
+    for uri in partition_uris(spark, settings, pipeline, arrived_from):
+        file_system, path = _file_system(spark, uri)
+        for status in file_system.listStatus(path):
+            if status.isFile() and status.getPath().getName().endswith(".jsonl"):
+                newest_ms = max(newest_ms or 0, status.getModificationTime())
+    if newest_ms is None:
+        return None
+    return _EPOCH + timedelta(milliseconds=newest_ms)  # exact: a float of seconds could round below the file's time
+
+
 def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> DataFrame:
     """Raw log lines (``value``, ``source_file``, ``written_at``) that arrived at or after ``arrived_from``'s hour.
 
-    ``written_at`` is the file's modification time: when it was added to the log.
+    ``written_at`` is the file's modification time: when it was added to the log. Spark is given
+    only the folders of those hours, so it neither lists nor reads the rest of the log.
     """
     base = settings.pipeline_log_uri(pipeline)
     empty = literal_frame(spark, "value string, source_file string, written_at timestamp", [])
+    folders = partition_uris(spark, settings, pipeline, arrived_from)
+    if not folders:
+        return empty
     try:
-        raw = spark.read.format("text").option("basePath", base).load(base)
+        raw = spark.read.format("text").option("basePath", base).load(folders)
     except AnalysisException as error:
-        if "PATH_NOT_FOUND" in str(error):
+        if "PATH_NOT_FOUND" in str(error):  # a folder removed between the listing and the read
             return empty
         raise
-    if "ingest_date" not in raw.columns:  # no partition folder yet: an empty log
-        return empty
-    if arrived_from is not None:
-        day, hour = arrived_from.date(), arrived_from.hour
-        same_day_later_hour = (F.col("ingest_date") == F.lit(day)) & (F.col("ingest_hour") >= hour)
-        raw = raw.where((F.col("ingest_date") > F.lit(day)) | same_day_later_hour)
     return raw.where(F.col("_metadata.file_name").endswith(".jsonl")).select(
         "value", F.col("_metadata.file_path").alias("source_file"),
         F.col("_metadata.file_modification_time").alias("written_at"),

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import dataclasses
 import html
+import json
+import os
 from collections import defaultdict
 from decimal import Decimal
+from pathlib import Path
 
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
@@ -18,6 +21,7 @@ from pyspark.sql import functions as F
 from lakehouse.audit import LATE, NOT_YET_READ, AuditResult
 from lakehouse.catalog import pipeline_tables, table_exists
 from lakehouse.pipelines.base import Pipeline
+from lakehouse.quality import QualityResult, failure_text
 from lakehouse.settings import Settings
 
 CAUSE_COLOURS = {LATE: "#d97706", NOT_YET_READ: "#2563eb", "unexplained": "#dc2626"}
@@ -159,8 +163,34 @@ def _accounted_by(row: dict) -> str:
     return f"no event: speed differs from the sum of its on-time events by {row['speed_minus_on_time']}"
 
 
+def _docs_href(data_docs: str, report_dir: Path | None) -> str:
+    """A link that survives moving home and report together: relative when both are local."""
+    if report_dir is not None:
+        return Path(os.path.relpath(data_docs, report_dir)).as_posix()
+    return Path(data_docs).as_uri()
+
+
+def _quality_section(quality: QualityResult | None, report_dir: Path | None) -> str:
+    if quality is None:
+        return "<p>Expectation suites were not validated in this run (<code>--skip-quality</code>).</p>"
+    rows = []
+    for suite in quality.suites:
+        failed = "; ".join(failure_text(e) for e in suite.failed)
+        mark = '<span class="ok">&#10004; pass</span>' if suite.success else '<span class="bad">&#10008; FAIL</span>'
+        name = html.escape(suite.suite)
+        if suite.page:  # the run's own page: static HTML, readable even where the Data Docs index's CDN is not
+            name = f'<a href="{html.escape(_docs_href(suite.page, report_dir))}">{name}</a>'
+        rows.append(f"<tr><td>{name}</td><td>{mark}</td>"
+                    f"<td class=\"num\">{sum(e.success for e in suite.expectations)}/{len(suite.expectations)}</td>"
+                    f"<td>{html.escape(suite.table)} v{suite.table_version}</td><td>{html.escape(failed)}</td></tr>")
+    href = html.escape(_docs_href(quality.data_docs, report_dir))
+    return (f"<table><tr><th>suite</th><th></th><th>expectations met</th><th>validated</th><th>failed</th></tr>"
+            f"{''.join(rows)}</table>"
+            f'<p><a href="{href}">Open the Great Expectations Data Docs</a> (every validation, expectation by expectation)</p>')
+
+
 def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None = None,
-                  data_docs: str | None = None) -> str:
+                  quality: QualityResult | None = None, report_dir: Path | None = None) -> str:
     metric = metric or (next(iter(result.rows[0]["truth"])) if result.rows else "")
     verdict = ("All differences explained" if result.ok
                else f"{len(result.unexplained)} unexplained difference{'s' if len(result.unexplained) != 1 else ''}")
@@ -171,7 +201,20 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
         for r in result.unexplained
     )
     windows = _per_window(result, metric) if metric else []
-    docs = f'<p><a href="{html.escape(data_docs)}">Data quality: Data Docs</a></p>' if data_docs else ""
+    quality_verdict = ("" if quality is None else
+                       f'<div class="verdict {"good" if quality.ok else "alarm"}">'
+                       f'{"Data quality: all suites pass" if quality.ok else "Data quality: suite failed"}</div>')
+    why = [f"{len(result.unexplained)} (window, key) rows differ with no cause: see Unexplained below"] if not result.ok else []
+    if quality is not None:
+        why += [f"{suite.suite} &rsaquo; {html.escape(failure_text(e))}" for suite in quality.suites for e in suite.failed]
+    why_list = ("<ul class=\"why\">" + "".join(f"<li>{line}</li>" for line in why) + "</ul>") if why else ""
+    docs_link = ("" if quality is None else
+                 f'<p><a href="{html.escape(_docs_href(quality.data_docs, report_dir))}">Data Docs</a> '
+                 "(Great Expectations: every validation, expectation by expectation)</p>")
+    scope = ("" if result.mode != "incremental" else
+             f"<p>Incremental: {result.changed_windows if result.changed_windows is not None else 'all'} windows changed "
+             f"since versions <code>{html.escape(json.dumps(result.changes_since))}</code>, plus windows closed since "
+             "the previous audit.</p>")
     legend = " ".join(f'<span style="color:{c}">&#9679; {k.replace("_", " ")}</span>' for k, c in CAUSE_COLOURS.items())
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
@@ -179,14 +222,19 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
 <style>
  body {{ font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #0f172a; max-width: 1000px; }}
  .verdict {{ font-size: 22px; font-weight: 600; padding: 10px 14px; border-radius: 6px; color: white;
-            background: {'#16a34a' if result.ok else '#dc2626'}; display: inline-block; }}
+            display: inline-block; margin: 0 8px 8px 0; }}
+ .good {{ background: #16a34a; }} .alarm {{ background: #dc2626; }} .ok {{ color: #16a34a; }} .bad {{ color: #dc2626; font-weight: 600; }}
+ th {{ text-align: left; font-weight: 600; padding-right: 10px; }}
+ .why {{ color: #b91c1c; font-weight: 600; margin: 4px 0; }}
  .counts td, table td {{ padding: 2px 10px 2px 0; }} .num {{ text-align: right; }}
  .bar {{ height: 12px; border-radius: 2px; }} svg {{ width: 100%; height: auto; background: #f8fafc; }}
  code {{ font-size: 12px; }}
 </style></head><body>
 <h1>Audit of {html.escape(result.pipeline)}</h1>
 <p>Event-time range [{result.range_start}, {result.range_end}), watermark {result.watermark}. Run <code>{result.run_id}</code>.</p>
-<div class="verdict">{verdict}</div>
+{scope}
+<div class="verdict {'good' if result.ok else 'alarm'}">{verdict}</div>{quality_verdict}
+{why_list}{docs_link}
 <table class="counts">
  <tr><td>closed (window, key) rows compared</td><td class="num">{result.windows_compared}</td></tr>
  <tr><td>matched</td><td class="num">{result.matched}</td></tr>
@@ -201,12 +249,13 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
 {_chart(windows, metric) if metric else "<p>No closed windows.</p>"}
 <h2>Differences per window, by cause</h2>
 {_difference_chart(windows, metric) if metric else ""}
+<h2>Data quality (Great Expectations)</h2>
+{_quality_section(quality, report_dir)}
 {"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>speed</th><th>event ids</th></tr>" + unexplained_rows + "</table>" if unexplained_rows else ""}
 <h2>Late events by delay (sent_at - event_time)</h2>
 {_bars(_delay_histogram(inputs.late_delays_seconds), CAUSE_COLOURS[LATE])}
 <h2>Quarantine reasons</h2>
 {_bars(sorted(inputs.quarantine_reasons.items(), key=lambda kv: -kv[1]), "#64748b")}
-{docs}
 <p><small>Pins: <code>{html.escape(str(result.pins))}</code></small></p>
 </body></html>
 """

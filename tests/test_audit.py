@@ -3,9 +3,11 @@ or reported as unexplained down to the event ids, and an audit re-run at its pin
 
 from __future__ import annotations
 
+import re
 import shutil
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from delta.tables import DeltaTable
@@ -15,6 +17,7 @@ from lakehouse.audit import Auditor
 from lakehouse.catalog import pipeline_tables
 from lakehouse.cli import main
 from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.log import LocalLogWriter, last_write, partition_uris, read_log
 from lakehouse.pipelines import get_pipeline
 from lakehouse.report import gather_inputs, render_report
 from lakehouse.speed import run_speed_layer
@@ -90,24 +93,103 @@ def test_a_bronze_row_deleted_after_the_stream_read_it_is_unexplained_with_its_e
 
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
     report = tmp_path / "report.html"
-    exit_code = main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--report", str(report)])
+    exit_code = main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--report", str(report),
+                      "--skip-quality"])
     assert exit_code == 1
     assert victim.event_id in capsys.readouterr().out
     page = report.read_text()
     assert "1 unexplained difference<" in page and victim.event_id in page and "<svg" in page
 
 
-def test_a_speed_value_changed_by_hand_is_unexplained_by_the_amount_changed(spark, streamed_home, tmp_path):
-    settings = copy_of(streamed_home, tmp_path)
+def add_a_cent_to_one_speed_row(spark, settings):
+    """In the 08:01 window, closed by the fixture's watermark (about 08:02)."""
     speed = DeltaTable.forPath(spark, TABLES.speed.uri(settings))
     target = speed.toDF().where("window_start = '2026-01-05 08:01:00'").orderBy("bridge_id", "vehicle_type").first()
     condition = ((F.col("window_start") == target.window_start) & (F.col("bridge_id") == target.bridge_id)
                  & (F.col("vehicle_type") == target.vehicle_type))
     speed.update(condition, {"revenue": F.col("revenue") + F.lit(Decimal("0.01"))})
-    result = Auditor(spark, settings, PIPELINE).reconcile(START, END)
-    assert len(result.unexplained) == 1
-    assert result.unexplained[0]["speed_minus_on_time"] == {"vehicles": "0", "revenue": "0.01"}
-    assert result.unexplained[0]["unexplained_event_ids"] == []
+    return target
+
+
+def test_a_speed_value_changed_by_hand_is_unexplained_by_the_amount_changed(
+    spark, streamed_home, tmp_path, monkeypatch, capsys
+):
+    settings = copy_of(streamed_home, tmp_path)
+    target = add_a_cent_to_one_speed_row(spark, settings)
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
+    exit_code = main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--skip-quality"])
+    assert exit_code == 1
+    unexplained = [line for line in capsys.readouterr().out.splitlines() if "UNEXPLAINED" in line]
+    assert len(unexplained) == 1 and target.bridge_id in unexplained[0]
+    assert "speed - on-time events {'vehicles': '0', 'revenue': '0.01'}; events unaccounted: []" in unexplained[0]
+
+
+def test_incremental_audit_compares_only_windows_whose_speed_rows_changed(spark, streamed_home, tmp_path):
+    settings = copy_of(streamed_home, tmp_path)
+    auditor = Auditor(spark, settings, PIPELINE)
+    full = auditor.reconcile(START, END)
+    unchanged = auditor.reconcile(START, END, incremental=True)
+    assert (unchanged.mode, unchanged.changed_windows, unchanged.windows_compared) == ("incremental", 0, 0)
+
+    target = add_a_cent_to_one_speed_row(spark, settings)
+    changed = auditor.reconcile(START, END, incremental=True)
+    keys_in_window = [r for r in full.rows if r["window_start"] == target.window_start]
+    assert changed.changed_windows == 1
+    assert {r["window_start"] for r in changed.rows} == {target.window_start}
+    assert len(changed.rows) == len(keys_in_window) == changed.windows_compared
+    assert [r["key"]["bridge_id"] for r in changed.unexplained] == [target.bridge_id]
+    since = {"speed": unchanged.pins["speed"], "batch": unchanged.pins["batch"]}
+    assert changed.changes_since == since
+    recorded = spark.read.format("delta").load(f"{settings.warehouse_uri}/audit/reconciliations") \
+        .where(F.col("run_id") == changed.run_id).first()
+    assert (recorded.mode, recorded.changes_since, recorded.pins["speed"]) == (
+        "incremental", since, str(int(unchanged.pins["speed"]) + 1))
+
+
+def test_a_stream_that_stopped_fails_freshness_and_the_audit_with_data_docs(
+    spark, streamed_home, tmp_path, monkeypatch, capsys
+):
+    settings = copy_of(streamed_home, tmp_path)
+    generate(settings, GeneratorConfig(events=60, seed=5, start=datetime(2026, 1, 5, 8, 30, tzinfo=timezone.utc),
+                                       rate=2.0, late_fraction=0, duplicate_fraction=0, malformed_fraction=0,
+                                       events_per_file=60))
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
+    report = tmp_path / "report.html"
+    exit_code = main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--report", str(report)])
+    out = capsys.readouterr().out
+    assert exit_code == 1
+    assert "unexplained      0" in out and re.search(r"FAILED fresh: observed 2026-01-05.08:05:00.* \(expect_column_max_to_be_between\)", out)
+    outcomes = spark.read.format("delta").load(f"{settings.warehouse_uri}/audit/data_quality").collect()
+    assert {(r.suite, r.expectation) for r in outcomes if not r.success} == {("toll_traffic.gold", "fresh")}
+    assert {r.suite for r in outcomes} == {"toll_traffic.raw_events", "toll_traffic.bronze", "toll_traffic.gold"}
+    page = report.read_text()
+    assert "Data quality: suite failed" in page and "All differences explained" in page
+    docs_link = re.search(r'href="([^"]+)">Open the Great Expectations Data Docs', page).group(1)
+    docs_index = (report.parent / docs_link).resolve()
+    assert docs_index == tmp_path / "copy" / "data_docs" / "index.html" and "toll_traffic.gold" in docs_index.read_text()
+    gold_page = re.search(r'<a href="([^"]+)">toll_traffic.gold</a>', page).group(1)
+    assert "Status: Failed" in " ".join(re.sub(r"<[^>]+>", " ", (report.parent / gold_page).read_text()).split())
+    artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    shutil.copy(report, artifacts / "audit-report-stale-stream.html")  # for a look in a browser
+
+
+def test_log_pins_and_reads_cover_only_the_ingest_hours_that_can_hold_the_range(spark, tmp_path):
+    settings = make_settings(tmp_path / "home")
+    writer = LocalLogWriter(settings, PIPELINE.name)
+    early = writer.write(datetime(2026, 1, 4, 10, 0), "a", ['{"n": 1}'])
+    late = writer.write(datetime(2026, 1, 5, 8, 0), "b", ['{"n": 2}'])
+    cut = datetime(2026, 1, 5, 7, 0)
+    assert [uri.rstrip("/").rsplit("/", 2)[-2:] for uri in partition_uris(spark, settings, PIPELINE.name, cut)] == [
+        ["ingest_date=2026-01-05", "ingest_hour=08"]]
+    newest_ms = late.stat().st_mtime_ns // 1_000_000
+    assert last_write(spark, settings, PIPELINE.name, cut) == datetime(1970, 1, 1) + timedelta(milliseconds=newest_ms)
+    assert last_write(spark, settings, PIPELINE.name) == last_write(spark, settings, PIPELINE.name, cut)
+    assert [r.value for r in read_log(spark, settings, PIPELINE.name, cut).collect()] == ['{"n": 2}']
+    assert sorted(r.value for r in read_log(spark, settings, PIPELINE.name).collect()) == ['{"n": 1}', '{"n": 2}']
+    pinned = read_log(spark, settings, PIPELINE.name, cut).where(
+        F.col("written_at") <= F.lit(last_write(spark, settings, PIPELINE.name, cut).isoformat()).cast("timestamp"))
+    assert pinned.count() == 1 and early.exists()
 
 
 def test_audit_at_its_pins_repeats_itself_after_more_data_arrives(spark, streamed_home, tmp_path):

@@ -6,28 +6,12 @@ import dataclasses
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.pipelines.base import INTEGER, MONEY, STRING, TIMESTAMP, Field, Metric, Pipeline, Rule, Window
+from lakehouse.pipelines.base import INTEGER, MONEY, STRING, TIMESTAMP, Field, Metric, Pipeline, Window
+from lakehouse.suites import row_rules
 
 VEHICLE_TYPES = ("car", "motorcycle", "van", "bus", "truck")
 MONEY_TYPE = T.DecimalType(9, 2)
 REVENUE_TYPE = T.DecimalType(18, 2)
-
-
-def _unknown_vehicle_type():
-    return ~F.col("vehicle_type").isin(*VEHICLE_TYPES)
-
-
-def _axles_out_of_range():
-    return ~F.col("axles").between(2, 9)
-
-
-def _toll_out_of_range():
-    return (F.col("toll_amount") < 0) | (F.col("toll_amount") >= 1000)
-
-
-def _event_time_too_far_in_future():
-    # The device clock may run ahead of the sender's, but not by more than a day.
-    return F.col("event_time") > F.col("sent_at") + F.expr("INTERVAL 1 DAY")
 
 
 TOLL_TRAFFIC = Pipeline(
@@ -50,12 +34,8 @@ TOLL_TRAFFIC = Pipeline(
         Metric("vehicles", lambda: F.count(F.lit(1)), T.LongType()),
         Metric("revenue", lambda: F.sum("toll_amount").cast(REVENUE_TYPE), REVENUE_TYPE),
     ),
-    rules=(
-        Rule("unknown_vehicle_type", _unknown_vehicle_type),
-        Rule("axles_out_of_range", _axles_out_of_range),
-        Rule("toll_out_of_range", _toll_out_of_range),
-        Rule("event_time_too_far_in_future", _event_time_too_far_in_future),
-    ),
+    # Row rules live in expectations/toll_traffic.raw_events.json, the suite the audit validates with.
+    rules=row_rules("toll_traffic"),
     watermark_delay="2m",
     allowed_lateness="0s",
 )
