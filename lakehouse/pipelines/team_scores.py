@@ -4,14 +4,8 @@ fixed window, and per user per session of play (a 1-minute gap ends a session)."
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.pipelines.base import INTEGER, STRING, TIMESTAMP, Field, Metric, Pipeline, Rule, Window
-
-MAX_SCORE = 1000
-
-
-def _score_out_of_range():
-    return ~F.col("score").between(0, MAX_SCORE)
-
+from lakehouse.pipelines.base import INTEGER, STRING, TIMESTAMP, Field, Metric, Pipeline, Window
+from lakehouse.suites import row_rules
 
 TEAM_SCORES = Pipeline(
     name="team_scores",
@@ -26,7 +20,8 @@ TEAM_SCORES = Pipeline(
     keys=("team",),
     window=Window(size="2m"),
     metrics=(Metric("total_score", lambda: F.sum("score").cast(T.LongType()), T.LongType()),),
-    rules=(Rule("score_out_of_range", _score_out_of_range),),
+    # Row rules live in expectations/team_scores.raw_events.json.
+    rules=row_rules("team_scores"),
     watermark_delay="1m",
 )
 
