@@ -65,6 +65,19 @@ def split_range(start: datetime, end: datetime, chunk: timedelta) -> list[tuple[
     return chunks
 
 
+def event_span(pipeline: Pipeline, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The event times that can fall in windows starting in ``[start, end)``.
+
+    A session that starts in the range can run on past its end, and is only known to start there
+    if no event came less than a gap before: both sides reach ``session_lookback`` further.
+    """
+    window = pipeline.window
+    if window.is_session:
+        lookback = parse_duration(pipeline.session_lookback)
+        return start - lookback, end + lookback
+    return start, end - window.slide_delta + window.size_delta
+
+
 def sql_timestamp(moment: datetime) -> str:
     return f"TIMESTAMP'{moment.isoformat(sep=' ')}'"
 
@@ -143,15 +156,15 @@ class BatchLayer:
                 cached: list[DataFrame]) -> DataFrame:
         """Valid, de-duplicated events that can fall in windows starting in [start, end)."""
         pipeline = self.pipeline
-        last_event = end - pipeline.window.slide_delta + pipeline.window.size_delta
-        in_range = (F.col(pipeline.event_time) >= F.lit(start)) & (F.col(pipeline.event_time) < F.lit(last_event))
+        first_event, last_event = event_span(pipeline, start, end)
+        in_range = (F.col(pipeline.event_time) >= F.lit(first_event)) & (F.col(pipeline.event_time) < F.lit(last_event))
         if source == "bronze":
             uri = require_table(self.spark, self.tables.bronze, self.settings,
                                 "run the speed layer first, or backfill with --source log")
             bronze = self.spark.read.format("delta").load(uri)
-            on_dates = F.col("event_date").between(start.date(), last_event.date())
+            on_dates = F.col("event_date").between(first_event.date(), last_event.date())
             return bronze.where(on_dates & in_range).select(*pipeline.field_names)
-        parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.name, earliest_arrival_for(start)),
+        parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)),
                                  pipeline)
         numbered = tx.number_copies(tx.valid_events(parsed, pipeline), pipeline)
         counted = parsed.agg(F.count(F.lit(1)).alias("read"), F.count("reason").alias("quarantined")).first()
@@ -164,8 +177,8 @@ class BatchLayer:
     def _recompute_chunk(self, events: DataFrame, chunk_start: datetime, chunk_end: datetime,
                          result: BackfillResult) -> None:
         pipeline, settings = self.pipeline, self.settings
-        windowed = tx.assign_windows(events, pipeline).where(tx.in_window_range(chunk_start, chunk_end))
-        gold = tx.aggregate_metrics(windowed, pipeline, with_event_count=True).persist()
+        gold = tx.window_values(events, pipeline, with_event_count=True).where(
+            tx.in_window_range(chunk_start, chunk_end)).persist()
         try:
             totals = gold.agg(F.count(F.lit(1)).alias("rows"), F.sum("events").alias("events")).first()
             rows = gold.drop("events").withColumns(
