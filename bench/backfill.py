@@ -146,3 +146,41 @@ def growth(spark, data: DataSet, runs: int) -> dict:
         for name, action in actions.items():
             seconds[name].append(timed(action)[0])
     return {name: {"seconds": summary(values)} for name, values in seconds.items()}
+
+
+def _late_events(spark, data: DataSet, run: int, windows: int):
+    """``windows`` late events in as many consecutive windows of the first day, as bronze rows the
+    speed layer would have written (fate ``late``): what a correction run folds in."""
+    from lakehouse import transforms as tx
+
+    tables = pipeline_tables(get_pipeline(PIPELINE))
+    event_time = F.lit(data.start) + F.make_dt_interval(F.lit(0), F.lit(0), F.col("id"), F.lit(30))
+    rows = spark.range(windows).select(
+        F.concat(F.lit(f"late-{run}-"), F.col("id").cast("string")).alias("event_id"),
+        F.lit("bridge-00").alias("bridge_id"), F.lit("bridge-00-booth-0").alias("booth_id"),
+        F.lit("car").alias("vehicle_type"), F.lit(2).alias("axles"), F.lit(6).cast("decimal(9,2)").alias("toll_amount"),
+        F.lit(None).cast("string").alias("plate_hash"), event_time.alias("event_time"),
+        (event_time + F.expr("INTERVAL 10 MINUTES")).alias("sent_at"), F.to_date(event_time).alias("event_date"),
+        F.lit(tx.LATE).alias("fate"), F.lit("bench-late").alias("app_id"), F.lit(run).cast("long").alias("batch_id"),
+        F.lit("bench").alias("source_file"), F.current_timestamp().alias("ingested_at"),
+    )
+    return rows.select(tables.bronze.columns.fieldNames()), tables.bronze.uri(data.settings())
+
+
+def correction(spark, data_sets: dict[str, DataSet], runs: int, windows: int = 100) -> dict:
+    """A correction folding late events into ``windows`` windows, on tables holding 1 vs 10 days."""
+    from lakehouse.corrections import CorrectionRun
+
+    seconds: dict[str, list[float]] = {name: [] for name in data_sets}
+    recomputed: dict[str, int] = {}
+    for name, data in data_sets.items():
+        CorrectionRun(spark, data.settings(), get_pipeline(PIPELINE)).run()  # folds in what came before
+    for run in range(runs):
+        for name, data in data_sets.items():
+            late, bronze_uri = _late_events(spark, data, run, windows)
+            late.write.format("delta").mode("append").save(bronze_uri)
+            elapsed, result = timed(CorrectionRun(spark, data.settings(), get_pipeline(PIPELINE)).run)
+            seconds[name].append(elapsed)
+            recomputed[name] = result.windows_recomputed
+    return {name: {"seconds": summary(values), "windows_recomputed": recomputed[name],
+                   "events_held": data_sets[name].events} for name, values in seconds.items()}

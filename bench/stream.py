@@ -169,9 +169,17 @@ def _freshness_once(spark, job: str, rate: float, seconds: float, trigger: str, 
     for thread in threads:
         thread.join(timeout=30)
     batch_seconds = [seconds for _, seconds in _batches(query)]
-    query.stop()
+    _stop_between_batches(query)
     delays = [seen[name] - at for name, at in written.items() if name in seen]
     return {"probes": len(written), "probes_seen": len(delays), "delays": delays, "batch_seconds": batch_seconds}
+
+
+def _stop_between_batches(query, patience: float = 120) -> None:
+    """Stop once the running micro-batch finishes: stopping mid-batch only makes noise in the log."""
+    deadline = time.time() + patience
+    while query.status["isTriggerActive"] and time.time() < deadline:
+        time.sleep(0.2)
+    query.stop()
 
 
 class _Stopped(Exception):

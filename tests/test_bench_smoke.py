@@ -26,7 +26,7 @@ def test_every_benchmark_runs_and_writes_its_results(tmp_path):
                          capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     report = json.loads((tmp_path / "latest-smoke.json").read_text())
-    assert set(report["results"]) == {"backfill", "cold", "growth", "throughput", "freshness"}
+    assert set(report["results"]) == {"backfill", "cold", "growth", "correction", "throughput", "freshness"}
     figures = {row["figure"] for row in report["summary"]}
     assert "speed layer sustainable rate vs bare stream" in figures
     assert "backfill from log vs DuckDB" in figures
