@@ -5,7 +5,7 @@ VENV := .venv
 UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lock clean
+.PHONY: setup demo test test-fast bench bench-smoke lock clean
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -31,6 +31,14 @@ test: setup
 # Unit tests only: no subprocess JVMs.
 test-fast: setup
 	$(VENV)/bin/python -m pytest -m "not slow"
+
+# Benchmarks against baselines (bench/README.md); results in bench/results/. Niced: the machine is shared.
+bench: setup
+	nice -n 10 $(VENV)/bin/python -m bench
+
+# Every benchmark at a tiny size (what CI runs, through tests/test_bench_smoke.py).
+bench-smoke: setup
+	$(VENV)/bin/python -m bench --smoke
 
 # Re-resolve the pinned versions after editing requirements.in.
 lock:

@@ -1,0 +1,217 @@
+"""``python -m bench [--smoke] [--only backfill,cold,growth,throughput,freshness]``: run, save, summarise.
+
+Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
+table printed at the end is the one kept in the README. ``BENCH_EVENTS`` sets the data size (default
+100,000: see the README for why not 10 million), ``BENCH_RUNS`` the runs per figure (default 3).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import sys
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import psutil
+
+from bench import backfill, stream
+from bench.data import DataSet, ensure_log, ensure_tables
+
+RESULTS = Path(__file__).with_name("results")
+SUITES = ("backfill", "cold", "growth", "correction", "throughput", "freshness")
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    events: int
+    events_per_file: int
+    runs: int
+    cold_runs: int
+    trigger: str = "5s"
+    drain_sizes: tuple[int, int] = (1, 3)  # files per trigger
+    drain_batches: int = 2
+    freshness_seconds: float = 90
+    probe_every: float = 2.0
+    freshness_grace: float = 60
+    correction_events_per_day: int = 10_000
+    backfill_jobs: tuple[str, ...] = ()  # all of them
+
+    @classmethod
+    def full(cls, env) -> Plan:
+        runs = int(env.get("BENCH_RUNS", "3"))
+        return cls(events=int(env.get("BENCH_EVENTS", "100000")), events_per_file=5000, runs=runs, cold_runs=runs,
+                   correction_events_per_day=int(env.get("BENCH_CORRECTION_EVENTS_PER_DAY", "10000")),
+                   backfill_jobs=tuple(job for job in env.get("BENCH_BACKFILL_JOBS", "").split(",") if job))
+
+    @classmethod
+    def smoke(cls) -> Plan:
+        return cls(events=4000, events_per_file=250, runs=1, cold_runs=1, trigger="2s", drain_sizes=(1, 2),
+                   drain_batches=1, freshness_seconds=8, probe_every=2.0, freshness_grace=20,
+                   correction_events_per_day=2000)
+
+
+def machine() -> dict:
+    import pyspark
+
+    memory = psutil.virtual_memory().total
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory / 2**30, 1),
+            "python": platform.python_version(), "spark": pyspark.__version__, "platform": platform.platform(),
+            "load_average_at_start": os.getloadavg()}
+
+
+def ratio(numerator, denominator) -> float | None:
+    if numerator is None or not denominator:
+        return None
+    return round(numerator / denominator, 3)
+
+
+def headline(results: dict) -> list[dict]:
+    """The figures of the README table: each a value, its baseline and their ratio (with the target)."""
+    rows = []
+
+    def add(figure, value, baseline, target="", unit="s"):
+        if value is None and baseline is None:  # not measured in these results
+            return
+        rows.append({"figure": figure, "value": value, "baseline": baseline, "ratio": ratio(value, baseline),
+                     "target": target, "unit": unit})
+
+    if "throughput" in results:
+        jobs = results["throughput"]["jobs"]
+        add("speed layer sustainable rate vs bare stream", jobs["lakehouse"]["events_per_s"]["median"],
+            jobs["bare"]["events_per_s"]["median"], ">= 0.85", "events/s")
+    if "freshness" in results:
+        jobs = results["freshness"]["jobs"]
+        for p in ("p50_s", "p95_s"):
+            add(f"freshness {p[:3]} vs bare stream", jobs["lakehouse"][p], jobs["bare"][p])
+        limit = results["freshness"]["trigger_s"] + 1.5 * (jobs["lakehouse"]["median_batch_s"] or 0)
+        add("freshness p95 vs trigger + 1.5 x median batch", jobs["lakehouse"]["p95_s"], limit, "<= 1")
+    if "backfill" in results:
+        jobs = results["backfill"]["jobs"]
+        median = {name: job["seconds"]["median"] for name, job in jobs.items()}.get
+        add("backfill from bronze vs bare Spark", median("lakehouse_bronze"), median("bare_bronze"), "<= 1.15")
+        add("backfill from log vs bare Spark", median("lakehouse_log"), median("bare_log"), "<= 1.15")
+        add("backfill from log vs DuckDB", median("lakehouse_log"), median("duckdb_log"), "<= 5")
+        add("backfill from bronze vs DuckDB", median("lakehouse_bronze"), median("duckdb_log"), "<= 5")
+    if "cold" in results:
+        median = {name: job["seconds"]["median"] for name, job in results["cold"]["jobs"].items()}
+        add("backfill from log, with JVM start, vs bare Spark", median["lakehouse_log"], median["bare_log"])
+        add("backfill from log, with JVM start, vs DuckDB", median["lakehouse_log"], median["duckdb_log"])
+    if "growth" in results:
+        median = {name: figure["seconds"]["median"] for name, figure in results["growth"].items()}
+        add("backfill 1 day vs 1 hour (linear: 24)", median["backfill_1d"], median["backfill_1h"], "~24")
+        add("audit 1 day vs 1 hour (linear: 24)", median["audit_1d"], median["audit_1h"], "~24")
+    if "correction" in results:
+        median = {name: figure["seconds"]["median"] for name, figure in results["correction"].items()}
+        add("correction of 100 windows, 10 days vs 1 day held", median["10d"], median["1d"], "~1")
+    return rows
+
+
+def table(rows: list[dict]) -> str:
+    def number(value):
+        return "" if value is None else f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+
+    lines = ["| figure | lakehouse | baseline | ratio | target |", "| --- | --- | --- | --- | --- |"]
+    for row in rows:
+        lines.append(f"| {row['figure']} | {number(row['value'])} {row['unit']} | {number(row['baseline'])} "
+                     f"{row['unit']} | {number(row['ratio'])} | {row['target']} |")
+    return "\n".join(lines)
+
+
+def correction_data(spark, plan: Plan) -> dict[str, DataSet]:
+    """Tables holding 1 and 10 days at the same density, for the correction's cost growth."""
+    data_sets = {}
+    for days in (1, 10):
+        data = DataSet(plan.correction_events_per_day * days, events_per_file=plan.events_per_file, days=days)
+        ensure_log(data)
+        ensure_tables(spark, data)
+        data_sets[f"{days}d"] = data
+    return data_sets
+
+
+def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESULTS) -> dict:
+    from lakehouse.spark import build_spark_session
+
+    data = DataSet(plan.events, events_per_file=plan.events_per_file)
+    log_info = ensure_log(data)  # generation is never timed
+    spark = build_spark_session(data.settings(), "bench")
+    results: dict = {}
+    began = time.time()
+    partial = results_dir / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{mode}-partial.json"
+
+    def stage(name: str, measure) -> None:
+        stage_began = time.time()
+        print(f"bench: {name} ...", file=sys.stderr, flush=True)
+        results[name] = measure()
+        print(f"bench: {name} done in {time.time() - stage_began:.0f}s", file=sys.stderr, flush=True)
+        results_dir.mkdir(parents=True, exist_ok=True)  # what is measured survives a later failure
+        partial.write_text(json.dumps(results, indent=1, default=str))
+
+    measures = {
+        "backfill": lambda: backfill.warm_backfills(spark, data, plan.runs, plan.backfill_jobs),
+        "cold": lambda: backfill.cold_backfills(data, plan.cold_runs),
+        "growth": lambda: backfill.growth(spark, data, plan.runs),
+        "correction": lambda: backfill.correction(spark, correction_data(spark, plan), plan.runs),
+        "throughput": lambda: stream.throughput(spark, data, plan.runs, plan.trigger, plan.drain_sizes,
+                                                plan.drain_batches),
+        "freshness": lambda: stream.freshness(
+            spark, max(results["throughput"]["jobs"]["lakehouse"]["events_per_s"]["median"] / 2, 1.0),
+            plan.freshness_seconds, plan.trigger, plan.probe_every, plan.freshness_grace),
+    }
+    if "freshness" in suites and "throughput" not in suites:  # it runs at half the measured rate
+        suites = ("throughput", *suites)
+    try:
+        ensure_tables(spark, data)
+        for name in suites:  # in the order asked for
+            stage(name, measures[name])
+    finally:
+        spark.stop()
+    report = {
+        "mode": mode, "finished_at": datetime.now(timezone.utc).isoformat(), "wall_s": round(time.time() - began),
+        "machine": {**machine(), "load_average_at_end": os.getloadavg()},
+        "plan": dataclasses.asdict(plan), "data": {"events": plan.events, **log_info},
+        "results": results,
+    }
+    report["summary"] = headline(results)
+    results_dir.mkdir(parents=True, exist_ok=True)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    for name in (f"{stamp}-{mode}.json", f"latest-{mode}.json"):
+        (results_dir / name).write_text(json.dumps(report, indent=1, default=str))
+    return report
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    parser.add_argument("--smoke", action="store_true", help="tiny data, one run each: proves the scripts work")
+    parser.add_argument("--only", default=",".join(SUITES), help=f"comma-separated subset of {','.join(SUITES)}")
+    parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--table", nargs="+", type=Path, metavar="RESULTS_JSON",
+                        help="print the summary table of earlier results (suites of later files win)")
+    args = parser.parse_args(argv)
+    if args.table:
+        merged: dict = {}
+        for path in args.table:
+            content = json.loads(path.read_text())
+            merged.update(content.get("results", content))  # a full report, or a partial one
+        print(table(headline(merged)))
+        return
+    suites = tuple(name.strip() for name in args.only.split(",") if name.strip())
+    unknown = set(suites) - set(SUITES)
+    if unknown:
+        parser.error(f"unknown suites {', '.join(sorted(unknown))}; choose from {', '.join(SUITES)}")
+    plan = Plan.smoke() if args.smoke else Plan.full(os.environ)
+    report = run(plan, suites, "smoke" if args.smoke else "full", args.results)
+    machine_info = report["machine"]
+    print(f"\n{plan.events:,} events, {plan.runs} runs per figure; {machine_info['cpu']}, "
+          f"{machine_info['cores']} cores, {machine_info['memory_gib']} GiB\n")
+    print(table(report["summary"]))
+
+
+if __name__ == "__main__":
+    main()

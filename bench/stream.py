@@ -1,0 +1,209 @@
+"""Speed layer throughput (benchmark 1) and freshness (benchmark 2) against the bare streaming job.
+
+Throughput. A micro-batch of n events takes about ``d(n) = a + b*n`` seconds: a fixed per-batch cost
+(planning, Delta commits) plus a cost per event. At a rate r and a trigger interval T a batch holds
+``r*T`` events, and the stream keeps up while ``d(r*T) <= T``, so the sustainable rate is
+``(T - a) / (b*T)``. Each job drains a backlog of log files twice, at two batch sizes (files per
+trigger), and ``a`` and ``b`` are fitted to the batch durations Spark reports (the first batch of
+each drain, which pays one-off start-up costs, is left out).
+
+Freshness. At half the speed layer's sustainable rate, a writer adds a file of events every second
+(event time = now) while a probe thread adds a one-event file with its own ``bridge_id`` every few
+seconds; a poller queries the job's table through SQL twice a second and notes when each probe's
+row appears. Freshness = first seen - written to the log.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+
+from bench import baselines
+from bench.data import PIPELINE, DataSet, link_log_files, scratch_home, settings_for
+from bench.measure import PeakMemory, percentile, summary
+from lakehouse.catalog import register_tables
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.log import LocalLogWriter, log_glob
+from lakehouse.pipelines import get_pipeline
+from lakehouse.settings import parse_duration
+from lakehouse.speed import SpeedLayer
+from lakehouse.transforms import interval
+
+JOBS = ("lakehouse", "bare")
+
+
+def _start(spark, job: str, home, trigger: str, files_per_trigger: int = 0, available_now: bool = False):
+    """Start one job's streaming query on the log of ``home``; returns (query, the SQL table name)."""
+    settings = settings_for(home, LAKEHOUSE_MAX_FILES_PER_TRIGGER=str(files_per_trigger),
+                            LAKEHOUSE_TRIGGER_INTERVAL=trigger)
+    if job == "lakehouse":
+        query = SpeedLayer(spark, settings, get_pipeline(PIPELINE)).start(available_now=available_now)
+        return query, f"gold.{PIPELINE}"
+    target = f"{settings.warehouse_uri}/bare/{PIPELINE}"
+    query = baselines.bare_stream(spark, log_glob(settings, PIPELINE), target, f"{settings.checkpoint_uri}/bare",
+                                  interval(trigger), files_per_trigger, available_now)
+    return query, f"delta.`{target}`"
+
+
+def _batches(query) -> list[tuple[int, float]]:
+    """(input rows, seconds) of each micro-batch that read something, from Spark's own progress."""
+    batches = []
+    for progress in query.recentProgress:
+        progress = json.loads(progress.json) if hasattr(progress, "json") else progress
+        if progress["numInputRows"]:
+            batches.append((progress["numInputRows"], progress["durationMs"]["triggerExecution"] / 1000))
+    return batches
+
+
+def drain(spark, data: DataSet, job: str, files_per_trigger: int, batches: int) -> list[tuple[int, float]]:
+    """Batches of a backlog drained ``files_per_trigger`` files at a time (the first one dropped)."""
+    home = scratch_home(f"drain-{job}")
+    files = data.log_files()[: files_per_trigger * (batches + 1)]
+    link_log_files(files, data.home / "log", home / "log")
+    query, _ = _start(spark, job, home, "1s", files_per_trigger, available_now=True)
+    query.awaitTermination()
+    if query.exception():
+        raise query.exception()
+    return _batches(query)[1:]
+
+
+def fit_batch_cost(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """Least squares ``seconds = a + b * rows``: (fixed seconds per batch, seconds per event)."""
+    n = len(points)
+    mean_rows = sum(rows for rows, _ in points) / n
+    mean_seconds = sum(seconds for _, seconds in points) / n
+    spread = sum((rows - mean_rows) ** 2 for rows, _ in points)
+    slope = sum((rows - mean_rows) * (seconds - mean_seconds) for rows, seconds in points) / spread
+    return mean_seconds - slope * mean_rows, slope
+
+
+def sustainable_rate(points: list[tuple[int, float]], trigger_s: float) -> tuple[float, float, float]:
+    """(events/s, fixed seconds per batch, seconds per event) from the drained batches.
+
+    When noise swamps the growth with batch size (tiny batches, a busy machine) the fit is
+    meaningless; the rate is then the best a drained batch achieved, capped by what fits a trigger.
+    """
+    fixed, per_event = fit_batch_cost(points)
+    if per_event > 0 and fixed >= 0:
+        return max(0.0, (trigger_s - fixed) / (per_event * trigger_s)), fixed, per_event
+    return max(rows / max(seconds, trigger_s) for rows, seconds in points), fixed, per_event
+
+
+def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, int], batches: int) -> dict:
+    """Sustainable events/s of each job, fitted per run from drains at two batch sizes."""
+    trigger_s = parse_duration(trigger).total_seconds()
+    results: dict[str, dict] = {job: {"rate": [], "fixed_s": [], "per_event_us": []} for job in JOBS}
+    memory: dict[str, dict] = {}
+    for _ in range(runs):
+        for job in JOBS:
+            with PeakMemory(os.getpid()) as peak:
+                points = [point for size in sizes for point in drain(spark, data, job, size, batches)]
+            rate, fixed, per_event = sustainable_rate(points, trigger_s)
+            results[job]["rate"].append(rate)
+            results[job]["fixed_s"].append(fixed)
+            results[job]["per_event_us"].append(per_event * 1e6)
+            memory[job] = peak.as_dict() if job not in memory else {
+                key: max(value, peak.as_dict()[key]) for key, value in memory[job].items()}
+    return {"trigger_s": trigger_s, "files_per_trigger": list(sizes), "batches_per_drain": batches,
+            "events_per_file": data.events_per_file,
+            "jobs": {job: {"events_per_s": summary(values["rate"]), "fixed_s_per_batch": summary(values["fixed_s"]),
+                           "us_per_event": summary(values["per_event_us"]), "memory": memory[job]}
+                     for job, values in results.items()}}
+
+
+def _probe_line(sequence: int) -> str:
+    now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return json.dumps({"event_id": str(uuid.uuid4()), "bridge_id": f"probe-{sequence:05d}", "booth_id": "probe",
+                       "vehicle_type": "car", "axles": 2, "toll_amount": 6.0, "event_time": now, "sent_at": now},
+                      separators=(",", ":"))
+
+
+def _freshness_once(spark, job: str, rate: float, seconds: float, trigger: str, probe_every: float,
+                    grace: float) -> dict:
+    home = scratch_home(f"fresh-{job}")
+    settings = settings_for(home)
+    query, table = _start(spark, job, home, trigger)
+    if job == "lakehouse":
+        register_tables(spark, settings)
+    stop = threading.Event()
+    written: dict[str, float] = {}
+    seen: dict[str, float] = {}
+
+    def load() -> None:
+        events = max(1, round(rate))
+        config = GeneratorConfig(events=int(rate * seconds), seed=5, start=datetime.now(timezone.utc),
+                                 rate=rate, wall_rate=rate, events_per_file=events, late_fraction=0.0)
+        try:
+            generate(settings, config, PIPELINE, on_file=lambda *_: _stop_if(stop))
+        except _Stopped:
+            pass
+
+    def probes() -> None:
+        writer, sequence = LocalLogWriter(settings, PIPELINE), 0
+        while not stop.wait(probe_every):
+            line = _probe_line(sequence)
+            writer.write(datetime.now(timezone.utc), f"probe{sequence:05d}", [line])
+            written[f"probe-{sequence:05d}"] = time.time()
+            sequence += 1
+
+    threads = [threading.Thread(target=target, daemon=True) for target in (load, probes)]
+    for thread in threads:
+        thread.start()
+    deadline = time.time() + seconds
+    while time.time() < deadline + grace:
+        if time.time() >= deadline:
+            stop.set()
+            if set(written) <= set(seen):
+                break
+        try:
+            for row in spark.sql(f"SELECT DISTINCT bridge_id FROM {table} WHERE bridge_id LIKE 'probe-%'").collect():
+                seen.setdefault(row[0], time.time())
+        except Exception:  # the bare job's table appears with its first batch
+            pass
+        time.sleep(0.5)
+    stop.set()
+    for thread in threads:
+        thread.join(timeout=30)
+    batch_seconds = [seconds for _, seconds in _batches(query)]
+    _stop_between_batches(query)
+    delays = [seen[name] - at for name, at in written.items() if name in seen]
+    return {"probes": len(written), "probes_seen": len(delays), "delays": delays, "batch_seconds": batch_seconds}
+
+
+def _stop_between_batches(query, patience: float = 120) -> None:
+    """Stop once the running micro-batch finishes: stopping mid-batch only makes noise in the log."""
+    deadline = time.time() + patience
+    while query.status["isTriggerActive"] and time.time() < deadline:
+        time.sleep(0.2)
+    query.stop()
+
+
+class _Stopped(Exception):
+    """Ends the load writer early: the generator has no other way to be interrupted."""
+
+
+def _stop_if(stop: threading.Event) -> None:
+    if stop.is_set():
+        raise _Stopped()
+
+
+def freshness(spark, rate: float, seconds: float, trigger: str, probe_every: float, grace: float) -> dict:
+    """p50 and p95 of log -> SQL visibility for each job at the same event rate."""
+    results = {}
+    for job in JOBS:
+        with PeakMemory(os.getpid()) as peak:
+            outcome = _freshness_once(spark, job, rate, seconds, trigger, probe_every, grace)
+        delays = outcome["delays"]
+        results[job] = {
+            "p50_s": percentile(delays, 0.5) if delays else None,
+            "p95_s": percentile(delays, 0.95) if delays else None,
+            "probes": outcome["probes"], "probes_seen": outcome["probes_seen"],
+            "median_batch_s": summary(outcome["batch_seconds"])["median"] if outcome["batch_seconds"] else None,
+            "memory": peak.as_dict(),
+        }
+    return {"rate_events_per_s": rate, "seconds": seconds, "trigger_s": parse_duration(trigger).total_seconds(),
+            "probe_every_s": probe_every, "jobs": results}

@@ -1,0 +1,41 @@
+"""The benchmarks' smoke mode: every suite runs end to end at a tiny size, so the scripts cannot rot.
+
+Benchmarks are not tests: the figures of a smoke run mean nothing and nothing here checks a speed.
+What it proves is that every benchmark still runs against the current code and writes its results.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.bench
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_every_benchmark_runs_and_writes_its_results(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    run = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--results", str(tmp_path)], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=600)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
+    report = json.loads((tmp_path / "latest-smoke.json").read_text())
+    assert set(report["results"]) == {"backfill", "cold", "growth", "correction", "throughput", "freshness"}
+    figures = {row["figure"] for row in report["summary"]}
+    assert "speed layer sustainable rate vs bare stream" in figures
+    assert "backfill from log vs DuckDB" in figures
+    jobs = report["results"]["backfill"]["jobs"]
+    # Same data, same aggregation: the backfill jobs count the same vehicles, give or take the few
+    # malformed records a hand-written parser reads more leniently than the pipeline's validation.
+    malformed = sum(count for kind, count in report["data"].items() if kind.startswith("malformed:"))
+    vehicles = [job["vehicles"] for job in jobs.values()]
+    assert min(vehicles) > 0 and max(vehicles) - min(vehicles) <= malformed, jobs
+    freshness = report["results"]["freshness"]["jobs"]["lakehouse"]
+    assert freshness["probes_seen"] == freshness["probes"] > 0
+    assert "| figure |" in run.stdout
