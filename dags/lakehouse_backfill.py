@@ -53,48 +53,43 @@ Recomputes `gold.<pipeline>__batch` for the windows starting in **[start, end)**
 def lakehouse_backfill():
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
-    @task(multiple_outputs=True)
-    def validate_and_plan(params=None, run_id=None, logical_date=None) -> dict:
-        import dataclasses
-
+    @task
+    def validate_and_plan(params=None, run_id=None) -> list[list[str]]:
+        """The spark-submit arguments of each chunk to recompute (none for a dry run)."""
         from airflow.sdk.exceptions import AirflowFailException
 
+        from lakehouse.batch import parse_range
         from lakehouse.errors import LakehouseError
         from lakehouse.orchestration import chunk_job_args, plan_chunks, validate_backfill_request
         from lakehouse.pipelines import get_pipeline
-        from lakehouse.batch import parse_range
 
-        settings = Settings.from_env()
         try:
-            request = validate_backfill_request(dict(params), settings, datetime.now().astimezone())
+            request = validate_backfill_request(dict(params), Settings.from_env(), datetime.now().astimezone())
             parse_range(request.start.isoformat(), request.end.isoformat(), get_pipeline(request.pipeline))
-        except LakehouseError as error:  # bad input: fail now, no retry, nothing written
+        except LakehouseError as error:  # bad input: fail at once, no retry, nothing written
             raise AirflowFailException(f"invalid backfill parameters: {error}") from None
         chunks = plan_chunks(request)
-        jobs = [] if request.dry_run else [chunk_job_args(request, c, f"{run_id}|{c['start']}") for c in chunks]
-        return {"request": {k: str(v) for k, v in dataclasses.asdict(request).items()}, "chunks": chunks,
-                "job_args": jobs}
+        print(f"{len(chunks)} chunks planned: {chunks}")
+        return [] if request.dry_run else [chunk_job_args(request, c, f"{run_id}|{c['start']}") for c in chunks]
+
+    @task(trigger_rule="none_failed")
+    def summarise(params=None, run_id=None) -> dict:
+        """Chunks recomputed and skipped, rows written: this task's XCom and log."""
+        from lakehouse.ops_tables import read_rows
+        from lakehouse.orchestration import plan_chunks, render_summary_note, request_from_params, summarise_backfill
+
+        request = request_from_params(dict(params))
+        runs = [r for r in read_rows(Settings.from_env(), "ops", "backfill_runs")
+                if (r.get("label") or "").startswith(f"{run_id}|")]
+        summary = summarise_backfill(request, plan_chunks(request), runs)
+        print(render_summary_note(summary))
+        return summary
 
     plan = validate_and_plan()
     recompute = SparkSubmitOperator.partial(
         task_id="recompute_chunk", pool=BACKFILL_POOL, **spark_job_kwargs("backfill"),
-    ).expand(application_args=plan["job_args"])
-
-    @task(trigger_rule="none_failed")
-    def summarise(request: dict, chunks: list, run_id=None) -> dict:
-        from lakehouse.ops_tables import read_rows
-        from lakehouse.orchestration import BackfillRequest, parse_utc, render_summary_note, summarise_backfill
-
-        typed = BackfillRequest(request["pipeline"], parse_utc(request["start"], "start"),
-                                parse_utc(request["end"], "end"), request["source"], request["chunk"],
-                                request["reprocess"], request["dry_run"] == "True")
-        runs = [r for r in read_rows(Settings.from_env(), "ops", "backfill_runs")
-                if (r.get("label") or "").startswith(f"{run_id}|")]
-        summary = summarise_backfill(typed, chunks, runs)
-        print(render_summary_note(summary))
-        return summary
-
-    recompute >> summarise(plan["request"], plan["chunks"])
+    ).expand(application_args=plan)
+    recompute >> summarise()
 
 
 lakehouse_backfill()

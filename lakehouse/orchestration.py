@@ -105,7 +105,13 @@ def validate_backfill_request(params: dict, settings: Settings, now: datetime) -
     chunk = str(params.get("chunk"))
     if parse_duration(chunk) <= timedelta(0):
         raise LakehouseError(f"chunk {chunk} must be positive")
-    return BackfillRequest(pipeline, start, end, params["source"], chunk, params["reprocess"],
+    return request_from_params(params)
+
+
+def request_from_params(params: dict) -> BackfillRequest:
+    """The request the parameters describe (``validate_backfill_request`` checks them first)."""
+    return BackfillRequest(str(params["pipeline"]), parse_utc(params["start"], "start"), parse_utc(params["end"], "end"),
+                           str(params["source"]), str(params["chunk"]), str(params["reprocess"]),
                            bool(params.get("dry_run", False)))
 
 
