@@ -59,6 +59,9 @@ def spark_job_kwargs(job: str) -> dict:
         "jars": "{{ lakehouse_delta_jars() }}",
         "env_vars": spark_env(),
         "name": f"lakehouse-{job}",
+        # The driver JVM starts before Python: give it UTC and the project's quiet log configuration here.
+        "conf": {"spark.driver.extraJavaOptions":
+                 f"-Duser.timezone=UTC -Dlog4j.configurationFile={PROJECT_ROOT / 'lakehouse' / 'log4j2.properties'}"},
     }
 
 
