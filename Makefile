@@ -5,7 +5,7 @@ VENV := .venv
 UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lock clean
+.PHONY: setup demo test test-fast lock clean airflow airflow-stop system-deps
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -25,7 +25,7 @@ $(STAMP): requirements.lock pyproject.toml
 demo: setup
 	$(VENV)/bin/lakehouse demo
 
-test: setup
+test: setup system-deps
 	$(VENV)/bin/python -m pytest
 
 # Unit tests only: no subprocess JVMs.
@@ -39,3 +39,15 @@ lock:
 
 clean:
 	rm -rf $(VENV) .cache .lakehouse .pytest_cache test-artifacts
+
+# --- Airflow (local, on PostgreSQL): see README "Orchestration with Airflow" ---
+# PostgreSQL for Airflow's metadata and Chromium for the UI tests, from Debian packages if absent.
+system-deps:
+	@bash scripts/system-deps.sh
+
+airflow: setup
+	@bash scripts/airflow.sh start
+
+airflow-stop:
+	@bash scripts/airflow.sh stop
+# --- end Airflow ---

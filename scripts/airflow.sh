@@ -24,12 +24,14 @@ SECRETS="$AIRFLOW_HOME/secrets.env"
 PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json"
 
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
-as_postgres() { runuser -u postgres -- "$@"; }
+# PostgreSQL refuses to run as root: as root, the cluster belongs to the postgres user; otherwise to you.
+as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+own_for_postgres() { if [ "$(id -u)" = 0 ]; then chown postgres:postgres "$@"; fi; }
 
 ensure_postgres_installed() {
     if [ -z "$(pg_bin)" ]; then
         echo "Installing PostgreSQL (Debian package) ..."
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
+        bash "$ROOT/scripts/system-deps.sh"
     fi
 }
 
@@ -88,19 +90,19 @@ EOF
 start_postgres() {
     ensure_postgres_installed
     local bin; bin="$(pg_bin)"
-    # PostgreSQL refuses to run as root: the cluster belongs to the postgres user.
     mkdir -p "$PG_DATA"
-    chown postgres:postgres "$PG_DATA"
+    own_for_postgres "$PG_DATA"
     chmod 700 "$PG_DATA"
     if [ ! -f "$PG_DATA/PG_VERSION" ]; then
         source "$SECRETS"
         local pwfile="$PG_DATA/../.pg-superuser"
         head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$pwfile"
-        chown postgres "$pwfile"
+        own_for_postgres "$pwfile"
         as_postgres "$bin/initdb" -D "$PG_DATA" -U postgres --auth=scram-sha-256 --pwfile="$pwfile" >/dev/null
         rm -f "$pwfile"
         echo "host all all 127.0.0.1/32 scram-sha-256" > "$PG_DATA/pg_hba.conf"
-        echo "local all postgres peer" >> "$PG_DATA/pg_hba.conf"
+        # The socket lives in the cluster folder (mode 700): only its owner can reach it.
+        echo "local all all trust" >> "$PG_DATA/pg_hba.conf"
         NEW_CLUSTER=1
     fi
     if ! as_postgres "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then

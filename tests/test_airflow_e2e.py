@@ -237,3 +237,69 @@ def test_a_chunk_whose_spark_process_is_killed_mid_write_is_retried_to_the_clean
     assert [t["try_number"] for t in chunk] == [2], "the killed attempt was retried once"
     assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=2))
     print(f"\nkilled before the chunk's commit: {killed_before_commit}")
+
+
+ARTIFACTS = PROJECT / "test-artifacts"
+
+
+def pick_date_time(page, field_index: int, moment) -> None:
+    """Fill one of the trigger form's date-time pickers (0 is the logical date) through its popover."""
+    page.get_by_test_id("datetime-input").nth(field_index).click()
+    popover = page.locator("[data-scope=popover][data-part=content][data-state=open]")
+    popover.get_by_placeholder("YYYY/MM/DD").fill(moment.strftime("%Y/%m/%d"))
+    popover.get_by_placeholder("HH:mm").fill(moment.strftime("%H:%M"))
+    page.get_by_role("dialog").get_by_text("Trigger Dag").click()  # closes the popover, keeps the dialog
+    expected = moment.strftime("%b %d, %Y %H:%M")
+    page.get_by_test_id("datetime-input").nth(field_index).get_by_text(expected).wait_for(state="attached", timeout=10_000)
+
+
+def test_a_user_triggers_a_backfill_from_the_ui_form_and_sees_it_succeed(spark, live):
+    from playwright.sync_api import expect, sync_playwright
+
+    client, settings, oracle = live
+    client.unpause("lakehouse_backfill")
+    before = {r["dag_run_id"] for r in client.runs("lakehouse_backfill")}
+    start, end = HOUR0 + timedelta(hours=1), HOUR0 + timedelta(hours=2)
+    ARTIFACTS.mkdir(exist_ok=True)
+    began = time.monotonic()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(client.base_url + "/")
+            page.fill("input[name=username]", "admin")
+            page.fill("input[name=password]", client.password)
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_text("Dags").first.wait_for(timeout=60_000)
+            page.goto(client.base_url + "/dags/lakehouse_backfill")
+            page.get_by_role("button", name="Trigger").first.click()
+            page.get_by_text("Run Parameters").wait_for(timeout=30_000)
+            pick_date_time(page, 1, start)
+            pick_date_time(page, 2, end)
+            reprocess = page.get_by_role("dialog").locator("input[role=combobox]").nth(3)  # pipeline, source, chunk, reprocess
+            reprocess.fill("redo")
+            reprocess.press("Enter")
+            page.get_by_role("dialog").get_by_role("button", name="Trigger").click()
+            # The new run appears; open it and wait until the UI shows it succeeded.
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while not (new := {r["dag_run_id"] for r in client.runs("lakehouse_backfill")} - before):
+                assert time.monotonic() < deadline, "the form created no run"
+                time.sleep(1)
+            run_id = new.pop()
+            page.goto(f"{client.base_url}/dags/lakehouse_backfill/runs/{urllib.parse.quote(run_id, safe='')}")
+            while client.request("GET", client.run_path("lakehouse_backfill", run_id))["state"] not in ("success", "failed"):
+                assert time.monotonic() < deadline, "the run did not finish"
+                time.sleep(3)
+            page.reload()
+            expect(page.get_by_text("success", exact=False).first).to_be_visible(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "lakehouse_backfill_triggered_from_ui.png"), full_page=True)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "lakehouse_backfill_ui_failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    print(f"\nbrowser flow took {time.monotonic() - began:.0f}s")
+    conf = client.request("GET", client.run_path("lakehouse_backfill", run_id))["conf"]
+    assert conf["start"].startswith(start.strftime("%Y-%m-%dT%H:%M")) and conf["reprocess"] == "redo", conf
+    assert client.request("GET", client.run_path("lakehouse_backfill", run_id))["state"] == "success"
+    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=2))
