@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import dag
+from airflow.sdk import CronDataIntervalTimetable, dag
 
 from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, raise_alert, spark_job
-from lakehouse.orchestration import pipeline_names
+from lakehouse.orchestration import active_pipelines
+from lakehouse.settings import Settings
 
 DOC = """
 ### Audit
@@ -22,7 +23,8 @@ when one is configured. Results: `audit.reconciliations`, `audit.reconciliation_
 
 @dag(
     dag_id="lakehouse_audit",
-    schedule="@hourly",
+    # A data interval per hour (a plain "@hourly" would give a point in time in Airflow 3).
+    schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,
@@ -32,7 +34,7 @@ when one is configured. Results: `audit.reconciliations`, `audit.reconciliation_
     user_defined_macros=USER_DEFINED_MACROS,
 )
 def lakehouse_audit():
-    for pipeline in pipeline_names():
+    for pipeline in active_pipelines(Settings.from_env()):
         spark_job(f"audit_{pipeline}", "audit",
                   ["--pipeline", pipeline, "--start", "{{ data_interval_start.isoformat() }}",
                    "--end", "{{ data_interval_end.isoformat() }}"])

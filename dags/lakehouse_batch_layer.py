@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
-from airflow.sdk import dag
+from airflow.sdk import CronDataIntervalTimetable, dag
 
 from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
-from lakehouse.orchestration import pipeline_names
+from lakehouse.orchestration import active_pipelines
 from lakehouse.settings import Settings, parse_duration
 
 SETTINGS = Settings.from_env()
@@ -28,7 +28,8 @@ once. Later arrivals are folded in by `lakehouse_late_corrections`.
 
 @dag(
     dag_id="lakehouse_batch_layer",
-    schedule="@hourly",
+    # A data interval per hour (a plain "@hourly" would give a point in time in Airflow 3).
+    schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=2,
@@ -41,7 +42,7 @@ def lakehouse_batch_layer():
     # Reschedule mode: waiting for lateness holds no worker slot.
     wait = TimeDeltaSensor(task_id="wait_for_late_events", delta=parse_duration(SETTINGS.batch_lateness_delay),
                            mode="reschedule", poke_interval=60)
-    for pipeline in pipeline_names():
+    for pipeline in active_pipelines(SETTINGS):
         wait >> spark_job(
             f"recompute_{pipeline}", "backfill",
             ["--pipeline", pipeline, "--start", "{{ data_interval_start.isoformat() }}",

@@ -7,7 +7,8 @@ from datetime import datetime
 from airflow.sdk import dag
 
 from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
-from lakehouse.orchestration import pipeline_names
+from lakehouse.orchestration import active_pipelines
+from lakehouse.settings import Settings
 
 DOC = """
 ### Late corrections
@@ -31,7 +32,7 @@ overlapping run finds nothing left to correct.
     user_defined_macros=USER_DEFINED_MACROS,
 )
 def lakehouse_late_corrections():
-    for pipeline in pipeline_names():
+    for pipeline in active_pipelines(Settings.from_env()):
         spark_job(f"correct_{pipeline}", "correct", ["--pipeline", pipeline])
 
 

@@ -7,7 +7,8 @@ from datetime import datetime
 from airflow.sdk import dag
 
 from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
-from lakehouse.orchestration import pipeline_names
+from lakehouse.orchestration import active_pipelines
+from lakehouse.settings import Settings
 
 DOC = """
 ### Maintenance
@@ -34,7 +35,7 @@ DOC = """
     user_defined_macros=USER_DEFINED_MACROS,
 )
 def lakehouse_maintenance():
-    for pipeline in pipeline_names():
+    for pipeline in active_pipelines(Settings.from_env()):
         spark_job(f"maintain_{pipeline}", "maintain", ["--pipeline", pipeline])
 
 

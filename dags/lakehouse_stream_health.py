@@ -7,7 +7,8 @@ from datetime import datetime, timedelta
 from airflow.sdk import dag, task
 
 from lakehouse.airflow_support import default_args
-from lakehouse.orchestration import pipeline_names
+from lakehouse.orchestration import active_pipelines
+from lakehouse.settings import Settings
 
 DOC = """
 ### Stream health
@@ -35,14 +36,13 @@ def lakehouse_stream_health():
         from airflow.sdk.exceptions import AirflowFailException
 
         from lakehouse.health import check_stream_health
-        from lakehouse.settings import Settings
 
         verdict = check_stream_health(Settings.from_env(), pipeline, datetime.now().astimezone())
         if not verdict.ok:
             raise AirflowFailException(verdict.message)
         return verdict.message
 
-    check.expand(pipeline=pipeline_names())
+    check.expand(pipeline=active_pipelines(Settings.from_env()))
 
 
 lakehouse_stream_health()

@@ -33,6 +33,16 @@ def pipeline_names() -> list[str]:
     return sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "base"))
 
 
+def active_pipelines(settings: Settings) -> list[str]:
+    """The pipelines the scheduled DAGs run: ``LAKEHOUSE_PIPELINES``, or every shipped one."""
+    shipped = pipeline_names()
+    unknown = sorted(set(settings.pipelines) - set(shipped))
+    if unknown:
+        raise LakehouseError(f"LAKEHOUSE_PIPELINES names unknown pipelines {', '.join(unknown)}; "
+                             f"shipped: {', '.join(shipped)}")
+    return list(settings.pipelines) or shipped
+
+
 def backfill_param_schemas(settings: Settings) -> dict[str, dict]:
     """JSON-schema of each backfill parameter, as the trigger form renders and Airflow validates them.
 

@@ -97,6 +97,8 @@ class Settings:
     ivy_dir: str = str(PROJECT_ROOT / ".cache" / "ivy")
     extra_packages: tuple[str, ...] = ()
     # --- Orchestration (Airflow DAGs, maintenance, health) ---
+    # The pipelines the scheduled DAGs run (empty: every shipped pipeline).
+    pipelines: tuple[str, ...] = ()
     # The longest range one backfill may recompute, and how far back the retained log reaches.
     backfill_max_range: str = "31d"
     log_retention: str = "30d"
@@ -143,6 +145,7 @@ class Settings:
             ivy_dir=env.get("LAKEHOUSE_IVY_DIR", cls.ivy_dir),
             extra_packages=packages,
             # --- Orchestration ---
+            pipelines=tuple(p.strip() for p in env.get("LAKEHOUSE_PIPELINES", "").split(",") if p.strip()),
             backfill_max_range=env.get("LAKEHOUSE_BACKFILL_MAX_RANGE", cls.backfill_max_range),
             log_retention=env.get("LAKEHOUSE_LOG_RETENTION", cls.log_retention),
             vacuum_retention=env.get("LAKEHOUSE_VACUUM_RETENTION", cls.vacuum_retention),

@@ -82,9 +82,10 @@ export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT=600
 export AIRFLOW__LOGGING__BASE_LOG_FOLDER='$AIRFLOW_HOME/logs'
 export AIRFLOW_CONN_SPARK_DEFAULT='$SPARK_CONN'
 EOF
-    if [ -n "${LAKEHOUSE_HOME:-}" ]; then
-        echo "export LAKEHOUSE_HOME='$LAKEHOUSE_HOME'" >> "$AIRFLOW_HOME/env.sh"
-    fi
+    # The lakehouse settings (LAKEHOUSE_*) of this shell reach every task.
+    env | grep '^LAKEHOUSE_' | grep -v '^LAKEHOUSE_SPARK_CONN=' | while IFS='=' read -r name value; do
+        printf "export %s=%q\n" "$name" "$value"
+    done >> "$AIRFLOW_HOME/env.sh"
 }
 
 start_postgres() {

@@ -25,6 +25,7 @@ def airflow_env(airflow_home: Path, lakehouse_home: Path, **extra: str) -> dict[
         "LAKEHOUSE_HOME": str(lakehouse_home),
         "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
         "LAKEHOUSE_DRIVER_MEMORY": "1g",
+        "LAKEHOUSE_PIPELINES": "toll_traffic",
         **extra,
     }
 

@@ -104,6 +104,7 @@ def live(spark, tmp_path_factory):
     lakehouse_home = airflow_home / "lakehouse"
     env = {**os.environ, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW_PORT": str(free_port()),
            "AIRFLOW_PG_PORT": str(free_port()), "LAKEHOUSE_HOME": str(lakehouse_home),
+           "LAKEHOUSE_PIPELINES": "toll_traffic",
            "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"})}
     script = str(PROJECT / "scripts" / "airflow.sh")
     subprocess.run([script, "stop"], env=env, capture_output=True)

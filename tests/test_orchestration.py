@@ -120,3 +120,12 @@ def test_a_lag_growing_at_every_recent_batch_is_falling_behind_but_a_large_stead
     assert not verdict.ok and "falling behind" in verdict.message and "from 1m to 4m" in verdict.message
     steady = [progress(i, NOW - timedelta(minutes=4 - i), timedelta(days=300)) for i in range(4)]
     assert assess_stream_health("toll_traffic", steady, NOW, timedelta(minutes=15), 3).ok
+
+
+def test_scheduled_dags_run_the_configured_pipelines_or_all_shipped_ones():
+    from lakehouse.orchestration import active_pipelines
+
+    assert active_pipelines(SETTINGS) == pipeline_names()
+    assert active_pipelines(SETTINGS.replace(pipelines=("toll_traffic",))) == ["toll_traffic"]
+    with pytest.raises(LakehouseError, match="unknown pipelines nope"):
+        active_pipelines(SETTINGS.replace(pipelines=("nope",)))
