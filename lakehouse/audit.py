@@ -69,7 +69,7 @@ def current_pins(spark: SparkSession, settings: Settings, pipeline: Pipeline) ->
         uri = require_table(spark, table, settings, "run the speed layer first")
         pins[name] = str(DeltaTable.forPath(spark, uri).history(1).select("version").first()[0])
     # Files are only ever added to the log: the latest write time pins its content.
-    last_write = read_log(spark, settings, pipeline.name).agg(F.max("written_at")).first()[0]
+    last_write = read_log(spark, settings, pipeline.topic).agg(F.max("written_at")).first()[0]
     pins["log_until"] = last_write.isoformat() if last_write else ""
     return pins
 
@@ -136,7 +136,7 @@ class Auditor:
     def _truth_events(self, start: datetime, end: datetime, pins) -> DataFrame:
         """First copies of the valid events in windows starting in [start, end), from the pinned log."""
         pipeline = self.pipeline
-        raw = read_log(self.spark, self.settings, pipeline.name, earliest_arrival_for(start))
+        raw = read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(start))
         pinned = raw.where(F.col("written_at") <= F.lit(pins["log_until"]).cast("timestamp"))
         events = tx.first_copies(tx.valid_events(tx.parse_events(pinned, pipeline), pipeline), pipeline)
         return tx.assign_windows(events, pipeline).where(tx.in_window_range(start, end))

@@ -66,6 +66,19 @@ def split_range(start: datetime, end: datetime, chunk: timedelta) -> list[tuple[
     return chunks
 
 
+def event_span(pipeline: Pipeline, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The event times that can fall in windows starting in ``[start, end)``.
+
+    A session that starts in the range can run on past its end, and is only known to start there
+    if no event came less than a gap before: both sides reach ``session_lookback`` further.
+    """
+    window = pipeline.window
+    if window.is_session:
+        lookback = parse_duration(pipeline.session_lookback)
+        return start - lookback, end + lookback
+    return start, end - window.slide_delta + window.size_delta
+
+
 def sql_timestamp(moment: datetime) -> str:
     return f"TIMESTAMP'{moment.isoformat(sep=' ')}'"
 
@@ -151,15 +164,15 @@ class BatchLayer:
                 cached: list[DataFrame]) -> DataFrame:
         """Valid, de-duplicated events that can fall in windows starting in [start, end)."""
         pipeline = self.pipeline
-        last_event = end - pipeline.window.slide_delta + pipeline.window.size_delta
-        in_range = (F.col(pipeline.event_time) >= F.lit(start)) & (F.col(pipeline.event_time) < F.lit(last_event))
+        first_event, last_event = event_span(pipeline, start, end)
+        in_range = (F.col(pipeline.event_time) >= F.lit(first_event)) & (F.col(pipeline.event_time) < F.lit(last_event))
         if source == "bronze":
             uri = require_table(self.spark, self.tables.bronze, self.settings,
                                 "run the speed layer first, or backfill with --source log")
             bronze = self.spark.read.format("delta").load(uri)
-            on_dates = F.col("event_date").between(start.date(), last_event.date())
+            on_dates = F.col("event_date").between(first_event.date(), last_event.date())
             return bronze.where(on_dates & in_range).select(*pipeline.field_names)
-        parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.name, earliest_arrival_for(start)),
+        parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)),
                                  pipeline)
         numbered = tx.number_copies(tx.valid_events(parsed, pipeline), pipeline)
         counted = parsed.agg(F.count(F.lit(1)).alias("read"), F.count("reason").alias("quarantined")).first()
@@ -172,12 +185,16 @@ class BatchLayer:
     def _recompute_chunk(self, events: DataFrame, chunk_start: datetime, chunk_end: datetime,
                          result: BackfillResult, skip_if_unchanged: bool = False) -> None:
         pipeline, settings = self.pipeline, self.settings
-        windowed = tx.assign_windows(events, pipeline).where(tx.in_window_range(chunk_start, chunk_end))
-        fingerprint = input_fingerprint(windowed, pipeline, result.source)
+        # Fingerprint exactly the events that can reach this chunk's windows (see event_span).
+        first_event, last_event = event_span(pipeline, chunk_start, chunk_end)
+        chunk_events = events.where((F.col(pipeline.event_time) >= F.lit(first_event))
+                                    & (F.col(pipeline.event_time) < F.lit(last_event)))
+        fingerprint = input_fingerprint(chunk_events, pipeline, result.source)
         if skip_if_unchanged and self._last_fingerprint(chunk_start, chunk_end) == fingerprint:
             result.chunks_skipped += 1
             return
-        gold = tx.aggregate_metrics(windowed, pipeline, with_event_count=True).persist()
+        gold = tx.window_values(events, pipeline, with_event_count=True).where(
+            tx.in_window_range(chunk_start, chunk_end)).persist()
         try:
             totals = gold.agg(F.count(F.lit(1)).alias("rows"), F.sum("events").alias("events")).first()
             rows = gold.drop("events").withColumns(
@@ -238,14 +255,15 @@ def definition_fingerprint() -> str:
     return digest.hexdigest()
 
 
-def input_fingerprint(windowed: DataFrame, pipeline: Pipeline, source: str) -> str:
-    """A digest of exactly the inputs a chunk's result depends on: its windowed events (after parsing
-    and de-duplication), the source, and the code. Order-independent (sums of two 64-bit row hashes
-    and a count), and one aggregate over rows the recomputation reads anyway: no extra writes."""
+def input_fingerprint(events: DataFrame, pipeline: Pipeline, source: str) -> str:
+    """A digest of exactly the inputs a chunk's result depends on: the events that can reach its
+    windows (parsed and de-duplicated), the source, and the code. Order-independent (sums of two
+    64-bit row hashes and a count), and one aggregate over rows the recomputation reads anyway:
+    no extra writes."""
     import hashlib
 
-    columns = [F.col(name) for name in sorted(windowed.columns)]
-    totals = windowed.agg(
+    columns = [F.col(name) for name in sorted(events.columns)]
+    totals = events.agg(
         F.count(F.lit(1)).alias("rows"),
         F.sum(F.xxhash64(*columns).cast("decimal(38,0)")).alias("xx"),
         F.sum(F.hash(*columns).cast("decimal(38,0)")).alias("murmur"),

@@ -44,7 +44,7 @@ STREAM_PROGRESS = Table(
     struct_of(
         ("pipeline", STR), ("app_id", STR), ("batch_id", LONG), ("started_at", TS), ("duration_ms", LONG),
         ("input_rows", LONG), ("quarantined", LONG), ("duplicates", LONG), ("on_time", LONG), ("late", LONG),
-        ("watermark", TS), ("max_event_time", TS), ("speed_rows_changed", LONG),
+        ("watermark", TS), ("max_event_time", TS), ("panes_emitted", LONG),
         ("source_files", T.ArrayType(STR)),
     ),
 )
@@ -86,8 +86,27 @@ DIFFERENCES = Table(
         ("not_yet_read_events", LONG), ("unexplained_event_ids", STRINGS), ("speed_minus_on_time", STRING_MAP),
     ),
 )
-SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE)
-AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES)
+# The batch layer's corrections as a retraction log: per changed (window, key) of a pipeline, the
+# value withdrawn ('retract') and the value that replaces it ('insert').
+CORRECTIONS = Table(
+    "audit", "corrections",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("window_start", TS), ("window_end", TS), ("key", STRING_MAP),
+        ("change", STR), ("values", STRING_MAP), ("late_events", LONG), ("corrected_at", TS),
+    ),
+)
+# One row per correction run: the bronze versions it covered. A run that crashed is resumed
+# with the same versions, so its corrections are written once.
+CORRECTION_RUNS = Table(
+    "ops", "correction_runs",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("sequence", LONG), ("status", STR), ("bronze_from_version", LONG),
+        ("bronze_to_version", LONG), ("late_events", LONG), ("windows_recomputed", LONG), ("rows_changed", LONG),
+        ("started_at", TS), ("finished_at", TS),
+    ),
+)
+SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE, CORRECTION_RUNS)
+AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, CORRECTIONS)
 # Written by orchestration callbacks through delta-rs (see lakehouse.ops_tables), registered for SQL.
 ALERTS = Table("ops", "alerts", struct_of(
     ("alert_id", STR), ("source", STR), ("dag_id", STR), ("run_id", STR), ("task_id", STR), ("message", STR),
@@ -102,7 +121,17 @@ class PipelineTables:
     quarantine: Table
     speed: Table
     batch: Table
+    panes: Table
     serving_view: str
+
+    @property
+    def accumulation_views(self) -> dict[str, str]:
+        """The three accumulation modes of the pane log, by view name."""
+        base = self.serving_view
+        return {mode: f"{base}__{mode}" for mode in ACCUMULATION_MODES}
+
+
+ACCUMULATION_MODES = ("accumulating", "discarding", "retracting")
 
 
 def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
@@ -117,6 +146,7 @@ def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
             struct_of(*event_fields, ("event_date", T.DateType()), ("fate", STR), ("app_id", STR),
                     ("batch_id", LONG), ("source_file", STR), ("ingested_at", TS)),
             partition_by=("event_date",),
+            change_data_feed=True,  # correction runs read the late events added since their last run
         ),
         quarantine=Table(
             "quarantine", f"{p}_events",
@@ -127,13 +157,17 @@ def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
                     change_data_feed=True),
         batch=Table("gold", f"{p}__batch", struct_of(*gold_fields, ("run_id", STR), ("updated_at", TS)),
                     change_data_feed=True),
+        # Every pane the speed layer emitted: the value after the pane, its timing and index.
+        panes=Table("gold", f"{p}__panes",
+                    struct_of(*gold_fields, ("pane_index", LONG), ("timing", STR), ("is_retraction", T.BooleanType()),
+                              ("app_id", STR), ("batch_id", LONG), ("emitted_at", TS))),
         serving_view=f"gold.{p}",
     )
 
 
 def all_tables(pipeline: Pipeline) -> list[Table]:
     tables = pipeline_tables(pipeline)
-    return [tables.bronze, tables.quarantine, tables.speed, tables.batch, *SHARED_TABLES]
+    return [tables.bronze, tables.quarantine, tables.speed, tables.batch, tables.panes, *SHARED_TABLES]
 
 
 def table_exists(spark: SparkSession, uri: str) -> bool:
@@ -187,13 +221,47 @@ def serving_view_sql(pipeline: Pipeline) -> str:
     """
 
 
+def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
+    """One accumulation mode of Streaming 102 over the pane log.
+
+    - accumulating: each window's latest value (sessions a merge absorbed are gone);
+    - discarding: what each pane adds to the previous one (a withdrawn session: minus its value);
+    - retracting: per pane, the previous value withdrawn (``change = 'retract'``, negated) and the
+      new one added (``'insert'``); summed, every window nets to its accumulating value.
+    """
+    panes = pipeline_tables(pipeline).panes.qualified_name
+    window_key = ", ".join(["window_start", "window_end", *pipeline.keys])
+    metrics = pipeline.metric_names
+    lagged = ", ".join(f"LAG({m}) OVER w AS _prev_{m}" for m in metrics)
+    history = (f"SELECT *, {lagged}, LAG(is_retraction) OVER w AS _prev_retraction FROM {panes} "
+               f"WINDOW w AS (PARTITION BY {window_key} ORDER BY pane_index)")
+    pane_columns = "pane_index, timing, batch_id"
+    if mode == "accumulating":
+        values = ", ".join(metrics)
+        return (f"SELECT {window_key}, {values}, {pane_columns} FROM ("
+                f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {window_key} ORDER BY pane_index DESC) AS _newest "
+                f"FROM {panes}) WHERE _newest = 1 AND NOT is_retraction")
+    if mode == "discarding":
+        deltas = ", ".join(f"CASE WHEN is_retraction THEN -{m} ELSE {m} - COALESCE(_prev_{m}, 0) END AS {m}"
+                           for m in metrics)
+        return f"SELECT {window_key}, {deltas}, {pane_columns}, is_retraction FROM ({history})"
+    if mode == "retracting":
+        withdrawn = ", ".join(f"-(CASE WHEN is_retraction THEN {m} ELSE _prev_{m} END) AS {m}" for m in metrics)
+        added = ", ".join(metrics)
+        return (f"SELECT {window_key}, 'retract' AS change, {withdrawn}, {pane_columns} FROM ({history}) "
+                f"WHERE is_retraction OR (pane_index > 0 AND NOT COALESCE(_prev_retraction, TRUE)) "
+                f"UNION ALL SELECT {window_key}, 'insert' AS change, {added}, {pane_columns} FROM {panes} "
+                f"WHERE NOT is_retraction")
+    raise ValueError(f"unknown accumulation mode {mode!r}")
+
+
 def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pipeline] | None = None) -> list[str]:
     """Register every existing table (and each pipeline's serving view) under ``schema.name``."""
     pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
     registered: list[str] = []
     candidates = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES)
     for pipeline in pipelines:
-        candidates += all_tables(pipeline)[:4]
+        candidates += all_tables(pipeline)[:5]
     for table in candidates:
         uri = table.uri(settings)
         if table.qualified_name in registered or not table_exists(spark, uri):
@@ -210,6 +278,10 @@ def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pip
         if needed <= set(registered):
             spark.sql(f"CREATE OR REPLACE VIEW {tables.serving_view} AS {serving_view_sql(pipeline)}")
             registered.append(tables.serving_view)
+        if tables.panes.qualified_name in registered:
+            for mode, view in tables.accumulation_views.items():
+                spark.sql(f"CREATE OR REPLACE VIEW {view} AS {accumulation_view_sql(pipeline, mode)}")
+                registered.append(view)
     return registered
 
 

@@ -1,4 +1,4 @@
-"""The ``lakehouse`` command line: generate, stream, backfill, sql, status, demo."""
+"""The ``lakehouse`` command line: generate, stream, backfill, correct, replay, sql, status, audit, demo."""
 
 from __future__ import annotations
 
@@ -109,6 +109,38 @@ def cmd_audit(args, settings: Settings) -> None:
         raise AuditFailed()
 
 
+def cmd_correct(args, settings: Settings) -> None:
+    from lakehouse.corrections import CorrectionRun
+
+    pipeline = _pipeline(args.pipeline)
+    result = CorrectionRun(_spark(settings, f"correct-{pipeline.name}"), settings, pipeline).run()
+    print(result.summary())
+
+
+def cmd_replay(args, settings: Settings) -> None:
+    from pathlib import Path
+
+    from lakehouse.replay import read_scenario, replay, replay_result
+    from lakehouse.sql import format_rows
+
+    pipeline = _pipeline(args.pipeline)
+    arrivals = read_scenario(Path(args.file))  # before Spark starts: a bad file fails fast
+    spark = _spark(settings, f"replay-{pipeline.name}")
+    replay(spark, settings, pipeline, arrivals)
+    result = replay_result(spark, settings, pipeline)
+    if args.format == "json":
+        from lakehouse.sql import _json_value
+
+        print(json.dumps({part: [{k: _json_value(v) for k, v in row.items()} for row in rows]
+                          for part, rows in result.items()}, indent=1))
+        return
+    for part, title in (("panes", "Panes, in the order the stream emitted them"), ("speed", "Final speed values")):
+        rows = result[part]
+        columns = list(rows[0]) if rows else []
+        print(f"{title}:")
+        print(format_rows(columns, [tuple(row.values()) for row in rows], "table") if rows else "(none)\n")
+
+
 class AuditFailed(Exception):
     """Differences no cause explains: the audit exits 1."""
 
@@ -206,6 +238,18 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--pins", help="JSON of an earlier audit's pins, to re-run it exactly as it read")
     audit.add_argument("--report", help="also write a self-contained HTML report to this path")
     audit.set_defaults(run=cmd_audit)
+
+    correct = commands.add_parser("correct", help="fold late events into gold.<p>__batch, logging retractions")
+    correct.add_argument("--pipeline", default="toll_traffic")
+    correct.set_defaults(run=cmd_correct)
+
+    replay = commands.add_parser("replay", help="feed a scenario (events with arrival times) to the real stream")
+    replay.add_argument("--pipeline", required=True)
+    replay.add_argument("file", help="JSONL: one event per line, plus its \"arrival\" time")
+    replay.add_argument("--watermark-delay")
+    replay.add_argument("--allowed-lateness")
+    replay.add_argument("--format", default="table", choices=["table", "json"])
+    replay.set_defaults(run=cmd_replay)
 
     # --- Orchestration commands ---
     plan = commands.add_parser("plan-backfill", help="validate backfill parameters (JSON) and print its chunks")

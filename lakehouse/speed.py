@@ -16,13 +16,14 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse import panes as pn
 from lakehouse import transforms as tx
 from lakehouse.catalog import STREAM_PROGRESS, ensure_pipeline_tables
 from lakehouse.frames import literal_frame
 from lakehouse.log import log_glob
 from lakehouse.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
-from lakehouse.writers import append_once, merge_add_once
+from lakehouse.writers import append_once, upsert_once
 
 
 def watermark_for(max_event_time_before: datetime | None, watermark_delay: str, allowed_lateness: str) -> datetime | None:
@@ -51,7 +52,7 @@ class SpeedLayer:
         reader = self.spark.readStream.format("text")
         if self.settings.max_files_per_trigger:
             reader = reader.option("maxFilesPerTrigger", self.settings.max_files_per_trigger)
-        return reader.load(log_glob(self.settings, self.pipeline.name)).select(
+        return reader.load(log_glob(self.settings, self.pipeline.topic)).select(
             "value", F.col("_metadata.file_path").alias("source_file")
         )
 
@@ -97,15 +98,15 @@ class SpeedLayer:
             ).first()
             max_before = self._max_event_time_before(spark, app_id, batch_id)
             watermark = watermark_for(max_before, self.watermark_delay, self.allowed_lateness)
+            max_through = max((t for t in (max_before, summary["max_event_time"]) if t is not None), default=None)
             fates = self._label_fates(parsed, summary, app_id, batch_id, watermark).persist()
             try:
                 counts = self._count_fates(fates)
-                self._write(spark, parsed, fates, summary, counts, app_id, batch_id)
+                self._write(spark, parsed, fates, summary, counts, app_id, batch_id, watermark, max_through)
             finally:
                 fates.unpersist()
         finally:
             parsed.unpersist()
-        max_through = max((t for t in (max_before, summary["max_event_time"]) if t is not None), default=None)
         progress = {
             "pipeline": pipeline.name, "app_id": app_id, "batch_id": batch_id,
             "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
@@ -113,7 +114,7 @@ class SpeedLayer:
             "input_rows": summary["input_rows"], "quarantined": summary["quarantined"],
             "duplicates": counts.get(tx.DUPLICATE, 0), "on_time": counts.get(tx.ON_TIME, 0),
             "late": counts.get(tx.LATE, 0), "watermark": watermark, "max_event_time": max_through,
-            "speed_rows_changed": counts["speed_rows"], "source_files": summary["source_files"],
+            "panes_emitted": counts["speed_rows"], "source_files": summary["source_files"],
         }
         # Written last: a progress row means every write of its batch has committed.
         progress_rows = literal_frame(spark, STREAM_PROGRESS.columns, [progress])
@@ -121,19 +122,15 @@ class SpeedLayer:
         self._max_event_time_through = (batch_id, max_through)
 
     def _count_fates(self, fates: DataFrame) -> dict[str, int]:
-        """Events per fate, and the (window, key) rows the on-time events touch, in one pass."""
-        on_time = F.col("fate") == tx.ON_TIME
-        speed_key = F.struct("window_start", "window_end", *self.pipeline.keys)
         row = fates.agg(
             *[F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in (tx.ON_TIME, tx.LATE, tx.DUPLICATE)],
-            F.count_distinct(F.when(on_time, speed_key)).alias("speed_rows"),
         ).first()
         return row.asDict()
 
     def _label_fates(self, parsed: DataFrame, summary, app_id: str, batch_id: int, watermark) -> DataFrame:
         pipeline = self.pipeline
-        windowed = tx.assign_windows(tx.valid_events(parsed, pipeline), pipeline)
-        return tx.label_fates(windowed, self._seen_event_ids(summary, app_id, batch_id), watermark, pipeline)
+        seen = self._seen_event_ids(summary, app_id, batch_id)
+        return tx.label_fates(tx.valid_events(parsed, pipeline), seen, watermark, pipeline)
 
     def _seen_event_ids(self, summary, app_id: str, batch_id: int) -> DataFrame:
         """Ids bronze accepted before this batch, within the dedupe horizon of this batch's events."""
@@ -158,37 +155,57 @@ class SpeedLayer:
         row = progress.where((F.col("pipeline") == self.pipeline.name) & earlier).agg(F.max("max_event_time")).first()
         return row[0]
 
-    def _write(self, spark, parsed, fates, summary, counts, app_id: str, batch_id: int) -> None:
-        """Write bronze, quarantine and the speed aggregate, each once per batch.
+    def _write(self, spark, parsed, fates, summary, counts, app_id: str, batch_id: int,
+               watermark: datetime | None, max_through: datetime | None) -> None:
+        """Write bronze, quarantine, the panes and the speed table, each once per batch.
 
         Every write is idempotent, so after a crash the replayed batch redoes only what is missing.
         (Running them in threads was measured: no faster on two cores, the commits are CPU-bound.)
         """
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
         stamp = {"app_id": F.lit(app_id), "batch_id": F.lit(batch_id).cast("long")}
-        writes = []
         if counts[tx.ON_TIME] + counts[tx.LATE]:
             accepted = fates.where(F.col("fate") != tx.DUPLICATE).withColumns(
                 {"event_date": F.to_date(pipeline.event_time), **stamp, "ingested_at": F.current_timestamp()}
             )
-            writes.append(lambda: append_once(accepted.select(tables.bronze.columns.fieldNames()),
-                                              tables.bronze.uri(settings), app_id, batch_id,
-                                              tables.bronze.partition_by))
+            append_once(accepted.select(tables.bronze.columns.fieldNames()), tables.bronze.uri(settings),
+                        app_id, batch_id, tables.bronze.partition_by)
         if summary["quarantined"]:
             quarantined = tx.quarantined_records(parsed).withColumns({**stamp, "quarantined_at": F.current_timestamp()})
-            writes.append(lambda: append_once(quarantined.select(tables.quarantine.columns.fieldNames()),
-                                              tables.quarantine.uri(settings), app_id, batch_id))
-        if counts[tx.ON_TIME]:
-            partials = tx.aggregate_metrics(fates.where(F.col("fate") == tx.ON_TIME), pipeline)
-            writes.append(lambda: merge_add_once(
-                spark, partials, tables.speed.uri(settings),
-                match_columns=["window_start", "window_end", *pipeline.keys],
-                additive_columns=pipeline.metric_names,
+            append_once(quarantined.select(tables.quarantine.columns.fieldNames()), tables.quarantine.uri(settings),
+                        app_id, batch_id)
+        on_time_watermark = max_through - parse_duration(self.watermark_delay) if max_through else None
+        panes = self._next_panes(fates.where(F.col("fate") == tx.ON_TIME), app_id, batch_id, watermark,
+                                 on_time_watermark).persist()
+        try:
+            counts["speed_rows"] = panes.count()
+            if not counts["speed_rows"]:
+                return
+            append_once(panes.withColumns({**stamp, "emitted_at": F.current_timestamp()})
+                        .select(tables.panes.columns.fieldNames()), tables.panes.uri(settings), app_id, batch_id)
+            upsert_once(
+                spark, panes, tables.speed.uri(settings),
+                match_columns=pn.window_key(pipeline), value_columns=pipeline.metric_names,
                 also_set={"last_batch_id": F.lit(batch_id).cast("long"), "updated_at": F.current_timestamp()},
-                app_id=app_id, version=batch_id,
-            ))
-        for write in writes:
-            write()
+                delete_when="is_retraction", app_id=app_id, version=batch_id,
+            )
+        finally:
+            panes.unpersist()
+
+    def _next_panes(self, on_time: DataFrame, app_id: str, batch_id: int, watermark: datetime | None,
+                    on_time_watermark: datetime | None) -> DataFrame:
+        """The panes this batch emits, from the pane log as it was before this batch."""
+        pipeline = self.pipeline
+        panes = self.spark.read.format("delta").load(self.tables.panes.uri(self.settings))
+        earlier = ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
+        # Windows that ended before the watermark are closed: on-time events cannot reach them, and
+        # their ON_TIME pane has fired. A session can still absorb one that ended within a gap of it.
+        if watermark is not None:
+            panes = panes.where(F.col("window_end") > F.lit(watermark - pipeline.window.gap_delta))
+        state = pn.latest_panes(panes.where(earlier), pipeline)
+        if pipeline.window.is_session:
+            return pn.next_session_panes(state, on_time, on_time_watermark, pipeline)
+        return pn.next_panes(state, tx.window_values(on_time, pipeline), on_time_watermark, pipeline)
 
 
 def run_speed_layer(spark: SparkSession, settings: Settings, pipeline: Pipeline, available_now: bool,

@@ -119,13 +119,70 @@ def interval(duration: str) -> str:
     return f"{int(parse_duration(duration).total_seconds())} seconds"
 
 
+def _micros(duration) -> int:
+    return int(duration.total_seconds()) * 1_000_000
+
+
 def assign_windows(events: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """Add ``window_start``/``window_end``: half-open ``[start, end)`` event-time windows."""
+    """Add ``window_start``/``window_end``: half-open ``[start, end)`` event-time windows.
+
+    A hopping window spec gives one row per window an event falls in (size / slide of them). For
+    session windows each event gets its own one-event session ``[t, t + gap)``; ``merge_sessions``
+    joins the ones less than a gap apart.
+    """
     spec = pipeline.window
+    if spec.is_session:
+        start = F.col(pipeline.event_time)
+        return events.withColumns({"window_start": start, "window_end": start + F.expr(f"INTERVAL {interval(spec.gap)}")})
     window = F.window(pipeline.event_time, interval(spec.size), interval(spec.slide or spec.size))
     return events.withColumn("_window", window).withColumns(
         {"window_start": F.col("_window.start"), "window_end": F.col("_window.end")}
     ).drop("_window")
+
+
+def first_window_end(pipeline: Pipeline) -> Column:
+    """The end of the earliest-ending window an event falls in: when the event can first be late.
+
+    Windows start every ``slide`` and last ``size``; an event at t is in the windows with
+    ``start <= t < start + size``, the earliest of which ends at
+    ``(floor((t - size) / slide) + 1) * slide + size``. A session event's own window ends at t + gap.
+    """
+    spec, t = pipeline.window, F.unix_micros(F.col(pipeline.event_time))
+    if spec.is_session:
+        return F.timestamp_micros(t + F.lit(_micros(spec.gap_delta)))
+    size, slide = F.lit(_micros(spec.size_delta)), F.lit(_micros(spec.slide_delta))
+    return F.timestamp_micros((F.floor((t - size) / slide) + 1) * slide + size)
+
+
+def merge_sessions(sessions: DataFrame, pipeline: Pipeline, carry: dict[str, Column] | None = None) -> DataFrame:
+    """Merge overlapping session windows of each key into one: start = min, end = max, metrics add.
+
+    Windows are half-open, so a window starting exactly where the previous one ends is a new
+    session. ``carry`` adds more aggregates per merged session (the speed layer collects the
+    sessions a merge absorbs).
+    """
+    keys = list(pipeline.keys)
+    by_start = W.partitionBy(*keys).orderBy("window_start", "window_end")
+    end_so_far = F.max("window_end").over(by_start.rowsBetween(W.unboundedPreceding, -1))
+    starts_session = end_so_far.isNull() | (F.col("window_start") >= end_so_far)
+    numbered = sessions.withColumn("_starts", starts_session.cast("long")).withColumn(
+        "_session", F.sum("_starts").over(by_start.rowsBetween(W.unboundedPreceding, W.currentRow))
+    )
+    metrics = [F.sum(m.name).cast(m.spark_type).alias(m.name) for m in pipeline.metrics]
+    extra = [column.alias(name) for name, column in (carry or {}).items()]
+    merged = numbered.groupBy(*keys, "_session").agg(
+        F.min("window_start").alias("window_start"), F.max("window_end").alias("window_end"), *metrics, *extra
+    )
+    return merged.select(*pipeline.gold_columns, *(carry or {}))
+
+
+def window_values(events: DataFrame, pipeline: Pipeline, with_event_count: bool = False) -> DataFrame:
+    """Every metric per window and key over a set of events: the one aggregation both layers run."""
+    windowed = aggregate_metrics(assign_windows(events, pipeline), pipeline, with_event_count)
+    if not pipeline.window.is_session:
+        return windowed
+    carry = {"events": F.sum("events")} if with_event_count else None
+    return merge_sessions(windowed, pipeline, carry)
 
 
 def number_copies(events: DataFrame, pipeline: Pipeline) -> DataFrame:
@@ -139,19 +196,20 @@ def number_copies(events: DataFrame, pipeline: Pipeline) -> DataFrame:
 
 
 def label_fates(
-    windowed: DataFrame, seen_event_ids: DataFrame, watermark: datetime | None, pipeline: Pipeline
+    events: DataFrame, seen_event_ids: DataFrame, watermark: datetime | None, pipeline: Pipeline
 ) -> DataFrame:
     """Give every valid event its fate: duplicate, late or on time (DESIGN.md, "Event fate").
 
     ``seen_event_ids`` holds the ids accepted by earlier batches (one row per id). An event is
-    late when its window's end is at or before the watermark this batch runs with.
+    late when a window it falls in has ended at or before the watermark this batch runs with:
+    the earliest-ending one decides, so a late event is left out of all its windows.
     """
     seen = seen_event_ids.select(pipeline.event_id, F.lit(True).alias("_seen_before"))
     is_duplicate = F.coalesce(F.col("_seen_before"), F.lit(False)) | (F.col("copy_number") > 1)
-    is_late = F.col("window_end") <= F.lit(watermark) if watermark is not None else F.lit(False)
+    is_late = first_window_end(pipeline) <= F.lit(watermark) if watermark is not None else F.lit(False)
     fate = F.when(is_duplicate, F.lit(DUPLICATE)).when(is_late, F.lit(LATE)).otherwise(F.lit(ON_TIME))
     return (
-        number_copies(windowed, pipeline)
+        number_copies(events, pipeline)
         .join(seen, on=pipeline.event_id, how="left")
         .withColumn("fate", fate)
         .drop("_seen_before", "copy_number")

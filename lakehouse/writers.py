@@ -32,28 +32,34 @@ def _dml_transaction(spark: SparkSession, app_id: str, version: int):
         spark.conf.unset("spark.databricks.delta.write.txnVersion")
 
 
-def merge_add_once(
+def upsert_once(
     spark: SparkSession,
-    partials: DataFrame,
+    rows: DataFrame,
     uri: str,
     match_columns: list[str],
-    additive_columns: list[str],
+    value_columns: list[str],
     also_set: dict[str, Column],
+    delete_when: str,
     app_id: str,
     version: int,
 ) -> None:
-    """Add per-batch partial values into the table, once per (app_id, version)."""
+    """Set the table's rows to ``rows`` (matched on ``match_columns``), once per (app_id, version).
+
+    Rows matching ``delete_when`` remove their match instead. Values are absolute, not added, so
+    even a repeated MERGE leaves the same table.
+    """
     from delta.tables import DeltaTable
 
     condition = " AND ".join(f"t.{c} = s.{c}" for c in match_columns)
-    updates: dict[str, Column | str] = {c: f"t.{c} + s.{c}" for c in additive_columns}
+    updates: dict[str, Column | str] = {c: f"s.{c}" for c in value_columns}
     updates.update(also_set)
-    inserts: dict[str, Column | str] = {c: f"s.{c}" for c in match_columns + additive_columns}
+    inserts: dict[str, Column | str] = {c: f"s.{c}" for c in match_columns + value_columns}
     inserts.update(also_set)
     merge = (
-        DeltaTable.forPath(spark, uri).alias("t").merge(partials.alias("s"), condition)
+        DeltaTable.forPath(spark, uri).alias("t").merge(rows.alias("s"), condition)
+        .whenMatchedDelete(condition=f"s.{delete_when}")
         .whenMatchedUpdate(set=updates)
-        .whenNotMatchedInsert(values=inserts)
+        .whenNotMatchedInsert(condition=f"NOT s.{delete_when}", values=inserts)
     )
     with _dml_transaction(spark, app_id, version):
         merge.execute()

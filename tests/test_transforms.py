@@ -198,7 +198,8 @@ def test_event_in_the_last_millisecond_of_a_window_stays_in_it(spark):
 
 # --- label_fates -----------------------------------------------------------------------------------
 
-WINDOWED = "event_id string, source_file string, value string, window_start timestamp, window_end timestamp"
+# An event at the start of its window: (event_time, window_end).
+WINDOWED = "event_id string, source_file string, value string, event_time timestamp, window_end timestamp"
 SEEN = "event_id string"
 FATES = "source_file string, value string, fate string"
 W0 = (ts("08:00:00"), ts("08:01:00"))

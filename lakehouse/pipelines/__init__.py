@@ -2,9 +2,12 @@
 
 from lakehouse.errors import LakehouseError
 from lakehouse.pipelines.base import Pipeline
-from lakehouse.pipelines.toll_traffic import TOLL_TRAFFIC
+from lakehouse.pipelines.team_scores import TEAM_SCORES, TEAM_SCORES_SESSIONS
+from lakehouse.pipelines.toll_traffic import TOLL_TRAFFIC, TOLL_TRAFFIC_5M, TOLL_TRIPS
 
-PIPELINES: dict[str, Pipeline] = {p.name: p for p in (TOLL_TRAFFIC,)}
+PIPELINES: dict[str, Pipeline] = {
+    p.name: p for p in (TOLL_TRAFFIC, TOLL_TRAFFIC_5M, TOLL_TRIPS, TEAM_SCORES, TEAM_SCORES_SESSIONS)
+}
 
 
 def get_pipeline(name: str) -> Pipeline:

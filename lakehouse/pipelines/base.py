@@ -40,18 +40,56 @@ class Metric:
     spark_type: T.DataType
 
 
+TUMBLING, HOPPING, SESSION = "tumbling", "hopping", "session"
+
+
 @dataclasses.dataclass(frozen=True)
 class Window:
-    size: str
-    slide: str | None = None  # None: tumbling
+    """Half-open event-time windows: tumbling (size), hopping (size, slide) or session (gap).
+
+    A session window of one key is ``[first event, last event + gap)``: events less than ``gap``
+    apart share a session, so a new event can merge two sessions into one.
+    """
+
+    size: str | None = None
+    slide: str | None = None
+    gap: str | None = None
+
+    def __post_init__(self):
+        if (self.size is None) == (self.gap is None):
+            raise ValueError("a window has either a size (tumbling or hopping) or a gap (session)")
+
+    @property
+    def kind(self) -> str:
+        if self.gap is not None:
+            return SESSION
+        return HOPPING if self.slide and self.slide != self.size else TUMBLING
+
+    @property
+    def is_session(self) -> bool:
+        return self.kind == SESSION
 
     @property
     def size_delta(self) -> timedelta:
-        return parse_duration(self.size)
+        return parse_duration(self.size or self.gap)
 
     @property
     def slide_delta(self) -> timedelta:
+        """The step between window starts: ranges and chunks align to it (any second for sessions)."""
+        if self.is_session:
+            return timedelta(seconds=1)
         return parse_duration(self.slide or self.size)
+
+    @property
+    def gap_delta(self) -> timedelta:
+        return parse_duration(self.gap) if self.gap else timedelta(0)
+
+    def describe(self) -> str:
+        if self.kind == SESSION:
+            return f"session windows (gap {self.gap})"
+        if self.kind == HOPPING:
+            return f"{self.size} windows sliding by {self.slide}"
+        return f"{self.size} tumbling windows"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +105,18 @@ class Pipeline:
     event_id: str = "event_id"
     event_time: str = "event_time"
     description: str = ""
+    # The log topic the pipeline reads; variants of a pipeline read their parent's events.
+    source: str | None = None
+    # Sessions are recomputed from events up to this far before a range (longer ones are cut).
+    session_lookback: str = "1d"
+
+    @property
+    def topic(self) -> str:
+        return self.source or self.name
+
+    def variant(self, name: str, **changes) -> "Pipeline":
+        """The same events aggregated another way (another window, keys or metrics)."""
+        return dataclasses.replace(self, name=name, source=self.topic, **changes)
 
     @property
     def event_schema(self) -> T.StructType:
