@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from airflow.sdk import Param, dag, task
 
 from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, spark_job_kwargs
-from lakehouse.orchestration import BACKFILL_POOL, backfill_param_schemas
+from lakehouse.orchestration import BACKFILL_POOL, DEFAULT_PIPELINE, backfill_param_schemas
 from lakehouse.settings import Settings
 
 SCHEMAS = backfill_param_schemas(Settings.from_env())
@@ -41,7 +41,7 @@ Recomputes `gold.<pipeline>__batch` for the windows starting in **[start, end)**
     max_active_runs=2,
     user_defined_macros=USER_DEFINED_MACROS,
     params={
-        "pipeline": Param(SCHEMAS["pipeline"]["enum"][0], **SCHEMAS["pipeline"]),
+        "pipeline": Param(DEFAULT_PIPELINE, **SCHEMAS["pipeline"]),
         "start": Param("2026-01-05T08:00:00Z", **SCHEMAS["start"]),
         "end": Param("2026-01-05T09:00:00Z", **SCHEMAS["end"]),
         "source": Param("bronze", **SCHEMAS["source"]),

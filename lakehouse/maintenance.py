@@ -79,7 +79,8 @@ def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
         delta.vacuum(retention.total_seconds() / 3600)
         report["tables"][table.qualified_name] = {
             "files_added": metrics["numFilesAdded"], "files_removed": metrics["numFilesRemoved"]}
-    expired = expired_log_partitions(log_partitions(spark, settings, pipeline.name), now, log_retention(settings))
+    # Variants of a pipeline read their parent's log (its topic).
+    expired = expired_log_partitions(log_partitions(spark, settings, pipeline.topic), now, log_retention(settings))
     for folder in expired:
         fs, path = _hadoop_fs(spark, folder)
         fs.delete(path, True)

@@ -27,10 +27,26 @@ BACKFILL_POOL = "lakehouse_backfill"
 
 
 def pipeline_names() -> list[str]:
-    """The shipped pipelines, one module each under ``lakehouse/pipelines/``, named without importing
-    them (a pipeline module imports pyspark, too slow for DAG parsing); a test pins this to PIPELINES."""
-    folder = Path(__file__).with_name("pipelines")
-    return sorted(p.stem for p in folder.glob("*.py") if p.stem not in ("__init__", "base"))
+    """The shipped pipelines' names, read from ``lakehouse/pipelines/`` without importing it (a pipeline
+    module imports pyspark, too slow for DAG parsing): the ``name=`` of each ``Pipeline(...)`` and the
+    name of each ``.variant("...")``. A test pins this list to ``lakehouse.pipelines.PIPELINES``."""
+    import ast
+
+    names = set()
+    for path in Path(__file__).with_name("pipelines").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if called == "Pipeline":
+                names.update(k.value.value for k in node.keywords
+                              if k.arg == "name" and isinstance(k.value, ast.Constant))
+            elif called == "variant" and node.args and isinstance(node.args[0], ast.Constant):
+                names.add(node.args[0].value)
+    return sorted(names)
+
+
+DEFAULT_PIPELINE = "toll_traffic"
 
 
 def active_pipelines(settings: Settings) -> list[str]:

@@ -219,3 +219,21 @@ def test_stream_health_dag_passes_for_a_fresh_stream_and_fails_once_it_goes_stal
     run = dag_test(airflow_home, lakehouse_home, "lakehouse_stream_health", LAKEHOUSE_STREAM_MAX_STALENESS="1s")
     assert run["state"] == "failed"
     assert "speed layer for toll_traffic is stale" in run["output"]
+
+
+@pytest.mark.slow
+def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retractions(spark, airflow_home, home):
+    from lakehouse.catalog import CORRECTION_RUNS, CORRECTIONS
+
+    settings, oracle = home
+    late_windows = {r.window_start for r in read(spark, settings, TABLES.bronze).where("fate = 'late'")
+                    .select(F.window(F.col("event_time"), "1 minute").start.alias("window_start")).collect()}
+    assert late_windows, "the scenario has late events"
+    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_late_corrections")
+    assert run["state"] == "success", run["output"][-3000:]
+    runs = read(spark, settings, CORRECTION_RUNS).collect()
+    assert [r.status for r in runs] == ["succeeded"] and runs[0].late_events > 0
+    corrected = {r.window_start for r in read(spark, settings, CORRECTIONS).collect()}
+    assert corrected and corrected <= late_windows
+    batch = read(spark, settings, TABLES.batch)
+    assert gold_rows(batch) == {row for row in oracle.rows("batch") if row[0] in {r.window_start for r in batch.collect()}}
