@@ -13,7 +13,7 @@ setup: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip sync --quiet --python $(VENV)/bin/python requirements.lock
+	$(VENV)/bin/uv pip sync --quiet --compile-bytecode --python $(VENV)/bin/python requirements.lock
 	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -e .
 	@mkdir -p .cache
 	@echo "Resolving Spark's Delta JARs from Maven Central into .cache/ivy (once) ..."
