@@ -5,7 +5,7 @@ VENV := .venv
 UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast lock clean airflow airflow-stop system-deps
+.PHONY: setup demo test test-fast lock clean airflow airflow-stop system-deps test-airflow
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -50,4 +50,9 @@ airflow: setup
 
 airflow-stop:
 	@bash scripts/airflow.sh stop
+
+# The Airflow tests alone: DAG integrity, dag.test() of each DAG, and end to end on a real Airflow
+# (PostgreSQL, api-server, scheduler, dag-processor) with a browser test of the trigger form.
+test-airflow: setup system-deps
+	$(VENV)/bin/python -m pytest tests/test_orchestration.py tests/test_dags.py tests/test_airflow_e2e.py
 # --- end Airflow ---
