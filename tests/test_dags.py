@@ -31,6 +31,8 @@ DAG_IDS = {"lakehouse_backfill", "lakehouse_batch_layer", "lakehouse_late_correc
            "lakehouse_maintenance", "lakehouse_stream_health"}
 # Recent enough for the log retention, whole hours so every range falls on window boundaries.
 HOUR0 = (datetime.now(timezone.utc) - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+# A manual run of an hourly DAG at a given time gets the hour that ended then as its data interval.
+FIRST_HOUR_RUN = HOUR0 + timedelta(hours=1)
 
 
 def iso(moment: datetime) -> str:
@@ -141,7 +143,7 @@ def test_backfill_dag_rejects_an_end_before_its_start_without_writing(spark, air
 @pytest.mark.slow
 def test_batch_layer_dag_recomputes_exactly_its_data_interval(spark, airflow_home, home):
     settings, oracle = home
-    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_batch_layer", logical_date=iso(HOUR0))
+    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_batch_layer", logical_date=iso(FIRST_HOUR_RUN))
     assert run["state"] == "success", run["output"][-3000:]
     assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=1))
     coverage = read(spark, settings, BATCH_COVERAGE).collect()
@@ -165,7 +167,7 @@ class _Webhook(http.server.BaseHTTPRequestHandler):
 def test_audit_dag_passes_on_a_consistent_stream_and_alerts_when_speed_was_tampered_with(spark, airflow_home, home):
     settings, _ = home
     lakehouse_home = local_path(settings.home)
-    run = dag_test(airflow_home, lakehouse_home, "lakehouse_audit", logical_date=iso(HOUR0))
+    run = dag_test(airflow_home, lakehouse_home, "lakehouse_audit", logical_date=iso(FIRST_HOUR_RUN))
     assert run["state"] == "success", run["output"][-3000:]
     assert read(spark, settings, RECONCILIATIONS).where("unexplained = 0").count() == 1
 
@@ -179,7 +181,7 @@ def test_audit_dag_passes_on_a_consistent_stream_and_alerts_when_speed_was_tampe
     threading.Thread(target=server.serve_forever, daemon=True).start()
     webhook = json.dumps({"conn_type": "http", "host": f"http://127.0.0.1:{server.server_port}/alerts"})
     try:
-        run = dag_test(airflow_home, lakehouse_home, "lakehouse_audit", logical_date=iso(HOUR0),
+        run = dag_test(airflow_home, lakehouse_home, "lakehouse_audit", logical_date=iso(FIRST_HOUR_RUN),
                        AIRFLOW_CONN_LAKEHOUSE_ALERTS_WEBHOOK=webhook)
     finally:
         server.shutdown()
