@@ -5,7 +5,11 @@ VENV := .venv
 UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
+<<<<<<< HEAD
 .PHONY: setup demo test test-fast bench bench-smoke lock clean
+=======
+.PHONY: setup demo test test-fast lock clean airflow airflow-stop system-deps test-airflow
+>>>>>>> airflow
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -13,7 +17,7 @@ setup: $(STAMP)
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
-	$(VENV)/bin/uv pip sync --quiet --python $(VENV)/bin/python requirements.lock
+	$(VENV)/bin/uv pip sync --quiet --compile-bytecode --python $(VENV)/bin/python requirements.lock
 	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -e .
 	@mkdir -p .cache
 	@echo "Resolving Spark's Delta JARs from Maven Central into .cache/ivy (once) ..."
@@ -25,7 +29,7 @@ $(STAMP): requirements.lock pyproject.toml
 demo: setup
 	$(VENV)/bin/lakehouse demo
 
-test: setup
+test: setup system-deps
 	$(VENV)/bin/python -m pytest
 
 # Unit tests only: no subprocess JVMs.
@@ -47,3 +51,20 @@ lock:
 
 clean:
 	rm -rf $(VENV) .cache .lakehouse .pytest_cache test-artifacts
+
+# --- Airflow (local, on PostgreSQL): see README "Orchestration with Airflow" ---
+# PostgreSQL for Airflow's metadata and Chromium for the UI tests, from Debian packages if absent.
+system-deps:
+	@bash scripts/system-deps.sh
+
+airflow: setup
+	@bash scripts/airflow.sh start
+
+airflow-stop:
+	@bash scripts/airflow.sh stop
+
+# The Airflow tests alone: DAG integrity, dag.test() of each DAG, and end to end on a real Airflow
+# (PostgreSQL, api-server, scheduler, dag-processor) with a browser test of the trigger form.
+test-airflow: setup system-deps
+	$(VENV)/bin/python -m pytest tests/test_orchestration.py tests/test_dags.py tests/test_airflow_e2e.py
+# --- end Airflow ---

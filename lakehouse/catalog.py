@@ -55,14 +55,17 @@ BACKFILL_RUNS = Table(
         ("status", STR), ("error", STR), ("chunks", LONG), ("events_read", LONG), ("quarantined", LONG),
         ("duplicates", LONG), ("events_used", LONG), ("rows_written", LONG), ("started_at", TS),
         ("finished_at", TS), ("duration_ms", LONG),
+        # Orchestration: chunks left as they were (same inputs), and who asked (an Airflow run, say).
+        ("chunks_skipped", LONG), ("label", STR),
     ),
 )
 # One row per chunk the batch layer has recomputed: the serving view trusts batch values there,
-# even for windows where the batch found no events at all.
+# even for windows where the batch found no events at all. input_fingerprint digests the chunk's
+# inputs, so a backfill asked to skip unchanged chunks knows which it may leave as they are.
 BATCH_COVERAGE = Table(
     "ops", "batch_coverage",
     struct_of(("pipeline", STR), ("range_start", TS), ("range_end", TS), ("run_id", STR), ("source", STR),
-            ("written_at", TS)),
+            ("written_at", TS), ("input_fingerprint", STR)),
 )
 STRING_MAP, STRINGS = T.MapType(STR, STR), T.ArrayType(STR)
 RECONCILIATIONS = Table(
@@ -116,6 +119,12 @@ DATA_QUALITY = Table(
 )
 SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE, CORRECTION_RUNS)
 AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, CORRECTIONS, DATA_QUALITY)
+# Written by orchestration callbacks through delta-rs (see lakehouse.ops_tables), registered for SQL.
+ALERTS = Table("ops", "alerts", struct_of(
+    ("alert_id", STR), ("source", STR), ("dag_id", STR), ("run_id", STR), ("task_id", STR), ("message", STR),
+    ("raised_at", TS),
+))
+ORCHESTRATION_TABLES = (ALERTS,)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -262,7 +271,7 @@ def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pip
     """Register every existing table (and each pipeline's serving view) under ``schema.name``."""
     pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
     registered: list[str] = []
-    candidates = list(SHARED_TABLES + AUDIT_TABLES)
+    candidates = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES)
     for pipeline in pipelines:
         candidates += all_tables(pipeline)[:5]
     for table in candidates:

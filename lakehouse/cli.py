@@ -64,10 +64,12 @@ def cmd_backfill(args, settings: Settings) -> None:
         bar.total = total
         bar.update(done)
 
-    result = layer.backfill(start, end, source=args.source, chunk=args.chunk, on_chunk=on_chunk)
+    result = layer.backfill(start, end, source=args.source, chunk=args.chunk, on_chunk=on_chunk,
+                            reprocess=args.reprocess, label=args.label)
     print(
         f"backfill {result.run_id} {result.status}: {result.pipeline} [{start.isoformat()}Z, {end.isoformat()}Z) "
-        f"from {result.source}, {result.chunks} chunks, {result.events_used} events, "
+        f"from {result.source}, {result.chunks} chunks recomputed, {result.chunks_skipped} skipped (same inputs), "
+        f"{result.events_used} events, "
         f"{result.rows_written} rows written to gold.{pipeline.name}__batch"
     )
 
@@ -152,6 +154,36 @@ class AuditFailed(Exception):
     """Differences no cause explains, or a failed expectation suite: the audit exits 1."""
 
 
+# --- Orchestration commands (what the Airflow DAGs run) ---
+def cmd_plan_backfill(args, settings: Settings) -> None:
+    from lakehouse.orchestration import plan_chunks, validate_backfill_request
+
+    request = validate_backfill_request(json.loads(args.params), settings, datetime.now(timezone.utc))
+    print(json.dumps({"chunks": plan_chunks(request)}, indent=1))
+
+
+def cmd_maintain(args, settings: Settings) -> None:
+    from lakehouse.maintenance import maintain
+
+    report = maintain(_spark(settings, f"maintain-{args.pipeline}"), settings, _pipeline(args.pipeline),
+                      datetime.now(timezone.utc))
+    print(json.dumps(report, indent=1))
+
+
+def cmd_health(args, settings: Settings) -> None:
+    from lakehouse.health import check_stream_health
+
+    verdict = check_stream_health(settings, args.pipeline, datetime.now(timezone.utc))
+    print(verdict.message)
+    if not verdict.ok:
+        raise Unhealthy()
+
+
+class Unhealthy(Exception):
+    """The speed layer is stale or falling behind: ``lakehouse health`` exits 1."""
+# --- end orchestration commands ---
+
+
 def cmd_demo(args, settings: Settings) -> None:
     from lakehouse.demo import run_demo
 
@@ -193,6 +225,9 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--end", required=True, help="exclusive")
     backfill.add_argument("--source", default="bronze", choices=["bronze", "log"])
     backfill.add_argument("--chunk", default="1d", help="recompute and commit this much at a time")
+    backfill.add_argument("--reprocess", default="redo", choices=["redo", "skip"],
+                          help="skip: leave chunks whose inputs are unchanged since their last recomputation")
+    backfill.add_argument("--label", help="recorded in ops.backfill_runs: who asked (an Airflow run, say)")
     backfill.set_defaults(run=cmd_backfill)
 
     sql = commands.add_parser("sql", help="query tables and views by schema.name (Delta time travel works)")
@@ -229,6 +264,21 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--format", default="table", choices=["table", "json"])
     replay.set_defaults(run=cmd_replay)
 
+    # --- Orchestration commands ---
+    plan = commands.add_parser("plan-backfill", help="validate backfill parameters (JSON) and print its chunks")
+    plan.add_argument("params", help='e.g. {"pipeline": "toll_traffic", "start": ..., "end": ..., '
+                                     '"source": "bronze", "chunk": "1h", "reprocess": "skip"}')
+    plan.set_defaults(run=cmd_plan_backfill)
+
+    maintain = commands.add_parser("maintain", help="OPTIMIZE and VACUUM the tables, expire the retained log")
+    maintain.add_argument("--pipeline", default="toll_traffic")
+    maintain.set_defaults(run=cmd_maintain)
+
+    health = commands.add_parser("health", help="exit 1 when the speed layer is stale or falling behind")
+    health.add_argument("--pipeline", default="toll_traffic")
+    health.set_defaults(run=cmd_health)
+    # --- end orchestration commands ---
+
     demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")
     demo.add_argument("--events", type=int, default=20_000)
     demo.set_defaults(run=cmd_demo)
@@ -251,7 +301,7 @@ def main(argv: list[str] | None = None) -> int:
     except LakehouseError as error:
         print(f"lakehouse: error: {error}", file=sys.stderr)
         return 2
-    except AuditFailed:
+    except (AuditFailed, Unhealthy):
         return 1
     except KeyboardInterrupt:
         return 130

@@ -96,6 +96,23 @@ class Settings:
     allowed_lateness: str | None = None
     ivy_dir: str = str(PROJECT_ROOT / ".cache" / "ivy")
     extra_packages: tuple[str, ...] = ()
+    # --- Orchestration (Airflow DAGs, maintenance, health) ---
+    # The pipelines the scheduled DAGs run (empty: every shipped pipeline).
+    pipelines: tuple[str, ...] = ()
+    # The longest range one backfill may recompute, and how far back the retained log reaches.
+    backfill_max_range: str = "31d"
+    log_retention: str = "30d"
+    # VACUUM keeps removed files this long; never below what audit replays (--pins) and Delta's
+    # own 7-day safety need (see lakehouse.maintenance.vacuum_retention).
+    vacuum_retention: str = "7d"
+    audit_replay_window: str = "7d"
+    # The speed layer is stale when its last micro-batch started longer ago than this, and
+    # falling behind when its lag grew over this many consecutive micro-batches.
+    stream_max_staleness: str = "15m"
+    stream_lag_batches: int = 5
+    # The scheduled batch layer recomputes an hour once this much lateness has had time to arrive.
+    batch_lateness_delay: str = "15m"
+    # --- end orchestration ---
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -127,12 +144,23 @@ class Settings:
             allowed_lateness=env.get("LAKEHOUSE_ALLOWED_LATENESS") or None,
             ivy_dir=env.get("LAKEHOUSE_IVY_DIR", cls.ivy_dir),
             extra_packages=packages,
+            # --- Orchestration ---
+            pipelines=tuple(p.strip() for p in env.get("LAKEHOUSE_PIPELINES", "").split(",") if p.strip()),
+            backfill_max_range=env.get("LAKEHOUSE_BACKFILL_MAX_RANGE", cls.backfill_max_range),
+            log_retention=env.get("LAKEHOUSE_LOG_RETENTION", cls.log_retention),
+            vacuum_retention=env.get("LAKEHOUSE_VACUUM_RETENTION", cls.vacuum_retention),
+            audit_replay_window=env.get("LAKEHOUSE_AUDIT_REPLAY_WINDOW", cls.audit_replay_window),
+            stream_max_staleness=env.get("LAKEHOUSE_STREAM_MAX_STALENESS", cls.stream_max_staleness),
+            stream_lag_batches=integer("LAKEHOUSE_STREAM_LAG_BATCHES", cls.stream_lag_batches),
+            batch_lateness_delay=env.get("LAKEHOUSE_BATCH_LATENESS_DELAY", cls.batch_lateness_delay),
         )
         settings.validate()
         return settings
 
     def validate(self) -> None:
-        for name in ("trigger_interval", "dedupe_horizon", "watermark_delay", "allowed_lateness"):
+        for name in ("trigger_interval", "dedupe_horizon", "watermark_delay", "allowed_lateness",
+                     "backfill_max_range", "log_retention", "vacuum_retention", "audit_replay_window",
+                     "stream_max_staleness", "batch_lateness_delay"):
             value = getattr(self, name)
             if value is not None:
                 parse_duration(value)
@@ -142,6 +170,8 @@ class Settings:
             raise LakehouseError("LAKEHOUSE_MAX_FILES_PER_TRIGGER must be 0 (no limit) or more")
         if parse_duration(self.trigger_interval).total_seconds() < 1:
             raise LakehouseError("LAKEHOUSE_TRIGGER_INTERVAL must be at least 1s")
+        if self.stream_lag_batches < 2:
+            raise LakehouseError("LAKEHOUSE_STREAM_LAG_BATCHES must be at least 2 (growth needs two batches)")
 
     def replace(self, **changes) -> Settings:
         updated = dataclasses.replace(self, **changes)

@@ -1,0 +1,43 @@
+"""Hourly audit: the speed layer against the raw log's truth; any unexplained difference fails the run."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from airflow.sdk import CronDataIntervalTimetable, dag
+
+from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, raise_alert, spark_job
+from lakehouse.orchestration import active_pipelines
+from lakehouse.settings import Settings
+
+DOC = """
+### Audit
+
+Runs `lakehouse audit` (`jobs/audit.py`) over the run's data interval for every pipeline: every
+closed window of `gold.<pipeline>__speed` is compared with the truth recomputed from the retained
+log, and each difference gets a cause. The run **fails when a difference is unexplained**; the
+failure appends a row to `ops.alerts` and posts it to the `lakehouse_alerts_webhook` connection
+when one is configured. Results: `audit.reconciliations`, `audit.reconciliation_differences`.
+"""
+
+
+@dag(
+    dag_id="lakehouse_audit",
+    # A data interval per hour (a plain "@hourly" would give a point in time in Airflow 3).
+    schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=DOC,
+    tags=["lakehouse", "audit"],
+    default_args={**default_args(retries=1), "on_failure_callback": raise_alert},
+    user_defined_macros=USER_DEFINED_MACROS,
+)
+def lakehouse_audit():
+    for pipeline in active_pipelines(Settings.from_env()):
+        spark_job(f"audit_{pipeline}", "audit",
+                  ["--pipeline", pipeline, "--start", "{{ data_interval_start.isoformat() }}",
+                   "--end", "{{ data_interval_end.isoformat() }}"])
+
+
+lakehouse_audit()

@@ -1,0 +1,48 @@
+"""Every five minutes: is the speed layer alive and keeping up? Read from ops.stream_progress."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from airflow.sdk import dag, task
+
+from lakehouse.airflow_support import default_args
+from lakehouse.orchestration import active_pipelines
+from lakehouse.settings import Settings
+
+DOC = """
+### Stream health
+
+Reads `ops.stream_progress` (no Spark: a few rows through delta-rs) for each pipeline and fails
+with a message that says what is wrong when the speed layer is **stale** (no micro-batch for
+`LAKEHOUSE_STREAM_MAX_STALENESS`) or **falling behind** (its lag grew at each of the last
+`LAKEHOUSE_STREAM_LAG_BATCHES` micro-batches). Same check on the command line: `lakehouse health`.
+"""
+
+
+@dag(
+    dag_id="lakehouse_stream_health",
+    schedule=timedelta(minutes=5),
+    start_date=datetime(2026, 1, 1),
+    catchup=False,
+    max_active_runs=1,
+    doc_md=DOC,
+    tags=["lakehouse", "stream", "health"],
+    default_args=default_args(retries=0),
+)
+def lakehouse_stream_health():
+    @task
+    def check(pipeline: str) -> str:
+        from airflow.sdk.exceptions import AirflowFailException
+
+        from lakehouse.health import check_stream_health
+
+        verdict = check_stream_health(Settings.from_env(), pipeline, datetime.now().astimezone())
+        if not verdict.ok:
+            raise AirflowFailException(verdict.message)
+        return verdict.message
+
+    check.expand(pipeline=active_pipelines(Settings.from_env()))
+
+
+lakehouse_stream_health()

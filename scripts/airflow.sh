@@ -1,0 +1,192 @@
+#!/usr/bin/env bash
+# Run Airflow locally on PostgreSQL with this checkout's dags/ and LocalExecutor.
+#
+#   scripts/airflow.sh start   # install PostgreSQL if absent, start it, migrate, start api-server,
+#                              # scheduler and dag-processor; print the admin password once
+#   scripts/airflow.sh stop    # stop what start started
+#   scripts/airflow.sh env     # print the environment the processes run with (source it for `airflow ...`)
+#
+# Everything lives under $AIRFLOW_HOME (default .cache/airflow, git-ignored). Knobs (environment):
+#   AIRFLOW_HOME, AIRFLOW_PORT (8080), AIRFLOW_PG_PORT (54329), LAKEHOUSE_HOME,
+#   LAKEHOUSE_SPARK_CONN: the spark_default connection as JSON (default local[2]; e.g.
+#   '{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}' for a cluster).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+VENV="$ROOT/.venv"
+export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/.cache/airflow}"
+PORT="${AIRFLOW_PORT:-8080}"
+PG_PORT="${AIRFLOW_PG_PORT:-54329}"
+PG_DATA="$AIRFLOW_HOME/postgres"
+RUN="$AIRFLOW_HOME/run"
+LOGS="$AIRFLOW_HOME/process-logs"
+SECRETS="$AIRFLOW_HOME/secrets.env"
+PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json"
+
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+# PostgreSQL refuses to run as root: as root, the cluster belongs to the postgres user; otherwise to you.
+as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+own_for_postgres() { if [ "$(id -u)" = 0 ]; then chown postgres:postgres "$@"; fi; }
+
+ensure_postgres_installed() {
+    if [ -z "$(pg_bin)" ]; then
+        echo "Installing PostgreSQL (Debian package) ..."
+        bash "$ROOT/scripts/system-deps.sh"
+    fi
+}
+
+generate_secrets() {
+    # Generated once per AIRFLOW_HOME; never a default password.
+    [ -f "$SECRETS" ] && return
+    mkdir -p "$AIRFLOW_HOME"
+    umask 077
+    "$VENV/bin/python" - "$SECRETS" <<'PY'
+import secrets, sys, base64
+values = {
+    "PG_PASSWORD": secrets.token_urlsafe(24),
+    "JWT_SECRET": secrets.token_urlsafe(32),
+    "API_SECRET_KEY": secrets.token_urlsafe(32),
+    "FERNET_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+}
+with open(sys.argv[1], "w") as handle:
+    handle.writelines(f"{k}='{v}'\n" for k, v in values.items())
+PY
+}
+
+write_env() {
+    # shellcheck disable=SC1090
+    source "$SECRETS"
+    local default_conn='{"conn_type": "spark", "host": "local[2]"}'
+    SPARK_CONN="${LAKEHOUSE_SPARK_CONN:-$default_conn}"
+    cat > "$AIRFLOW_HOME/env.sh" <<EOF
+export AIRFLOW_HOME='$AIRFLOW_HOME'
+export PATH='$VENV/bin':"\$PATH"
+export AIRFLOW__CORE__DAGS_FOLDER='$ROOT/dags'
+export AIRFLOW__CORE__LOAD_EXAMPLES=False
+export AIRFLOW__CORE__EXECUTOR=LocalExecutor
+export AIRFLOW__CORE__PARALLELISM=4
+export AIRFLOW__CORE__FERNET_KEY='$FERNET_KEY'
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS='admin:admin'
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE='$PASSWORDS'
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL='http://127.0.0.1:$PORT/execution/'
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow'
+export AIRFLOW__API__HOST=127.0.0.1
+export AIRFLOW__API__PORT=$PORT
+export AIRFLOW__API__BASE_URL='http://127.0.0.1:$PORT'
+export AIRFLOW__API__SECRET_KEY='$API_SECRET_KEY'
+export AIRFLOW__API_AUTH__JWT_SECRET='$JWT_SECRET'
+export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=15
+export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
+export AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=2
+export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT=600
+export AIRFLOW__LOGGING__BASE_LOG_FOLDER='$AIRFLOW_HOME/logs'
+export AIRFLOW_CONN_SPARK_DEFAULT='$SPARK_CONN'
+EOF
+    # The lakehouse settings (LAKEHOUSE_*) of this shell reach every task.
+    env | grep '^LAKEHOUSE_' | grep -v '^LAKEHOUSE_SPARK_CONN=' | while IFS='=' read -r name value; do
+        printf "export %s=%q\n" "$name" "$value"
+    done >> "$AIRFLOW_HOME/env.sh"
+}
+
+start_postgres() {
+    ensure_postgres_installed
+    local bin; bin="$(pg_bin)"
+    mkdir -p "$PG_DATA"
+    own_for_postgres "$PG_DATA"
+    chmod 700 "$PG_DATA"
+    if [ ! -f "$PG_DATA/PG_VERSION" ]; then
+        source "$SECRETS"
+        local pwfile="$PG_DATA/../.pg-superuser"
+        head -c 24 /dev/urandom | base64 | tr -d '/+=' > "$pwfile"
+        own_for_postgres "$pwfile"
+        as_postgres "$bin/initdb" -D "$PG_DATA" -U postgres --auth=scram-sha-256 --pwfile="$pwfile" >/dev/null
+        rm -f "$pwfile"
+        echo "host all all 127.0.0.1/32 scram-sha-256" > "$PG_DATA/pg_hba.conf"
+        # The socket lives in the cluster folder (mode 700): only its owner can reach it.
+        echo "local all all trust" >> "$PG_DATA/pg_hba.conf"
+        NEW_CLUSTER=1
+    fi
+    if ! as_postgres "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
+        as_postgres "$bin/pg_ctl" -D "$PG_DATA" -w -l "$PG_DATA/server.log" \
+            -o "-p $PG_PORT -k $PG_DATA -c listen_addresses=127.0.0.1" start >/dev/null
+    fi
+    if [ "${NEW_CLUSTER:-0}" = 1 ]; then
+        source "$SECRETS"
+        as_postgres "$bin/psql" -q -h "$PG_DATA" -p "$PG_PORT" -U postgres -d postgres \
+            -c "CREATE USER airflow WITH PASSWORD '$PG_PASSWORD'" -c "CREATE DATABASE airflow OWNER airflow" >/dev/null
+    fi
+}
+
+start_process() {
+    local name="$1"; shift
+    if [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
+        return
+    fi
+    # Each in its own session, so stop can end it with its children (task processes, spark-submit).
+    setsid "$VENV/bin/airflow" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
+    echo $! > "$RUN/$name.pid"
+}
+
+wait_for_api() {
+    for _ in $(seq 1 180); do
+        if curl -fsS "http://127.0.0.1:$PORT/api/v2/monitor/health" >/dev/null 2>&1; then
+            return 0
+        fi
+        if ! kill -0 "$(cat "$RUN/api-server.pid")" 2>/dev/null; then
+            tail -n 40 "$LOGS/api-server.log"; echo "api-server exited" >&2; return 1
+        fi
+        sleep 1
+    done
+    echo "api-server did not answer on port $PORT" >&2; return 1
+}
+
+start() {
+    [ -x "$VENV/bin/airflow" ] || { echo "run 'make setup' first" >&2; exit 1; }
+    mkdir -p "$RUN" "$LOGS"
+    generate_secrets
+    write_env
+    start_postgres
+    # shellcheck disable=SC1091
+    source "$AIRFLOW_HOME/env.sh"
+    local first_login=0
+    if [ ! -f "$PASSWORDS" ]; then
+        # The simple auth manager reads users' passwords from this file: write a generated one.
+        ( umask 077; "$VENV/bin/python" -c 'import json, secrets, sys; json.dump({"admin": secrets.token_urlsafe(18)}, open(sys.argv[1], "w"))' "$PASSWORDS" )
+        first_login=1
+    fi
+    airflow db migrate > "$LOGS/db-migrate.log" 2>&1 || { tail -n 40 "$LOGS/db-migrate.log"; exit 1; }
+    airflow pools set lakehouse_backfill 1 "Backfill chunks run one at a time, leaving slots for the stream's DAGs" >/dev/null
+    start_process api-server api-server --port "$PORT"
+    start_process scheduler scheduler
+    start_process dag-processor dag-processor
+    wait_for_api
+    echo "Airflow is up: http://127.0.0.1:$PORT  (user admin; logs in $LOGS)"
+    if [ "$first_login" = 1 ]; then
+        echo "Generated admin password (shown once; kept in $PASSWORDS): $("$VENV/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["admin"])' "$PASSWORDS")"
+    fi
+}
+
+stop() {
+    for name in scheduler dag-processor api-server; do
+        local pidfile="$RUN/$name.pid"
+        if [ -f "$pidfile" ]; then
+            local pid; pid="$(cat "$pidfile")"
+            kill -TERM -- "-$pid" 2>/dev/null || true
+            for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
+            kill -KILL -- "-$pid" 2>/dev/null || true
+            rm -f "$pidfile"
+        fi
+    done
+    local bin; bin="$(pg_bin)"
+    if [ -n "$bin" ] && [ -f "$PG_DATA/PG_VERSION" ]; then
+        as_postgres "$bin/pg_ctl" -D "$PG_DATA" -m fast stop >/dev/null 2>&1 || true
+    fi
+    echo "Airflow and its PostgreSQL stopped"
+}
+
+case "${1:-}" in
+    start) start ;;
+    stop) stop ;;
+    env) generate_secrets; write_env; cat "$AIRFLOW_HOME/env.sh" ;;
+    *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+esac

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Debian packages the tests need: PostgreSQL (Airflow's metadata database; SQLite cannot run Airflow 3
+# backfills) and Chromium (the browser the UI tests drive). Installed only when absent.
+set -euo pipefail
+missing=()
+ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || missing+=(postgresql)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
+    echo "Installing ${missing[*]} (Debian packages) ..."
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,307 @@
+"""End to end on a real Airflow (PostgreSQL, api-server, scheduler, dag-processor, LocalExecutor)
+started by the project's own script, driven through REST API v2 with a JWT: backfills from the
+trigger parameters, Airflow's own backfills of the scheduled batch layer, authentication,
+validation, and a chunk's Spark process killed mid-write."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from lakehouse.catalog import BACKFILL_RUNS, BATCH_COVERAGE, pipeline_tables
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.pipelines import get_pipeline
+from lakehouse.settings import local_path
+from lakehouse.speed import run_speed_layer
+from tests.airflow_env import PROJECT
+from tests.conftest import make_settings
+from tests.oracle import run_oracle
+from tests.test_dags import HOUR0, gold_rows, iso, read, truth
+
+pytestmark = pytest.mark.slow
+PIPELINE = get_pipeline("toll_traffic")
+TABLES = pipeline_tables(PIPELINE)
+# Generous: on a shared 2-core machine a Spark job under spark-submit takes from 30 s to several minutes.
+RUN_TIMEOUT = 1200
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+class Airflow:
+    """A REST API v2 client holding a JWT from the simple auth manager's /auth/token."""
+
+    def __init__(self, base_url: str, password: str):
+        self.base_url = base_url
+        self.password = password
+        self.token = self.request("POST", "/auth/token", {"username": "admin", "password": password},
+                                  auth=False)["access_token"]
+
+    def request(self, method: str, path: str, body: dict | None = None, auth: bool = True):
+        headers = {"Content-Type": "application/json"}
+        if auth:
+            headers["Authorization"] = f"Bearer {self.token}"
+        data = json.dumps(body).encode() if body is not None else None
+        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
+        with urllib.request.urlopen(request, timeout=60) as response:
+            text = response.read()
+        return json.loads(text) if text else None
+
+    def status_of(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> tuple[int, str]:
+        try:
+            self.request(method, path, body, auth)
+            return 200, ""
+        except urllib.error.HTTPError as error:
+            return error.code, error.read().decode()
+
+    def unpause(self, dag_id: str) -> None:
+        self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
+
+    def runs(self, dag_id: str) -> list[dict]:
+        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
+
+    def trigger(self, dag_id: str, conf: dict) -> str:
+        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+
+    def run_path(self, dag_id: str, run_id: str) -> str:
+        return f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
+
+    def wait_for(self, dag_id: str, run_id: str, timeout: float = RUN_TIMEOUT) -> str:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            state = self.request("GET", self.run_path(dag_id, run_id))["state"]
+            if state in ("success", "failed"):
+                return state
+            time.sleep(3)
+        raise AssertionError(f"{dag_id} run {run_id} still not finished after {timeout}s")
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
+        return self.request("GET", self.run_path(dag_id, run_id) + "/taskInstances")["task_instances"]
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str):
+        path = self.run_path(dag_id, run_id) + f"/taskInstances/{task_id}/xcomEntries/return_value"
+        return self.request("GET", path)["value"]
+
+
+@pytest.fixture(scope="module")
+def live(spark, tmp_path_factory):
+    """Airflow started by scripts/airflow.sh on free ports, over a lakehouse with two streamed hours."""
+    # PostgreSQL runs as its own user: its cluster must be under a folder that user can enter.
+    airflow_home = PROJECT / ".cache" / "airflow-e2e"
+    lakehouse_home = airflow_home / "lakehouse"
+    env = {**os.environ, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW_PORT": str(free_port()),
+           "AIRFLOW_PG_PORT": str(free_port()), "LAKEHOUSE_HOME": str(lakehouse_home),
+           "LAKEHOUSE_PIPELINES": "toll_traffic",
+           "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"})}
+    script = str(PROJECT / "scripts" / "airflow.sh")
+    subprocess.run([script, "stop"], env=env, capture_output=True)
+    subprocess.run(["rm", "-rf", str(airflow_home)], check=True)
+    settings = make_settings(lakehouse_home)
+    generate(settings, GeneratorConfig(events=1200, seed=5, start=HOUR0, rate=0.18, late_fraction=0.05,
+                                       late_delay="3m", events_per_file=150))
+    run_speed_layer(spark, settings, PIPELINE, available_now=True)
+    oracle = run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
+    started = time.monotonic()
+    try:
+        out = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stdout + out.stderr
+        print(f"\nAirflow started in {time.monotonic() - started:.0f}s")
+        password = json.loads((airflow_home / "simple_auth_manager_passwords.json").read_text())["admin"]
+        assert f"Generated admin password (shown once; kept in" in out.stdout and password in out.stdout
+        client = Airflow(f"http://127.0.0.1:{env['AIRFLOW_PORT']}", password)
+        wait_for_dags(client)
+        yield client, settings, oracle
+    finally:
+        subprocess.run([script, "stop"], env=env, capture_output=True, timeout=120)
+
+
+def wait_for_dags(client: Airflow, timeout: float = 300) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        dags = {d["dag_id"] for d in client.request("GET", "/api/v2/dags?limit=50")["dags"]}
+        if {"lakehouse_backfill", "lakehouse_batch_layer"} <= dags:
+            return
+        time.sleep(2)
+    raise AssertionError("the dag-processor did not register the DAGs")
+
+
+def test_requests_without_a_token_are_refused(live):
+    client, _, _ = live
+    assert client.status_of("GET", "/api/v2/dags", auth=False)[0] == 401
+    assert client.status_of("POST", "/api/v2/dags/lakehouse_backfill/dagRuns", {"conf": {}}, auth=False)[0] == 401
+
+
+def test_bad_parameters_get_a_validation_error_and_create_no_run(live):
+    client, _, _ = live
+    before = len(client.runs("lakehouse_backfill"))
+    bad = {"pipeline": "no_such_pipeline", "start": iso(HOUR0), "end": iso(HOUR0 + timedelta(hours=1)),
+           "source": "bronze", "chunk": "1h", "reprocess": "skip", "dry_run": False}
+    status, detail = client.status_of("POST", "/api/v2/dags/lakehouse_backfill/dagRuns",
+                                      {"logical_date": None, "conf": bad})
+    assert status == 400 and "Invalid input for param pipeline" in detail and "no_such_pipeline" in detail
+    status, detail = client.status_of("POST", "/api/v2/dags/lakehouse_backfill/dagRuns",
+                                      {"logical_date": None, "conf": {**bad, "pipeline": "toll_traffic",
+                                                                      "start": "last tuesday"}})
+    assert status == 400 and "Invalid input for param start" in detail
+    assert len(client.runs("lakehouse_backfill")) == before
+
+
+def test_a_backfill_triggered_through_the_api_fills_the_batch_layer_with_the_truth(spark, live):
+    client, settings, oracle = live
+    client.unpause("lakehouse_backfill")
+    start, end = HOUR0, HOUR0 + timedelta(hours=2)
+    run_id = client.trigger("lakehouse_backfill", {
+        "pipeline": "toll_traffic", "start": iso(start), "end": iso(end), "source": "bronze", "chunk": "1h",
+        "reprocess": "skip", "dry_run": False})
+    assert client.wait_for("lakehouse_backfill", run_id) == "success"
+    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, start, end)
+    summary = client.xcom("lakehouse_backfill", run_id, "summarise")
+    assert (summary["chunks_planned"], summary["chunks_recomputed"], summary["chunks_skipped"]) == (2, 2, 0)
+    assert summary["rows_written"] == len(truth(oracle, start, end))
+
+
+def test_an_airflow_backfill_of_the_batch_layer_recomputes_each_hourly_interval(spark, live):
+    client, settings, oracle = live
+    client.unpause("lakehouse_batch_layer")
+    backfill = client.request("POST", "/api/v2/backfills", {
+        "dag_id": "lakehouse_batch_layer", "from_date": iso(HOUR0), "to_date": iso(HOUR0 + timedelta(hours=1)),
+        "reprocess_behavior": "completed", "max_active_runs": 1})
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while time.monotonic() < deadline:
+        runs = [r for r in client.runs("lakehouse_batch_layer") if r["run_type"] == "backfill"]
+        if runs and all(r["state"] in ("success", "failed") for r in runs):
+            break
+        time.sleep(3)
+    runs = [r for r in client.runs("lakehouse_batch_layer") if r["run_type"] == "backfill"]
+    intervals = sorted((r["data_interval_start"], r["data_interval_end"]) for r in runs)
+    assert backfill["dag_id"] == "lakehouse_batch_layer" and [r["state"] for r in runs] == ["success"] * len(runs)
+    assert [i[0][:13] for i in intervals] == [iso(HOUR0)[:13], iso(HOUR0 + timedelta(hours=1))[:13]]
+    coverage = read(spark, settings, BATCH_COVERAGE).join(
+        read(spark, settings, BACKFILL_RUNS).select("run_id", "label"), on="run_id", how="inner")
+    by_run = {r.label: (r.range_start, r.range_end) for r in coverage.collect() if r.label.startswith("backfill__")}
+    assert sorted(by_run.values()) == [(HOUR0, HOUR0 + timedelta(hours=1)),
+                                       (HOUR0 + timedelta(hours=1), HOUR0 + timedelta(hours=2))]
+    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=2))
+
+
+def spark_jobs_of(label: str) -> list[int]:
+    """Pids of spark-submit driver JVMs recomputing this chunk (their command line carries the label)."""
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            command = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if command and command[0].endswith(b"java") and label.encode() in command:
+            pids.append(int(proc.name))
+    return pids
+
+
+def test_a_chunk_whose_spark_process_is_killed_mid_write_is_retried_to_the_clean_result(spark, live):
+    client, settings, oracle = live
+    start, end = HOUR0, HOUR0 + timedelta(hours=1)
+    batch_dir = local_path(TABLES.batch.uri(settings))
+    data_files_before = set(batch_dir.glob("*.parquet"))
+    version_before = len(list((batch_dir / "_delta_log").glob("*.json")))
+    run_id = client.trigger("lakehouse_backfill", {
+        "pipeline": "toll_traffic", "start": iso(start), "end": iso(end), "source": "bronze", "chunk": "1h",
+        "reprocess": "redo", "dry_run": False})
+    label = f"{run_id}|{iso(start)}"
+    # Wait until the chunk's JVM has written a data file of its new version, then SIGKILL it.
+    killed_before_commit = None
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while time.monotonic() < deadline and killed_before_commit is None:
+        pids = spark_jobs_of(label)
+        if pids and set(batch_dir.glob("*.parquet")) - data_files_before:
+            for pid in pids:
+                os.kill(pid, signal.SIGKILL)
+            killed_before_commit = len(list((batch_dir / "_delta_log").glob("*.json"))) == version_before
+        time.sleep(0.05)
+    assert killed_before_commit is not None, "the chunk's Spark job never started writing"
+    assert client.wait_for("lakehouse_backfill", run_id) == "success"
+    chunk = [t for t in client.task_instances("lakehouse_backfill", run_id) if t["task_id"] == "recompute_chunk"]
+    assert [t["try_number"] for t in chunk] == [2], "the killed attempt was retried once"
+    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=2))
+    print(f"\nkilled before the chunk's commit: {killed_before_commit}")
+
+
+ARTIFACTS = PROJECT / "test-artifacts"
+
+
+def pick_date_time(page, field_index: int, moment) -> None:
+    """Fill one of the trigger form's date-time pickers (0 is the logical date) through its popover."""
+    page.get_by_test_id("datetime-input").nth(field_index).click()
+    popover = page.locator("[data-scope=popover][data-part=content][data-state=open]")
+    popover.get_by_placeholder("YYYY/MM/DD").fill(moment.strftime("%Y/%m/%d"))
+    popover.get_by_placeholder("HH:mm").fill(moment.strftime("%H:%M"))
+    page.get_by_role("dialog").get_by_text("Trigger Dag").click()  # closes the popover, keeps the dialog
+    expected = moment.strftime("%b %d, %Y %H:%M")
+    page.get_by_test_id("datetime-input").nth(field_index).get_by_text(expected).wait_for(state="attached", timeout=10_000)
+
+
+def test_a_user_triggers_a_backfill_from_the_ui_form_and_sees_it_succeed(spark, live):
+    from playwright.sync_api import expect, sync_playwright
+
+    client, settings, oracle = live
+    client.unpause("lakehouse_backfill")
+    before = {r["dag_run_id"] for r in client.runs("lakehouse_backfill")}
+    start, end = HOUR0 + timedelta(hours=1), HOUR0 + timedelta(hours=2)
+    ARTIFACTS.mkdir(exist_ok=True)
+    began = time.monotonic()
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            page.goto(client.base_url + "/")
+            page.fill("input[name=username]", "admin")
+            page.fill("input[name=password]", client.password)
+            page.get_by_role("button", name="Sign in").click()
+            page.get_by_text("Dags").first.wait_for(timeout=60_000)
+            page.goto(client.base_url + "/dags/lakehouse_backfill")
+            page.get_by_role("button", name="Trigger").first.click()
+            page.get_by_text("Run Parameters").wait_for(timeout=30_000)
+            pick_date_time(page, 1, start)
+            pick_date_time(page, 2, end)
+            reprocess = page.get_by_role("dialog").locator("input[role=combobox]").nth(3)  # pipeline, source, chunk, reprocess
+            reprocess.fill("redo")
+            reprocess.press("Enter")
+            page.get_by_role("dialog").get_by_role("button", name="Trigger").click()
+            # The new run appears; open it and wait until the UI shows it succeeded.
+            deadline = time.monotonic() + RUN_TIMEOUT
+            while not (new := {r["dag_run_id"] for r in client.runs("lakehouse_backfill")} - before):
+                assert time.monotonic() < deadline, "the form created no run"
+                time.sleep(1)
+            run_id = new.pop()
+            page.goto(f"{client.base_url}/dags/lakehouse_backfill/runs/{urllib.parse.quote(run_id, safe='')}")
+            while client.request("GET", client.run_path("lakehouse_backfill", run_id))["state"] not in ("success", "failed"):
+                assert time.monotonic() < deadline, "the run did not finish"
+                time.sleep(3)
+            page.reload()
+            expect(page.get_by_text("success", exact=False).first).to_be_visible(timeout=60_000)
+            page.screenshot(path=str(ARTIFACTS / "lakehouse_backfill_triggered_from_ui.png"), full_page=True)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "lakehouse_backfill_ui_failure.png"), full_page=True)
+            raise
+        finally:
+            browser.close()
+    print(f"\nbrowser flow took {time.monotonic() - began:.0f}s")
+    conf = client.request("GET", client.run_path("lakehouse_backfill", run_id))["conf"]
+    assert conf["start"].startswith(start.strftime("%Y-%m-%dT%H:%M")) and conf["reprocess"] == "redo", conf
+    assert client.request("GET", client.run_path("lakehouse_backfill", run_id))["state"] == "success"
+    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=2))

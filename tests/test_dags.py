@@ -1,0 +1,242 @@
+"""The DAG files: they parse cleanly and fast, and each DAG, run once with ``dag.test()`` on a small
+generated log, changes exactly the Delta tables it should (Spark work really goes through
+spark-submit, as under the scheduler)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import shutil
+import subprocess
+import sys
+import threading
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+import pytest
+from pyspark.sql import functions as F
+
+from lakehouse.catalog import ALERTS, BACKFILL_RUNS, BATCH_COVERAGE, RECONCILIATIONS, pipeline_tables
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.pipelines import get_pipeline
+from lakehouse.settings import local_path
+from lakehouse.speed import run_speed_layer
+from tests.airflow_env import PROJECT, airflow_env, dag_test, migrate_scratch_db
+from tests.conftest import make_settings
+from tests.oracle import run_oracle
+
+PIPELINE = get_pipeline("toll_traffic")
+TABLES = pipeline_tables(PIPELINE)
+DAG_IDS = {"lakehouse_backfill", "lakehouse_batch_layer", "lakehouse_late_corrections", "lakehouse_audit",
+           "lakehouse_maintenance", "lakehouse_stream_health"}
+# Recent enough for the log retention, whole hours so every range falls on window boundaries.
+HOUR0 = (datetime.now(timezone.utc) - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+# A manual run of an hourly DAG at a given time gets the hour that ended then as its data interval.
+FIRST_HOUR_RUN = HOUR0 + timedelta(hours=1)
+
+
+def iso(moment: datetime) -> str:
+    return f"{moment.isoformat()}Z"
+
+
+def test_dag_files_import_cleanly_fast_and_say_who_owns_them(tmp_path):
+    # Airflow's dag-processor imports the modules a DAG file imports once, before parsing
+    # ([dag_processor] parsing_pre_import_modules): the operators' own import is not parse time.
+    probe = """
+import json
+import airflow.providers.apache.spark.operators.spark_submit, airflow.providers.standard.sensors.time_delta
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder="dags")
+print(json.dumps({
+    "errors": bag.import_errors,
+    "seconds": sum(s.duration.total_seconds() for s in bag.dagbag_stats),
+    "dags": {d.dag_id: {"tags": sorted(d.tags), "doc": bool(d.doc_md), "owners": sorted({t.owner for t in d.tasks}),
+                        "retries": sorted({t.retries for t in d.tasks})} for d in bag.dags.values()},
+}))
+"""
+    env = airflow_env(tmp_path / "airflow", tmp_path / "home")
+    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=PROJECT, capture_output=True, text=True,
+                         timeout=300, check=True).stdout
+    report = json.loads(out.strip().splitlines()[-1])
+    assert report["errors"] == {}
+    assert set(report["dags"]) == DAG_IDS
+    for dag_id, facts in report["dags"].items():
+        assert "lakehouse" in facts["tags"] and facts["doc"], dag_id
+        assert facts["owners"] == ["lakehouse"], dag_id
+        expected_retries = [0] if dag_id == "lakehouse_stream_health" else None
+        assert facts["retries"] == expected_retries or min(facts["retries"]) >= 1, dag_id
+    print(f"\nparsing all DAG files took {report['seconds']:.2f}s")
+    assert report["seconds"] < 1.0, f"parsing all DAG files took {report['seconds']:.2f}s"
+
+
+@pytest.fixture(scope="module")
+def airflow_home(tmp_path_factory) -> Path:
+    home = tmp_path_factory.mktemp("airflow")
+    migrate_scratch_db(home)
+    return home
+
+
+@pytest.fixture(scope="module")
+def streamed(spark, tmp_path_factory):
+    """Two hours of events, drained through the speed layer: bronze, __speed and stream progress exist."""
+    settings = make_settings(tmp_path_factory.mktemp("dags") / "home")
+    config = GeneratorConfig(events=1200, seed=5, start=HOUR0, rate=0.18, late_fraction=0.05, late_delay="3m",
+                             duplicate_fraction=0.02, malformed_fraction=0.02, events_per_file=150)
+    generate(settings, config)
+    run_speed_layer(spark, settings, PIPELINE, available_now=True)
+    oracle = run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
+    return settings, oracle
+
+
+@pytest.fixture
+def home(streamed, tmp_path):
+    """A private copy of the streamed lakehouse, so each DAG test starts from the same tables."""
+    settings, oracle = streamed
+    copy = tmp_path / "home"
+    shutil.copytree(local_path(settings.home), copy)
+    return make_settings(copy), oracle
+
+
+def read(spark, settings, table):
+    return spark.read.format("delta").load(table.uri(settings))
+
+
+def gold_rows(frame) -> set[tuple]:
+    return {(r.window_start, r.bridge_id, r.vehicle_type, r.vehicles, r.revenue) for r in frame.collect()}
+
+
+def truth(oracle, start: datetime, end: datetime) -> set[tuple]:
+    return {row for row in oracle.rows("batch") if start <= row[0] < end}
+
+
+@pytest.mark.slow
+def test_backfill_dag_recomputes_each_chunk_to_the_truth_and_summarises(spark, airflow_home, home):
+    settings, oracle = home
+    start, end = HOUR0, HOUR0 + timedelta(hours=2)
+    conf = {"pipeline": "toll_traffic", "start": iso(start), "end": iso(end), "source": "bronze", "chunk": "1h",
+            "reprocess": "skip", "dry_run": False}
+    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_backfill", conf=conf)
+    assert run["state"] == "success", run["output"][-3000:]
+    assert run["tasks"] == {"validate_and_plan": "success", "recompute_chunk[0]": "success",
+                            "recompute_chunk[1]": "success", "summarise": "success"}
+    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, start, end)
+    coverage = read(spark, settings, BATCH_COVERAGE).orderBy("range_start").collect()
+    assert [(c.range_start, c.range_end) for c in coverage] == [(start, start + timedelta(hours=1)),
+                                                                 (start + timedelta(hours=1), end)]
+    assert all(len(c.input_fingerprint) == 64 for c in coverage)
+    labels = [r.label for r in read(spark, settings, BACKFILL_RUNS).collect()]
+    assert len(labels) == 2 and all("|" in label for label in labels)
+    assert "| 2 | 2 | 0 |" in run["output"]  # the summary: 2 planned, 2 recomputed, 0 skipped
+
+
+@pytest.mark.slow
+def test_backfill_dag_rejects_an_end_before_its_start_without_writing(spark, airflow_home, home):
+    settings, _ = home
+    conf = {"pipeline": "toll_traffic", "start": iso(HOUR0 + timedelta(hours=1)), "end": iso(HOUR0),
+            "source": "bronze", "chunk": "1h", "reprocess": "redo", "dry_run": False}
+    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_backfill", conf=conf)
+    assert run["state"] == "failed" and run["tasks"]["validate_and_plan"] == "failed"
+    assert "must be after start" in run["output"]
+    assert read(spark, settings, TABLES.batch).count() == 0
+
+
+@pytest.mark.slow
+def test_batch_layer_dag_recomputes_exactly_its_data_interval(spark, airflow_home, home):
+    settings, oracle = home
+    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_batch_layer", logical_date=iso(FIRST_HOUR_RUN))
+    assert run["state"] == "success", run["output"][-3000:]
+    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=1))
+    coverage = read(spark, settings, BATCH_COVERAGE).collect()
+    assert [(c.range_start, c.range_end) for c in coverage] == [(HOUR0, HOUR0 + timedelta(hours=1))]
+
+
+class _Webhook(http.server.BaseHTTPRequestHandler):
+    received: list[dict] = []
+
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        _Webhook.received.append(json.loads(body))
+        self.send_response(204)
+        self.end_headers()
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.mark.slow
+def test_audit_dag_passes_on_a_consistent_stream_and_alerts_when_speed_was_tampered_with(spark, airflow_home, home):
+    settings, _ = home
+    lakehouse_home = local_path(settings.home)
+    run = dag_test(airflow_home, lakehouse_home, "lakehouse_audit", logical_date=iso(FIRST_HOUR_RUN))
+    assert run["state"] == "success", run["output"][-3000:]
+    assert read(spark, settings, RECONCILIATIONS).where("unexplained = 0").count() == 1
+
+    # A value changed by hand in __speed: nothing explains it.
+    from delta.tables import DeltaTable
+
+    first_window = read(spark, settings, TABLES.speed).agg(F.min("window_start")).first()[0]
+    DeltaTable.forPath(spark, TABLES.speed.uri(settings)).update(
+        F.col("window_start") == F.lit(first_window), {"vehicles": F.col("vehicles") + 100})
+    server = http.server.HTTPServer(("127.0.0.1", 0), _Webhook)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    webhook = json.dumps({"conn_type": "http", "host": f"http://127.0.0.1:{server.server_port}/alerts"})
+    try:
+        run = dag_test(airflow_home, lakehouse_home, "lakehouse_audit", logical_date=iso(FIRST_HOUR_RUN),
+                       AIRFLOW_CONN_LAKEHOUSE_ALERTS_WEBHOOK=webhook)
+    finally:
+        server.shutdown()
+    assert run["state"] == "failed"
+    alerts = read(spark, settings, ALERTS).collect()
+    assert len(alerts) == 1 and alerts[0].dag_id == "lakehouse_audit" and "audit_toll_traffic" in alerts[0].message
+    assert [a["alert_id"] for a in _Webhook.received] == [alerts[0].alert_id]
+
+
+@pytest.mark.slow
+def test_maintenance_dag_compacts_vacuums_and_expires_old_log_hours_without_changing_data(spark, airflow_home, home):
+    settings, _ = home
+    log_root = local_path(settings.pipeline_log_uri(PIPELINE.name))
+    old = datetime.now(timezone.utc) - timedelta(days=60)
+    old_hour = log_root / f"ingest_date={old:%Y-%m-%d}" / f"ingest_hour={old:%H}"
+    old_hour.mkdir(parents=True)
+    (old_hour / "old.jsonl").write_text("{}\n")
+    bronze_before = read(spark, settings, TABLES.bronze).count()
+    speed_before = gold_rows(read(spark, settings, TABLES.speed))
+
+    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_maintenance")
+    assert run["state"] == "success", run["output"][-3000:]
+    assert not old_hour.exists() and any(log_root.glob("ingest_date=*/ingest_hour=*/*.jsonl"))
+    from delta.tables import DeltaTable
+
+    operations = {r.operation for r in DeltaTable.forPath(spark, TABLES.bronze.uri(settings)).history().collect()}
+    assert {"OPTIMIZE", "VACUUM START", "VACUUM END"} <= operations
+    assert read(spark, settings, TABLES.bronze).count() == bronze_before
+    assert gold_rows(read(spark, settings, TABLES.speed)) == speed_before
+
+
+@pytest.mark.slow
+def test_stream_health_dag_passes_for_a_fresh_stream_and_fails_once_it_goes_stale(airflow_home, home):
+    settings, _ = home
+    lakehouse_home = local_path(settings.home)
+    run = dag_test(airflow_home, lakehouse_home, "lakehouse_stream_health", LAKEHOUSE_STREAM_MAX_STALENESS="1d")
+    assert run["state"] == "success", run["output"][-3000:]
+    run = dag_test(airflow_home, lakehouse_home, "lakehouse_stream_health", LAKEHOUSE_STREAM_MAX_STALENESS="1s")
+    assert run["state"] == "failed"
+    assert "speed layer for toll_traffic is stale" in run["output"]
+
+
+@pytest.mark.slow
+def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retractions(spark, airflow_home, home):
+    from lakehouse.catalog import CORRECTION_RUNS, CORRECTIONS
+
+    settings, oracle = home
+    late_windows = {r.window_start for r in read(spark, settings, TABLES.bronze).where("fate = 'late'")
+                    .select(F.window(F.col("event_time"), "1 minute").start.alias("window_start")).collect()}
+    assert late_windows, "the scenario has late events"
+    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_late_corrections")
+    assert run["state"] == "success", run["output"][-3000:]
+    runs = read(spark, settings, CORRECTION_RUNS).collect()
+    assert [r.status for r in runs] == ["succeeded"] and runs[0].late_events > 0
+    corrected = {r.window_start for r in read(spark, settings, CORRECTIONS).collect()}
+    assert corrected and corrected <= late_windows
+    batch = read(spark, settings, TABLES.batch)
+    assert gold_rows(batch) == {row for row in oracle.rows("batch") if row[0] in {r.window_start for r in batch.collect()}}

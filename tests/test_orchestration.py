@@ -1,0 +1,131 @@
+"""The pure decisions behind the DAGs: backfill parameters, chunk plans, retention floors, stream health."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+import pytest
+from jsonschema import FormatChecker, ValidationError, validate
+
+from lakehouse.errors import LakehouseError
+from lakehouse.health import assess_stream_health
+from lakehouse.maintenance import expired_log_partitions, log_retention, vacuum_retention
+from lakehouse.orchestration import (
+    backfill_param_schemas, chunk_job_args, pipeline_names, plan_chunks, request_from_params, summarise_backfill,
+    validate_backfill_request,
+)
+from lakehouse.settings import Settings
+
+NOW = datetime(2026, 11, 22, 12, 0)
+SETTINGS = Settings.from_env({"LAKEHOUSE_HOME": "/tmp/unused", "LAKEHOUSE_BACKFILL_MAX_RANGE": "2d",
+                              "LAKEHOUSE_LOG_RETENTION": "30d"})
+
+
+def params(**changes) -> dict:
+    return {"pipeline": "toll_traffic", "start": "2026-11-20T08:00:00Z", "end": "2026-11-20T11:00:00Z",
+            "source": "bronze", "chunk": "1h", "reprocess": "skip", "dry_run": False, **changes}
+
+
+def test_pipeline_names_match_the_shipped_pipelines():
+    from lakehouse.pipelines import PIPELINES
+
+    assert pipeline_names() == sorted(PIPELINES)
+
+
+def test_valid_parameters_become_a_request_in_naive_utc():
+    request = validate_backfill_request(params(start="2026-11-20T09:00:00+01:00"), SETTINGS, NOW)
+    assert (request.start, request.end) == (datetime(2026, 11, 20, 8), datetime(2026, 11, 20, 11))
+
+
+@pytest.mark.parametrize("changes, message", [
+    ({"pipeline": "nope"}, "unknown pipeline 'nope'"),
+    ({"end": "2026-11-20T07:00:00Z"}, "must be after start"),
+    ({"end": "2026-11-23T08:00:00Z"}, "longer than the 2d one backfill may cover"),
+    ({"start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"}, "older than the log's retention of 30d"),
+    ({"source": "kafka"}, "source must be one of bronze, log"),
+    ({"start": "yesterday"}, "cannot read start 'yesterday'"),
+])
+def test_bad_parameters_are_rejected_with_a_message_that_says_why(changes, message):
+    with pytest.raises(LakehouseError, match=message):
+        validate_backfill_request(params(**changes), SETTINGS, NOW)
+
+
+def test_param_schemas_reject_single_value_errors_the_way_airflow_checks_them():
+    schemas = backfill_param_schemas(SETTINGS)
+    for name, bad in (("pipeline", "nope"), ("start", "next tuesday"), ("chunk", "7m"), ("reprocess", "maybe")):
+        with pytest.raises(ValidationError):
+            validate(bad, schemas[name], format_checker=FormatChecker())
+    for name, good in (("start", "2026-11-20T08:00:00Z"), ("start", "2026-11-20T08:00:00.000+00:00"),
+                       ("end", "2026-11-20T08:00"), ("dry_run", True)):
+        validate(good, schemas[name], format_checker=FormatChecker())
+
+
+def test_chunks_tile_the_range_and_the_last_one_may_be_shorter():
+    request = request_from_params(params(end="2026-11-20T10:30:00Z"))
+    assert plan_chunks(request) == [
+        {"start": "2026-11-20T08:00:00Z", "end": "2026-11-20T09:00:00Z"},
+        {"start": "2026-11-20T09:00:00Z", "end": "2026-11-20T10:00:00Z"},
+        {"start": "2026-11-20T10:00:00Z", "end": "2026-11-20T10:30:00Z"},
+    ]
+
+
+def test_a_chunk_job_recomputes_exactly_its_chunk_with_the_requested_reprocessing():
+    request = request_from_params(params(reprocess="redo"))
+    args = chunk_job_args(request, {"start": "a", "end": "b"}, "run-1|a")
+    assert args[args.index("--start") + 1] == "a" and args[args.index("--end") + 1] == "b"
+    assert args[args.index("--reprocess") + 1] == "redo" and args[args.index("--label") + 1] == "run-1|a"
+
+
+def test_summary_counts_only_succeeded_runs_and_reports_failed_attempts():
+    request = request_from_params(params())
+    runs = [{"status": "failed", "rows_written": 0},
+            {"status": "succeeded", "chunks": 1, "chunks_skipped": 0, "rows_written": 10, "events_used": 40},
+            {"status": "succeeded", "chunks": 0, "chunks_skipped": 1, "rows_written": 0, "events_used": 0}]
+    summary = summarise_backfill(request, plan_chunks(request), runs)
+    assert (summary["chunks_planned"], summary["chunks_recomputed"], summary["chunks_skipped"]) == (3, 1, 1)
+    assert (summary["rows_written"], summary["events_used"], summary["failed_attempts"]) == (10, 40, 1)
+
+
+def test_vacuum_never_keeps_less_than_audit_replays_and_deltas_safety_need():
+    assert vacuum_retention(SETTINGS.replace(vacuum_retention="1h", audit_replay_window="1d")) == timedelta(days=7)
+    assert vacuum_retention(SETTINGS.replace(vacuum_retention="1h", audit_replay_window="14d")) == timedelta(days=14)
+    assert vacuum_retention(SETTINGS.replace(vacuum_retention="30d")) == timedelta(days=30)
+    assert log_retention(SETTINGS.replace(log_retention="1d", audit_replay_window="7d")) == timedelta(days=7)
+
+
+def test_only_log_hours_entirely_older_than_the_retention_expire():
+    folders = [f"file:/log/p/ingest_date=2026-11-20/ingest_hour={h:02d}" for h in (9, 10, 11)]
+    # now - 2d = 2026-11-20T10:30: hour 09 ended at 10:00 (expired), hour 10 ends 11:00 (kept).
+    assert expired_log_partitions(folders, datetime(2026, 11, 22, 10, 30), timedelta(days=2)) == folders[:1]
+
+
+def progress(batch_id: int, started: datetime, lag: timedelta) -> dict:
+    return {"batch_id": batch_id, "started_at": started, "max_event_time": started - lag}
+
+
+def test_a_stream_without_batches_is_reported_as_never_run():
+    verdict = assess_stream_health("toll_traffic", [], NOW, timedelta(minutes=15), 3)
+    assert not verdict.ok and "has never run" in verdict.message
+
+
+def test_a_stream_silent_longer_than_the_staleness_limit_is_stale():
+    batches = [progress(7, NOW - timedelta(minutes=42), timedelta(seconds=5))]
+    verdict = assess_stream_health("toll_traffic", batches, NOW, timedelta(minutes=15), 3)
+    assert not verdict.ok and "is stale" in verdict.message and "42m ago" in verdict.message
+
+
+def test_a_lag_growing_at_every_recent_batch_is_falling_behind_but_a_large_steady_lag_is_not():
+    growing = [progress(i, NOW - timedelta(minutes=4 - i), timedelta(minutes=1 + i)) for i in range(4)]
+    verdict = assess_stream_health("toll_traffic", growing, NOW, timedelta(minutes=15), 3)
+    assert not verdict.ok and "falling behind" in verdict.message and "from 1m to 4m" in verdict.message
+    steady = [progress(i, NOW - timedelta(minutes=4 - i), timedelta(days=300)) for i in range(4)]
+    assert assess_stream_health("toll_traffic", steady, NOW, timedelta(minutes=15), 3).ok
+
+
+def test_scheduled_dags_run_the_configured_pipelines_or_all_shipped_ones():
+    from lakehouse.orchestration import active_pipelines
+
+    assert active_pipelines(SETTINGS) == pipeline_names()
+    assert active_pipelines(SETTINGS.replace(pipelines=("toll_traffic",))) == ["toll_traffic"]
+    with pytest.raises(LakehouseError, match="unknown pipelines nope"):
+        active_pipelines(SETTINGS.replace(pipelines=("nope",)))
