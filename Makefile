@@ -5,11 +5,7 @@ VENV := .venv
 UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
-<<<<<<< HEAD
-.PHONY: setup demo test test-fast bench bench-smoke lock clean
-=======
-.PHONY: setup demo test test-fast lock clean airflow airflow-stop system-deps test-airflow
->>>>>>> airflow
+.PHONY: setup demo test test-fast bench bench-smoke lock clean airflow airflow-stop system-deps test-airflow
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
