@@ -28,7 +28,7 @@ from pyspark.sql import functions as F
 
 from lakehouse import transforms as tx
 from lakehouse.catalog import (
-    DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables, require_table, table_exists,
+    CORRECTIONS, DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables, require_table, table_exists,
 )
 from lakehouse.errors import LakehouseError
 from lakehouse.frames import literal_frame
@@ -37,7 +37,9 @@ from lakehouse.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
 
 ON_TIME, LATE, NOT_YET_READ, MISSING = "on_time", "late", "not_yet_read", "missing"
-EXPLAINING_CAUSES = (LATE, NOT_YET_READ)
+# A late difference whose window a correction run has already recomputed: the served value is right.
+CORRECTED = "corrected"
+EXPLAINING_CAUSES = (LATE, NOT_YET_READ, CORRECTED)
 
 @dataclasses.dataclass(frozen=True)
 class Scope:
@@ -90,6 +92,9 @@ def current_pins(spark: SparkSession, settings: Settings, pipeline: Pipeline,
         pins[name] = str(DeltaTable.forPath(spark, uri).history(1).select("version").first()[0])
     if table_exists(spark, tables.batch.uri(settings)):  # incremental audits follow its changes too
         pins["batch"] = str(DeltaTable.forPath(spark, tables.batch.uri(settings)).history(1).select("version").first()[0])
+    if table_exists(spark, CORRECTIONS.uri(settings)):
+        pins["corrections"] = str(DeltaTable.forPath(spark, CORRECTIONS.uri(settings)).history(1).select(
+            "version").first()[0])
     # Files are only ever added to the log: the latest write time pins its content.
     newest = last_write(spark, settings, pipeline.topic, arrived_from)
     pins["log_until"] = newest.isoformat() if newest else ""
@@ -114,6 +119,9 @@ class Auditor:
                   record: bool = True, incremental: bool = False) -> AuditResult:
         """Audit the closed windows starting in ``[start, end)``; ``incremental``: only those changed
         since the previous audit (see :meth:`_changed_since_previous_audit`)."""
+        if self.pipeline.window.is_session:
+            raise LakehouseError(f"{self.pipeline.name} has session windows; the audit compares fixed windows "
+                                 "(audit the pipeline it is a variant of)")
         started = time.time()
         pins = pins or current_pins(self.spark, self.settings, self.pipeline, earliest_arrival_for(start))
         missing_pins = {"bronze", "speed", "progress", "log_until"} - set(pins)
@@ -247,6 +255,7 @@ class Auditor:
             .join(on_time, on=grouping, how="left")
             .join(counts, on=grouping, how="left")
         )
+        joined = self._with_corrections(joined, pins)
 
         def value(prefix: str, metric: str):
             return F.coalesce(F.col(f"{prefix}_{metric}"), F.lit(0).cast(joined.schema[f"{prefix}_{metric}"].dataType))
@@ -266,6 +275,7 @@ class Auditor:
             F.array(
                 F.when(F.coalesce(F.col("late_events"), F.lit(0)) > 0, F.lit(LATE)),
                 F.when(F.coalesce(F.col("not_yet_read_events"), F.lit(0)) > 0, F.lit(NOT_YET_READ)),
+                F.when((F.coalesce(F.col("late_events"), F.lit(0)) > 0) & F.col("corrected"), F.lit(CORRECTED)),
             ),
             lambda c: c.isNotNull(),
         )
@@ -285,6 +295,22 @@ class Auditor:
             residual.alias("speed_minus_on_time"),
         )
 
+    def _with_corrections(self, joined: DataFrame, pins) -> DataFrame:
+        """Flag the (window, key) rows a correction run has recomputed (as of the pinned log)."""
+        keys = list(self.pipeline.keys)
+        key_json = F.to_json(F.create_map(*[part for k in keys for part in (F.lit(k), F.col(k).cast("string"))]))
+        if "corrections" not in pins:
+            return joined.withColumn("corrected", F.lit(False))
+        corrected = (
+            _at(self.spark, CORRECTIONS, self.settings, pins["corrections"])
+            .where((F.col("pipeline") == self.pipeline.name) & (F.col("change") == "insert"))
+            .select("window_start", "window_end", F.to_json("key").alias("_key_json"))
+            .distinct().withColumn("corrected", F.lit(True))
+        )
+        return (joined.withColumn("_key_json", key_json)
+                .join(corrected, on=["window_start", "window_end", "_key_json"], how="left")
+                .withColumn("corrected", F.coalesce("corrected", F.lit(False))).drop("_key_json"))
+
     def _record(self, result: AuditResult, differences: DataFrame, start, end, started: float) -> None:
         for table in (RECONCILIATIONS, DIFFERENCES):
             ensure_table(self.spark, table, self.settings)
@@ -293,6 +319,7 @@ class Auditor:
             "pins": result.pins, "watermark": result.watermark, "windows_compared": result.windows_compared,
             "open_windows": result.open_windows, "matched": result.matched,
             "explained_late": result.explained[LATE], "explained_not_yet_read": result.explained[NOT_YET_READ],
+            "explained_corrected": result.explained[CORRECTED],
             "unexplained": len(result.unexplained), "mode": result.mode, "changes_since": result.changes_since,
             "changed_windows": result.changed_windows, "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
             "duration_ms": int((time.time() - started) * 1000),
@@ -313,6 +340,7 @@ def render_audit(result: AuditResult) -> str:
         f"{result.open_windows} still open (watermark {result.watermark})",
         f"  matched          {result.matched}",
         f"  explained late   {result.explained[LATE]}",
+        f"    of which already corrected {result.explained[CORRECTED]}",
         f"  explained unread {result.explained[NOT_YET_READ]}",
         f"  unexplained      {len(result.unexplained)}",
         f"  pins             {json.dumps(result.pins, sort_keys=True)}",

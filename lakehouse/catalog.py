@@ -73,7 +73,8 @@ RECONCILIATIONS = Table(
     struct_of(
         ("run_id", STR), ("pipeline", STR), ("range_start", TS), ("range_end", TS), ("pins", STRING_MAP),
         ("watermark", TS), ("windows_compared", LONG), ("open_windows", LONG), ("matched", LONG),
-        ("explained_late", LONG), ("explained_not_yet_read", LONG), ("unexplained", LONG), ("started_at", TS),
+        ("explained_late", LONG), ("explained_not_yet_read", LONG), ("explained_corrected", LONG),
+        ("unexplained", LONG), ("started_at", TS),
         ("duration_ms", LONG),
         # full | incremental; an incremental audit covers the changes after these versions up to ``pins``.
         ("mode", STR), ("changes_since", STRING_MAP), ("changed_windows", LONG),

@@ -71,6 +71,18 @@ def test_clean_run_explains_every_difference_by_late_events_exactly(spark, strea
     assert differences.agg(F.sum("late_events")).first()[0] >= late_in_closed_windows.count() > 0
 
 
+def test_after_a_correction_run_late_differences_are_explained_as_already_corrected(
+        spark, streamed_home, tmp_path):
+    from lakehouse.corrections import CorrectionRun
+
+    settings = copy_of(streamed_home, tmp_path)
+    CorrectionRun(spark, settings, PIPELINE).run()
+    result = Auditor(spark, settings, PIPELINE).reconcile(START, END)
+    assert result.unexplained == [] and result.explained["late"] > 0
+    assert result.explained["corrected"] == result.explained["late"]
+    assert "corrections" in result.pins
+
+
 def test_log_files_the_stream_has_not_read_are_explained_as_not_yet_read(spark, streamed_home, tmp_path):
     settings = copy_of(streamed_home, tmp_path)
     generate(settings, GeneratorConfig(events=60, seed=99, rate=2.0, late_fraction=0, duplicate_fraction=0,
