@@ -15,7 +15,7 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import transforms as tx
@@ -174,12 +174,15 @@ class BatchLayer:
             return bronze.where(on_dates & in_range).select(*pipeline.field_names)
         parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)),
                                  pipeline)
-        numbered = tx.number_copies(tx.valid_events(parsed, pipeline), pipeline)
-        counted = parsed.agg(F.count(F.lit(1)).alias("read"), F.count("reason").alias("quarantined")).first()
-        result.events_read, result.quarantined = counted["read"], counted["quarantined"]
+        # Counted while the log is read for the events, not in a second pass over the raw JSON.
+        log_counts = Observation("log_counts")
+        observed = parsed.observe(log_counts, F.count(F.lit(1)).alias("read"), F.count("reason").alias("quarantined"))
+        numbered = tx.number_copies(tx.valid_events(observed, pipeline), pipeline)
         in_range_copies = numbered.where(in_range).persist()
         cached.append(in_range_copies)
         result.duplicates = in_range_copies.where(F.col("copy_number") > 1).count()
+        counted = log_counts.get
+        result.events_read, result.quarantined = counted["read"], counted["quarantined"]
         return in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names)
 
     def _recompute_chunk(self, events: DataFrame, chunk_start: datetime, chunk_end: datetime,
