@@ -103,7 +103,7 @@ def next_session_panes(state: DataFrame, on_time_events: DataFrame, on_time_wate
         "_new_events": F.count(F.when(~F.col("_from_state"), 1)),
         "_absorbed": F.collect_list(F.when(F.col("_from_state"), F.struct(*absorbed_fields))),
     }).where(F.col("_new_events") > 0)
-    only = F.col("_absorbed")[0]
+    only = F.get(F.col("_absorbed"), 0)  # null when the session is new
     same_bounds = (F.size("_absorbed") == 1) & (only["window_start"] == F.col("window_start")) & (
         only["window_end"] == F.col("window_end"))
     sessions = merged.select(

@@ -34,15 +34,19 @@ def watermark_for(max_event_time_before: datetime | None, watermark_delay: str, 
 
 
 class SpeedLayer:
-    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline):
+    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline, query_id: str | None = None):
+        """``query_id`` names the transactions when batches are fed to ``process_batch`` directly
+        (property tests); a started query uses its own, persisted in the checkpoint."""
         self.spark = spark
         self.settings = settings
         self.pipeline = pipeline
         self.tables = ensure_pipeline_tables(spark, settings, pipeline)
         self.watermark_delay = settings.watermark_delay or pipeline.watermark_delay
         self.allowed_lateness = settings.allowed_lateness or pipeline.allowed_lateness
-        self._query_id: str | None = None
+        self._query_id: str | None = query_id
         self._query_started = threading.Event()
+        if query_id:
+            self._query_started.set()
         # (batch id, max event time through it): saves re-reading the progress table each batch.
         self._max_event_time_through: tuple[int, datetime | None] | None = None
 

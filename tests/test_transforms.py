@@ -196,6 +196,49 @@ def test_event_in_the_last_millisecond_of_a_window_stays_in_it(spark):
     assertDataFrameEqual(tx.assign_windows(events, PIPELINE), expected)
 
 
+HOPPING = get_pipeline("toll_traffic_5m")  # 5-minute windows sliding by 1 minute
+SESSIONS = get_pipeline("team_scores_sessions")  # 1-minute gap
+
+
+def test_hopping_windows_place_one_event_in_size_over_slide_windows(spark):
+    events = inline_frame(spark, EVENT, [("e-1", ts("08:04:30"))])
+    starts = sorted(r["window_start"] for r in tx.assign_windows(events, HOPPING).collect())
+    assert starts == [ts("08:00:00"), ts("08:01:00"), ts("08:02:00"), ts("08:03:00"), ts("08:04:00")]
+
+
+def test_hopping_event_exactly_at_a_window_end_leaves_that_window(spark):
+    events = inline_frame(spark, EVENT, [("e-1", ts("08:05:00"))])
+    ends = sorted(r["window_end"] for r in tx.assign_windows(events, HOPPING).collect())
+    assert ends == [ts("08:06:00"), ts("08:07:00"), ts("08:08:00"), ts("08:09:00"), ts("08:10:00")]
+
+
+@pytest.mark.parametrize("pipeline, event_time, first_end", [
+    (PIPELINE, "08:00:59.999", "08:01:00"),
+    (PIPELINE, "08:01:00", "08:02:00"),
+    (HOPPING, "08:04:30", "08:05:00"),
+    (HOPPING, "08:05:00", "08:06:00"),
+    (SESSIONS, "08:04:30", "08:05:30"),
+])
+def test_first_window_end_is_the_earliest_end_of_the_event_windows(spark, pipeline, event_time, first_end):
+    events = inline_frame(spark, "event_time timestamp", [(ts(event_time),)])
+    assert events.select(tx.first_window_end(pipeline)).first()[0] == ts(first_end)
+
+
+SESSION_POINTS = "user string, window_start timestamp, window_end timestamp, total_score long"
+
+
+def test_sessions_less_than_a_gap_apart_merge_and_a_session_ending_where_the_next_starts_does_not(spark):
+    events = inline_frame(spark, "event_id string, user string, score int, event_time timestamp", [
+        ("a", "u", 1, ts("08:00:00")), ("b", "u", 2, ts("08:00:59")),  # 59 s apart: one session
+        ("c", "u", 4, ts("08:01:59")),                                   # starts where it ends: a new one
+        ("d", "v", 8, ts("08:00:30")),
+    ])
+    expected = inline_frame(spark, SESSION_POINTS, [
+        ("u", ts("08:00:00"), ts("08:01:59"), 3), ("u", ts("08:01:59"), ts("08:02:59"), 4),
+        ("v", ts("08:00:30"), ts("08:01:30"), 8)])
+    assertDataFrameEqual(tx.window_values(events, SESSIONS).select(*expected.columns), expected)
+
+
 # --- label_fates -----------------------------------------------------------------------------------
 
 # An event at the start of its window: (event_time, window_end).
