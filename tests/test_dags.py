@@ -83,7 +83,8 @@ def streamed(spark, tmp_path_factory):
     config = GeneratorConfig(events=1200, seed=5, start=HOUR0, rate=0.18, late_fraction=0.05, late_delay="3m",
                              duplicate_fraction=0.02, malformed_fraction=0.02, events_per_file=150)
     generate(settings, config)
-    run_speed_layer(spark, settings, PIPELINE, available_now=True)
+    # File by file, so the watermark advances between micro-batches and stragglers come out late.
+    run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
     oracle = run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
     return settings, oracle
 
