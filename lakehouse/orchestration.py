@@ -26,24 +26,39 @@ SPARK_CONN_ID = "spark_default"
 BACKFILL_POOL = "lakehouse_backfill"
 
 
-def pipeline_names() -> list[str]:
-    """The shipped pipelines' names, read from ``lakehouse/pipelines/`` without importing it (a pipeline
-    module imports pyspark, too slow for DAG parsing): the ``name=`` of each ``Pipeline(...)`` and the
-    name of each ``.variant("...")``. A test pins this list to ``lakehouse.pipelines.PIPELINES``."""
+def _declared_pipelines() -> dict[str, bool]:
+    """Each shipped pipeline's name and whether it has session windows, read from
+    ``lakehouse/pipelines/`` without importing it (a pipeline module imports pyspark, too slow for DAG
+    parsing): the ``name=`` of each ``Pipeline(...)``, the name of each ``.variant("...")``, and a
+    ``window=Window(gap=...)`` among their arguments. A test pins this to ``lakehouse.pipelines``."""
     import ast
 
-    names = set()
+    def has_session_window(call: ast.Call) -> bool:
+        return any(k.arg == "window" and isinstance(k.value, ast.Call)
+                   and any(w.arg == "gap" for w in k.value.keywords) for k in call.keywords)
+
+    declared = {}
     for path in Path(__file__).with_name("pipelines").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue
             called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if called == "Pipeline":
-                names.update(k.value.value for k in node.keywords
-                              if k.arg == "name" and isinstance(k.value, ast.Constant))
+                declared.update({k.value.value: has_session_window(node) for k in node.keywords
+                                 if k.arg == "name" and isinstance(k.value, ast.Constant)})
             elif called == "variant" and node.args and isinstance(node.args[0], ast.Constant):
-                names.add(node.args[0].value)
-    return sorted(names)
+                declared[node.args[0].value] = has_session_window(node)
+    return declared
+
+
+def pipeline_names() -> list[str]:
+    """The shipped pipelines' names (see ``_declared_pipelines``)."""
+    return sorted(_declared_pipelines())
+
+
+def session_pipeline_names() -> list[str]:
+    """Shipped pipelines with session windows: the audit compares fixed windows and skips them."""
+    return sorted(name for name, is_session in _declared_pipelines().items() if is_session)
 
 
 DEFAULT_PIPELINE = "toll_traffic"

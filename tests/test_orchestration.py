@@ -11,7 +11,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.health import assess_stream_health
 from lakehouse.maintenance import expired_log_partitions, log_retention, vacuum_retention
 from lakehouse.orchestration import (
-    backfill_param_schemas, chunk_job_args, pipeline_names, plan_chunks, request_from_params, summarise_backfill,
+    backfill_param_schemas, chunk_job_args, pipeline_names, session_pipeline_names, plan_chunks, request_from_params, summarise_backfill,
     validate_backfill_request,
 )
 from lakehouse.settings import Settings
@@ -30,6 +30,12 @@ def test_pipeline_names_match_the_shipped_pipelines():
     from lakehouse.pipelines import PIPELINES
 
     assert pipeline_names() == sorted(PIPELINES)
+
+
+def test_session_pipeline_names_match_the_shipped_session_pipelines():
+    from lakehouse.pipelines import PIPELINES
+
+    assert session_pipeline_names() == sorted(n for n, p in PIPELINES.items() if p.window.is_session)
 
 
 def test_valid_parameters_become_a_request_in_naive_utc():
