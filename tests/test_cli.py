@@ -44,7 +44,7 @@ def test_unknown_pipeline_is_named_with_the_shipped_ones(cli_env):
     finished = subprocess.run(lakehouse("backfill", "--pipeline", "nope", "--start", "2026-01-05", "--end",
                                         "2026-01-06"), env=cli_env, capture_output=True, text=True, timeout=60)
     assert finished.returncode == 2
-    assert "unknown pipeline 'nope'; shipped pipelines: toll_traffic" in finished.stderr
+    assert "unknown pipeline 'nope'; shipped pipelines: team_scores, team_scores_sessions, toll_traffic" in finished.stderr
 
 
 @pytest.mark.slow
@@ -101,4 +101,4 @@ def test_spark_submit_runs_a_backfill_job_from_the_raw_log(tmp_path, cli_env):
     env = {**cli_env, "SPARK_HOME": str(Path(pyspark.__file__).parent), "PYSPARK_PYTHON": sys.executable}
     finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 0, finished.stderr[-3000:]
-    assert " succeeded: toll_traffic " in finished.stdout and " 2 chunks, " in finished.stdout
+    assert " succeeded: toll_traffic " in finished.stdout and " 2 chunks recomputed, " in finished.stdout
