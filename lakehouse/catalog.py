@@ -78,6 +78,8 @@ RECONCILIATIONS = Table(
         ("duration_ms", LONG),
         # full | incremental; an incremental audit covers the changes after these versions up to ``pins``.
         ("mode", STR), ("changes_since", STRING_MAP), ("changed_windows", LONG),
+        # speed | serving: the table the audit compared with the truth.
+        ("target", STR), ("explained_after_batch", LONG),
     ),
 )
 # One row per (window, key) that did not match, with what explains it or the event ids that do not.
@@ -87,6 +89,8 @@ DIFFERENCES = Table(
         ("run_id", STR), ("pipeline", STR), ("window_start", TS), ("window_end", TS), ("key", STRING_MAP),
         ("status", STR), ("causes", STRINGS), ("truth", STRING_MAP), ("speed", STRING_MAP), ("late_events", LONG),
         ("not_yet_read_events", LONG), ("unexplained_event_ids", STRINGS), ("speed_minus_on_time", STRING_MAP),
+        # ``speed`` holds the audited value; with target serving, ``source`` says which layer served it.
+        ("source", STR), ("after_batch_events", LONG),
     ),
 )
 # The batch layer's corrections as a retraction log: per changed (window, key) of a pipeline, the
@@ -215,20 +219,28 @@ def ensure_pipeline_tables(spark: SparkSession, settings: Settings, pipeline: Pi
     return pipeline_tables(pipeline)
 
 
-def serving_view_sql(pipeline: Pipeline) -> str:
-    """Batch value where the batch layer has recomputed the window, speed value otherwise."""
+def serving_view_sql(pipeline: Pipeline, speed: str | None = None, batch: str | None = None,
+                     coverage: str | None = None) -> str:
+    """Batch value where the batch layer has recomputed the window, speed value otherwise.
+
+    The relations default to the registered tables; the audit passes views of pinned versions,
+    so what it checks is this very definition.
+    """
     tables = pipeline_tables(pipeline)
+    speed = speed or tables.speed.qualified_name
+    batch = batch or tables.batch.qualified_name
+    coverage = coverage or BATCH_COVERAGE.qualified_name
     columns = ", ".join(pipeline.gold_columns)
     speed_columns = ", ".join(f"s.{c}" for c in pipeline.gold_columns)
     return f"""
         SELECT {columns}, 'batch' AS source, TRUE AS is_final, updated_at
-        FROM {tables.batch.qualified_name}
+        FROM {batch}
         UNION ALL
         SELECT {speed_columns}, 'speed' AS source, FALSE AS is_final, s.updated_at
-        FROM {tables.speed.qualified_name} AS s
-        LEFT ANTI JOIN (SELECT DISTINCT window_start FROM {tables.batch.qualified_name}) AS b
+        FROM {speed} AS s
+        LEFT ANTI JOIN (SELECT DISTINCT window_start FROM {batch}) AS b
           ON s.window_start = b.window_start
-        LEFT ANTI JOIN (SELECT range_start, range_end FROM {BATCH_COVERAGE.qualified_name}
+        LEFT ANTI JOIN (SELECT range_start, range_end FROM {coverage}
                         WHERE pipeline = '{pipeline.name}') AS c
           ON s.window_start >= c.range_start AND s.window_start < c.range_end
     """

@@ -96,7 +96,8 @@ def cmd_audit(args, settings: Settings) -> None:
     start, end = parse_range(args.start, args.end, pipeline)
     pins = json.loads(args.pins) if args.pins else None
     spark = _spark(settings, f"audit-{pipeline.name}")
-    result = Auditor(spark, settings, pipeline).reconcile(start, end, pins, incremental=args.incremental)
+    result = Auditor(spark, settings, pipeline).reconcile(start, end, pins, incremental=args.incremental,
+                                                          target=args.target)
     print(render_audit(result))
     quality = None
     if not args.skip_quality:
@@ -246,6 +247,8 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--end", required=True)
     audit.add_argument("--pins", help="JSON of an earlier audit's pins, to re-run it exactly as it read")
     audit.add_argument("--report", help="also write a self-contained HTML report to this path")
+    audit.add_argument("--target", choices=("speed", "serving"), default="speed",
+                       help="compare the speed table (default) or the serving view gold.<p> with the truth")
     audit.add_argument("--incremental", action="store_true",
                        help="compare only windows whose speed or batch rows changed since the previous audit")
     audit.add_argument("--skip-quality", action="store_true",

@@ -98,17 +98,23 @@ def partition_uris(spark: SparkSession, settings: Settings, pipeline: str, arriv
     return uris
 
 
-def last_write(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> datetime | None:
-    """When the newest file of those partitions was added to the log (UTC), from a listing alone."""
-    newest_ms = None
+def file_write_times(spark: SparkSession, settings: Settings, pipeline: str,
+                     arrived_from: datetime | None = None) -> dict[str, datetime]:
+    """Each log file's name and when it was added to the log (UTC), from a listing alone."""
+    times = {}
     for uri in partition_uris(spark, settings, pipeline, arrived_from):
         file_system, path = _file_system(spark, uri)
         for status in file_system.listStatus(path):
-            if status.isFile() and status.getPath().getName().endswith(".jsonl"):
-                newest_ms = max(newest_ms or 0, status.getModificationTime())
-    if newest_ms is None:
-        return None
-    return _EPOCH + timedelta(milliseconds=newest_ms)  # exact: a float of seconds could round below the file's time
+            name = status.getPath().getName()
+            if status.isFile() and name.endswith(".jsonl"):
+                # exact: a float of seconds could round below the file's time
+                times[name] = _EPOCH + timedelta(milliseconds=status.getModificationTime())
+    return times
+
+
+def last_write(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> datetime | None:
+    """When the newest file of those partitions was added to the log (UTC), from a listing alone."""
+    return max(file_write_times(spark, settings, pipeline, arrived_from).values(), default=None)
 
 
 def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> DataFrame:

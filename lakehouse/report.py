@@ -18,13 +18,13 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.audit import LATE, NOT_YET_READ, AuditResult
+from lakehouse.audit import AFTER_BATCH, CORRECTED, LATE, NOT_YET_READ, SERVING_TARGET, AuditResult
 from lakehouse.catalog import pipeline_tables, table_exists
 from lakehouse.pipelines.base import Pipeline
 from lakehouse.quality import QualityResult, failure_text
 from lakehouse.settings import Settings
 
-CAUSE_COLOURS = {LATE: "#d97706", NOT_YET_READ: "#2563eb", "unexplained": "#dc2626"}
+CAUSE_COLOURS = {LATE: "#d97706", NOT_YET_READ: "#2563eb", AFTER_BATCH: "#7c3aed", "unexplained": "#dc2626"}
 DELAY_BUCKETS = ((60, "< 1 min"), (120, "1-2 min"), (300, "2-5 min"), (600, "5-10 min"), (1800, "10-30 min"),
                  (None, ">= 30 min"))
 
@@ -104,7 +104,7 @@ def _cause_of(window: dict) -> str | None:
         return "unexplained"
     if window["truth"] == window["speed"]:
         return None
-    return LATE if LATE in window["causes"] else NOT_YET_READ
+    return next(cause for cause in (LATE, AFTER_BATCH, NOT_YET_READ) if cause in window["causes"])
 
 
 def _difference_chart(windows: list[dict], metric: str, width: int = 960, height: int = 200) -> str:
@@ -160,7 +160,8 @@ def _delay_histogram(delays: list[float]) -> list[tuple[str, int]]:
 def _accounted_by(row: dict) -> str:
     if row["unexplained_event_ids"]:
         return ", ".join(row["unexplained_event_ids"])
-    return f"no event: speed differs from the sum of its on-time events by {row['speed_minus_on_time']}"
+    counted = "the events in bronze when it was written" if row.get("source") == "batch" else "its on-time events"
+    return f"no event: the {row.get('source') or 'speed'} value differs from {counted} by {row['speed_minus_on_time']}"
 
 
 def _docs_href(data_docs: str, report_dir: Path | None) -> str:
@@ -191,6 +192,7 @@ def _quality_section(quality: QualityResult | None, report_dir: Path | None) -> 
 
 def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None = None,
                   quality: QualityResult | None = None, report_dir: Path | None = None) -> str:
+    audited = "serving view" if result.target == SERVING_TARGET else "speed layer"
     metric = metric or (next(iter(result.rows[0]["truth"])) if result.rows else "")
     verdict = ("All differences explained" if result.ok
                else f"{len(result.unexplained)} unexplained difference{'s' if len(result.unexplained) != 1 else ''}")
@@ -230,7 +232,7 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
  .bar {{ height: 12px; border-radius: 2px; }} svg {{ width: 100%; height: auto; background: #f8fafc; }}
  code {{ font-size: 12px; }}
 </style></head><body>
-<h1>Audit of {html.escape(result.pipeline)}</h1>
+<h1>Audit of {html.escape(result.pipeline)}: {audited}</h1>
 <p>Event-time range [{result.range_start}, {result.range_end}), watermark {result.watermark}. Run <code>{result.run_id}</code>.</p>
 {scope}
 <div class="verdict {'good' if result.ok else 'alarm'}">{verdict}</div>{quality_verdict}
@@ -239,19 +241,21 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
  <tr><td>closed (window, key) rows compared</td><td class="num">{result.windows_compared}</td></tr>
  <tr><td>matched</td><td class="num">{result.matched}</td></tr>
  <tr><td>explained by late events</td><td class="num">{result.explained[LATE]}</td></tr>
+ <tr><td>&nbsp;&nbsp;of which a correction run has already fixed</td><td class="num">{result.explained[CORRECTED]}</td></tr>
+ <tr><td>explained by events that reached the log after the batch value was computed</td><td class="num">{result.explained[AFTER_BATCH]}</td></tr>
  <tr><td>explained by files not yet read</td><td class="num">{result.explained[NOT_YET_READ]}</td></tr>
  <tr><td>unexplained</td><td class="num">{len(result.unexplained)}</td></tr>
  <tr><td>still open (after the watermark)</td><td class="num">{result.open_windows}</td></tr>
 </table>
-<h2>Speed vs truth per window ({html.escape(metric)}, all keys)</h2>
+<h2>{audited.capitalize()} vs truth per window ({html.escape(metric)}, all keys)</h2>
 <p><span style="color:#16a34a">&#9473; truth from the raw log</span> &nbsp;
-<span style="color:#334155">&#9476; speed layer</span> &nbsp; {legend}</p>
+<span style="color:#334155">&#9476; {audited}</span> &nbsp; {legend}</p>
 {_chart(windows, metric) if metric else "<p>No closed windows.</p>"}
 <h2>Differences per window, by cause</h2>
 {_difference_chart(windows, metric) if metric else ""}
 <h2>Data quality (Great Expectations)</h2>
 {_quality_section(quality, report_dir)}
-{"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>speed</th><th>event ids</th></tr>" + unexplained_rows + "</table>" if unexplained_rows else ""}
+{"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>{audited}</th><th>event ids</th></tr>" + unexplained_rows + "</table>" if unexplained_rows else ""}
 <h2>Late events by delay (sent_at - event_time)</h2>
 {_bars(_delay_histogram(inputs.late_delays_seconds), CAUSE_COLOURS[LATE])}
 <h2>Quarantine reasons</h2>

@@ -3,6 +3,7 @@ or reported as unexplained down to the event ids, and an audit re-run at its pin
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from datetime import datetime, timedelta, timezone
@@ -83,6 +84,68 @@ def test_after_a_correction_run_late_differences_are_explained_as_already_correc
     assert "corrections" in result.pins
 
 
+def test_after_a_correction_run_the_audit_of_the_serving_view_finds_no_difference(spark, streamed_home, tmp_path):
+    from lakehouse.corrections import CorrectionRun
+
+    settings = copy_of(streamed_home, tmp_path)
+    auditor = Auditor(spark, settings, PIPELINE)
+    before = auditor.reconcile(START, END, target="serving")
+    assert before.unexplained == [] and before.explained["late"] > 0  # served by speed until corrected
+    CorrectionRun(spark, settings, PIPELINE).run()
+    after = auditor.reconcile(START, END, target="serving")
+    assert after.target == "serving" and after.unexplained == []
+    assert after.matched == after.windows_compared == before.windows_compared > 0
+    assert "batch" in {row["source"] for row in after.rows}  # the corrected windows
+
+
+def write_straggler_into_a_corrected_window(spark, settings) -> dict:
+    """One more late event, for a (window, key) the batch layer now serves, streamed into bronze."""
+    corrected = (spark.read.format("delta").load(TABLES.batch.uri(settings))
+                 .orderBy("window_start", "bridge_id", "vehicle_type").first())
+    event_time = corrected.window_start + timedelta(seconds=30)
+    straggler = {"event_id": "straggler-after-correction", "bridge_id": corrected.bridge_id,
+                 "booth_id": f"{corrected.bridge_id}-booth-0", "vehicle_type": corrected.vehicle_type, "axles": 2,
+                 "toll_amount": 7.25, "event_time": f"{event_time:%Y-%m-%dT%H:%M:%S}Z",
+                 "sent_at": f"{event_time:%Y-%m-%dT%H:%M:%S}Z"}
+    LocalLogWriter(settings, PIPELINE.name).write(datetime(2026, 1, 5, 9, 30), "straggler", [json.dumps(straggler)])
+    run_speed_layer(spark, settings, PIPELINE, available_now=True)
+    return {"window_start": corrected.window_start, "bridge_id": corrected.bridge_id,
+            "vehicle_type": corrected.vehicle_type}
+
+
+def test_an_event_late_for_a_corrected_window_is_explained_as_arrived_after_the_batch(spark, streamed_home, tmp_path):
+    from lakehouse.corrections import CorrectionRun
+
+    settings = copy_of(streamed_home, tmp_path)
+    CorrectionRun(spark, settings, PIPELINE).run()
+    window = write_straggler_into_a_corrected_window(spark, settings)
+    result = Auditor(spark, settings, PIPELINE).reconcile(START, END, target="serving")
+    assert result.unexplained == []
+    [row] = [r for r in result.rows if r["status"] != "matched"]
+    assert (row["window_start"], row["key"]) == (
+        window["window_start"], {"bridge_id": window["bridge_id"], "vehicle_type": window["vehicle_type"]})
+    assert (row["source"], row["causes"], row["after_batch_events"]) == ("batch", ["arrived_after_batch"], 1)
+    assert Decimal(row["truth"]["revenue"]) - Decimal(row["speed"]["revenue"]) == Decimal("7.25")
+    CorrectionRun(spark, settings, PIPELINE).run()  # the next correction folds it in
+    again = Auditor(spark, settings, PIPELINE).reconcile(START, END, target="serving")
+    assert again.matched == again.windows_compared
+
+
+def test_a_batch_value_changed_by_hand_is_unexplained_in_the_serving_view(spark, streamed_home, tmp_path):
+    from lakehouse.corrections import CorrectionRun
+
+    settings = copy_of(streamed_home, tmp_path)
+    CorrectionRun(spark, settings, PIPELINE).run()
+    batch = DeltaTable.forPath(spark, TABLES.batch.uri(settings))
+    target = batch.toDF().orderBy("window_start", "bridge_id", "vehicle_type").first()
+    batch.update((F.col("window_start") == target.window_start) & (F.col("bridge_id") == target.bridge_id)
+                 & (F.col("vehicle_type") == target.vehicle_type), {"vehicles": F.col("vehicles") + 1})
+    result = Auditor(spark, settings, PIPELINE).reconcile(START, END, target="serving")
+    [row] = result.unexplained
+    assert row["source"] == "batch" and row["key"]["bridge_id"] == target.bridge_id
+    assert row["speed_minus_on_time"]["vehicles"] == "1" and row["unexplained_event_ids"] == []
+
+
 def test_log_files_the_stream_has_not_read_are_explained_as_not_yet_read(spark, streamed_home, tmp_path):
     settings = copy_of(streamed_home, tmp_path)
     generate(settings, GeneratorConfig(events=60, seed=99, rate=2.0, late_fraction=0, duplicate_fraction=0,
@@ -133,7 +196,8 @@ def test_a_speed_value_changed_by_hand_is_unexplained_by_the_amount_changed(
     assert exit_code == 1
     unexplained = [line for line in capsys.readouterr().out.splitlines() if "UNEXPLAINED" in line]
     assert len(unexplained) == 1 and target.bridge_id in unexplained[0]
-    assert "speed - on-time events {'vehicles': '0', 'revenue': '0.01'}; events unaccounted: []" in unexplained[0]
+    assert "value - events its layer counted {'vehicles': '0', 'revenue': '0.01'}; events unaccounted: []" \
+        in unexplained[0]
 
 
 def test_incremental_audit_compares_only_windows_whose_speed_rows_changed(spark, streamed_home, tmp_path):
@@ -215,3 +279,31 @@ def test_audit_at_its_pins_repeats_itself_after_more_data_arrives(spark, streame
     assert (again.windows_compared, again.matched, again.explained, again.unexplained, again.watermark) == (
         first.windows_compared, first.matched, first.explained, first.unexplained, first.watermark)
     assert fresh.pins != first.pins and fresh.explained["not_yet_read"] > 0
+
+
+def test_the_report_reads_in_a_browser_with_verdicts_chart_and_data_docs_link(
+        spark, streamed_home, tmp_path, monkeypatch):
+    """The page a person opens: rendered by Chromium, the verdict and the per-window chart are on
+    the first screen, and the Data Docs link resolves. Screenshot: test-artifacts/audit-report.png."""
+    from playwright.sync_api import sync_playwright
+
+    settings = copy_of(streamed_home, tmp_path)
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
+    report = tmp_path / "report.html"
+    assert main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--report", str(report)]) == 0
+    artifacts = Path(__file__).resolve().parent.parent / "test-artifacts"
+    artifacts.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            page.goto(report.as_uri())
+            verdicts = page.locator(".verdict")
+            assert verdicts.all_inner_texts() == ["All differences explained", "Data quality: all suites pass"]
+            chart = page.locator("svg").first.bounding_box()
+            assert chart is not None and chart["y"] + chart["height"] < 900 * 1.5 and chart["width"] > 500
+            docs = page.get_by_role("link", name="Data Docs").first.get_attribute("href")
+            assert (report.parent / docs).resolve().exists()
+            page.screenshot(path=str(artifacts / "audit-report.png"), full_page=True)
+        finally:
+            browser.close()

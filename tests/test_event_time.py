@@ -161,6 +161,28 @@ def test_speed_value_plus_corrections_equals_the_batch_value(spark, corrected, t
     assert {r["window_start"]: r["total_score"] + net.get(r["window_start"], 0) for r in speed} == BATCH_TOTALS
 
 
+def test_team_scores_audit_explains_the_late_9_and_the_corrected_serving_view_agrees(spark, corrected, tmp_path):
+    from lakehouse.audit import Auditor
+    from lakehouse.quality import validate_audit
+    from lakehouse.report import gather_inputs, render_report
+
+    settings, _ = corrected
+    auditor = Auditor(spark, settings, TEAM_SCORES)
+    speed = auditor.reconcile(W1, END)  # the watermark (12:06:47) has closed the first three windows
+    assert (speed.windows_compared, speed.matched, speed.explained["late"], speed.explained["corrected"]) == (3, 2, 1, 1)
+    [late] = [row for row in speed.rows if row["status"] == "explained"]
+    assert (late["window_start"], late["truth"], late["speed"], late["late_events"]) == (
+        W1, {"total_score": "14"}, {"total_score": "5"}, 1)
+    serving = auditor.reconcile(W1, END, target="serving")
+    assert serving.ok and serving.matched == serving.windows_compared == 3
+    quality = validate_audit(spark, settings, TEAM_SCORES, serving.run_id, serving.pins, W1, END,
+                             serving.newest_event_time)
+    assert quality.ok and [s.suite for s in quality.suites] == [
+        "team_scores.raw_events", "team_scores.bronze", "team_scores.gold"]
+    page = render_report(serving, gather_inputs(spark, settings, TEAM_SCORES, serving), quality=quality)
+    assert "Audit of team_scores: serving view" in page and "All differences explained" in page
+
+
 def test_rerunning_the_correction_changes_nothing(spark, corrected):
     settings, _ = corrected
     before = spark.read.format("delta").load(CORRECTIONS.uri(settings)).count()

@@ -56,7 +56,43 @@ VIOLATIONS = {
 }
 CLEAN = {RAW_EVENTS: [bronze_row(n) for n in range(3)], BRONZE: [bronze_row(n) for n in range(3)],
          GOLD: [gold_row(m, bridge) for m in range(3) for bridge in ("B1", "B2")]}
-SCHEMAS = {RAW_EVENTS: TABLES.bronze.columns, BRONZE: TABLES.bronze.columns, GOLD: TABLES.speed.columns}
+TEAM = get_pipeline("team_scores")
+TEAM_TABLES = pipeline_tables(TEAM)
+
+
+def team_bronze_row(n: int, **changes) -> dict:
+    event_time = T0 + timedelta(seconds=n)
+    row = {"event_id": f"s{n}", "user": f"user{n % 3}", "team": "red", "score": 5, "event_time": event_time,
+           "event_date": event_time.date(), "fate": "on_time", "app_id": "speed:test", "batch_id": 0,
+           "source_file": "file:/log/f.jsonl", "ingested_at": event_time}
+    return {**row, **changes}
+
+
+def team_gold_row(window: int, team: str = "red", **changes) -> dict:
+    start = T0 + timedelta(minutes=2 * window)
+    row = {"window_start": start, "window_end": start + timedelta(minutes=2), "team": team, "total_score": 14,
+           "last_batch_id": 0, "updated_at": start}
+    return {**row, **changes}
+
+
+# Per (pipeline, suite): the table's schema, clean rows, and one row breaking each expectation.
+CASES = {
+    ("toll_traffic", RAW_EVENTS): (TABLES.bronze.columns, CLEAN[RAW_EVENTS], VIOLATIONS[RAW_EVENTS]),
+    ("toll_traffic", BRONZE): (TABLES.bronze.columns, CLEAN[BRONZE], VIOLATIONS[BRONZE]),
+    ("toll_traffic", GOLD): (TABLES.speed.columns, CLEAN[GOLD], VIOLATIONS[GOLD]),
+    ("team_scores", RAW_EVENTS): (TEAM_TABLES.bronze.columns, [team_bronze_row(n) for n in range(3)],
+                                  [team_bronze_row(10, score=1001)]),
+    ("team_scores", BRONZE): (
+        TEAM_TABLES.bronze.columns, [team_bronze_row(n) for n in range(3)],
+        [team_bronze_row(20, event_id=None), team_bronze_row(1), team_bronze_row(21, fate="duplicate"),
+         team_bronze_row(22, fate=None), team_bronze_row(23, event_time=None), team_bronze_row(24, user=None),
+         team_bronze_row(25, team=None), team_bronze_row(26, score=None), team_bronze_row(27, source_file=None),
+         team_bronze_row(28, event_date=T0.date() + timedelta(days=1))]),
+    ("team_scores", GOLD): (
+        TEAM_TABLES.speed.columns, [team_gold_row(w, team) for w in range(3) for team in ("red", "blue")],
+        [team_gold_row(0), team_gold_row(5, window_start=T0 + timedelta(minutes=11)),
+         team_gold_row(6, total_score=None), team_gold_row(7, total_score=-1)]),  # freshness: the parameter
+}
 
 
 @pytest.fixture(scope="module")
@@ -66,26 +102,31 @@ def context(tmp_path_factory):
     return gx_context(make_settings(tmp_path_factory.mktemp("gx") / "home"))
 
 
-def _validate(spark, context, layer: str, rows: list[dict], fresh_since: datetime):
-    frame = literal_frame(spark, SCHEMAS[layer], rows)
+def _validate(spark, context, pipeline: str, layer: str, rows: list[dict], fresh_since: datetime):
+    frame = literal_frame(spark, CASES[pipeline, layer][0], rows)
     parameters = {"fresh_since": fresh_since} if layer == GOLD else {}
-    return validate_frame(context, suite_path("toll_traffic", layer), f"test.{layer}", frame, parameters)
+    return validate_frame(context, suite_path(pipeline, layer), f"test.{pipeline}.{layer}", frame, parameters)
 
 
-@pytest.mark.parametrize("layer", [RAW_EVENTS, BRONZE, GOLD])
-def test_each_suite_passes_clean_data(spark, context, layer):
-    result = _validate(spark, context, layer, CLEAN[layer], fresh_since=T0)
+@pytest.mark.parametrize("pipeline, layer", list(CASES))
+def test_each_suite_passes_clean_data(spark, context, pipeline, layer):
+    result = _validate(spark, context, pipeline, layer, CASES[pipeline, layer][1], fresh_since=T0)
     assert result.success, [r.expectation_config.type for r in result.results if not r.success]
 
 
-@pytest.mark.parametrize("layer", [RAW_EVENTS, BRONZE, GOLD])
-def test_each_expectation_of_each_suite_catches_its_violating_row(spark, context, layer):
-    rows = CLEAN[layer] + VIOLATIONS[layer]
+@pytest.mark.parametrize("pipeline, layer", list(CASES))
+def test_each_expectation_of_each_suite_catches_its_violating_row(spark, context, pipeline, layer):
+    _, clean, violations = CASES[pipeline, layer]
     # Freshness fails when the newest window ends before the newest event the log holds, less the tolerance.
-    result = _validate(spark, context, layer, rows, fresh_since=T0 + timedelta(hours=1))
+    result = _validate(spark, context, pipeline, layer, clean + violations, fresh_since=T0 + timedelta(hours=1))
     assert not result.success
     passed = [(r.expectation_config.type, r.expectation_config.meta) for r in result.results if r.success]
     assert passed == []
+
+
+def test_every_audited_pipeline_has_all_three_suites():
+    for pipeline in ("toll_traffic", "team_scores"):
+        assert all(suite_path(pipeline, layer).exists() for layer in (RAW_EVENTS, BRONZE, GOLD)), pipeline
 
 
 def test_row_rules_come_from_the_suite_file_in_its_order(spark, tmp_path):
