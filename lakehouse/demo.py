@@ -55,6 +55,15 @@ def _step(text: str) -> float:
     return time.time()
 
 
+def _write_report(spark, settings: Settings, pipeline, audit) -> str:
+    from lakehouse.report import gather_inputs, render_report
+    from lakehouse.settings import local_path
+
+    path = local_path(settings.home) / "audit-report.html"
+    path.write_text(render_report(audit, gather_inputs(spark, settings, pipeline, audit), report_dir=path.parent))
+    return str(path)
+
+
 def run_demo(settings: Settings, events: int = 20_000) -> None:
     from lakehouse.audit import Auditor, render_audit
     from lakehouse.batch import BatchLayer
@@ -93,6 +102,11 @@ def run_demo(settings: Settings, events: int = 20_000) -> None:
     _step("Audit: the speed table against the truth recomputed from the raw log, every difference explained")
     audit = Auditor(spark, settings, pipeline).reconcile(start, start + timedelta(hours=1))
     print(render_audit(audit))
+    _step("Audit of the serving view gold.toll_traffic: after the correction, nothing should differ")
+    served = Auditor(spark, settings, pipeline).reconcile(start, start + timedelta(hours=1), target="serving")
+    print(render_audit(served))
+    report = _write_report(spark, settings, pipeline, audit)
+    print(f"the speed layer's audit as a page: {report}")
 
     _step("What happened")
     print(f"events generated: {generated.records} records in {generated.files} files "

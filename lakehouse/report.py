@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.audit import AFTER_BATCH, CORRECTED, LATE, NOT_YET_READ, SERVING_TARGET, AuditResult
-from lakehouse.catalog import pipeline_tables, table_exists
+from lakehouse.catalog import STREAM_PROGRESS, pipeline_tables, table_exists
 from lakehouse.pipelines.base import Pipeline
 from lakehouse.quality import QualityResult, failure_text
 from lakehouse.settings import Settings
@@ -36,15 +36,25 @@ class ReportInputs:
 
 
 def gather_inputs(spark: SparkSession, settings: Settings, pipeline: Pipeline, result: AuditResult) -> ReportInputs:
-    """Late events' delays (sent_at - event_time) and quarantine reasons, at the audit's pins."""
+    """Late events' delays and quarantine reasons, at the audit's pins.
+
+    A late event's delay is how far its event time lagged the stream's event-time frontier (the
+    newest event time of the batches before the one that read it): what made it late, whatever
+    the pipeline's fields.
+    """
     tables = pipeline_tables(pipeline)
-    bronze = spark.read.format("delta").option("versionAsOf", int(result.pins["bronze"])).load(
-        tables.bronze.uri(settings)
-    )
+
+    def at(table, pin: str):
+        return spark.read.format("delta").option("versionAsOf", int(result.pins[pin])).load(table.uri(settings))
+
     in_range = F.col(pipeline.event_time).between(result.range_start, result.range_end)
+    late = at(tables.bronze, "bronze").where((F.col("fate") == "late") & in_range)
+    frontier = at(STREAM_PROGRESS, "progress").select(
+        "app_id", (F.col("batch_id") + 1).alias("batch_id"), F.col("max_event_time").alias("frontier"))
     delays = [
-        row[0] for row in bronze.where((F.col("fate") == "late") & in_range)
-        .select((F.unix_micros("sent_at") - F.unix_micros(pipeline.event_time)) / 1e6).collect()
+        row[0] for row in late.join(frontier, on=["app_id", "batch_id"], how="left")
+        .select((F.unix_micros("frontier") - F.unix_micros(pipeline.event_time)) / 1e6).collect()
+        if row[0] is not None
     ]
     reasons: dict[str, int] = {}
     if table_exists(spark, tables.quarantine.uri(settings)):
@@ -256,7 +266,7 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
 <h2>Data quality (Great Expectations)</h2>
 {_quality_section(quality, report_dir)}
 {"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>{audited}</th><th>event ids</th></tr>" + unexplained_rows + "</table>" if unexplained_rows else ""}
-<h2>Late events by delay (sent_at - event_time)</h2>
+<h2>Late events by how far they lagged the stream's newest event time when read</h2>
 {_bars(_delay_histogram(inputs.late_delays_seconds), CAUSE_COLOURS[LATE])}
 <h2>Quarantine reasons</h2>
 {_bars(sorted(inputs.quarantine_reasons.items(), key=lambda kv: -kv[1]), "#64748b")}

@@ -301,7 +301,7 @@ def test_the_report_reads_in_a_browser_with_verdicts_chart_and_data_docs_link(
             verdicts = page.locator(".verdict")
             assert verdicts.all_inner_texts() == ["All differences explained", "Data quality: all suites pass"]
             chart = page.locator("svg").first.bounding_box()
-            assert chart is not None and chart["y"] + chart["height"] < 900 * 1.5 and chart["width"] > 500
+            assert chart is not None and chart["y"] < 900 and chart["width"] > 500  # starts on the first screen
             docs = page.get_by_role("link", name="Data Docs").first.get_attribute("href")
             assert (report.parent / docs).resolve().exists()
             page.screenshot(path=str(artifacts / "audit-report.png"), full_page=True)
