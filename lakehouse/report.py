@@ -142,7 +142,7 @@ def _difference_chart(windows: list[dict], metric: str, width: int = 960, height
   <line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>
   <text x="{pad}" y="{height - 12}" font-size="11">{first:%Y-%m-%d %H:%M}</text>
   <text x="{width - pad}" y="{height - 12}" font-size="11" text-anchor="end">{last:%H:%M}</text>
-  <text x="4" y="{pad - 8}" font-size="11">truth - speed, {html.escape(metric)}</text>
+  <text x="4" y="14" font-size="11">truth - speed, {html.escape(metric)}</text>
   {''.join(bars) or f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no differences</text>'}
 </svg>"""
 
