@@ -54,7 +54,7 @@ def lakehouse_backfill():
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     @task
-    def validate_and_plan(params=None, run_id=None) -> list[list[str]]:
+    def validate_and_plan(params=None, run_id=None, dag_run=None) -> list[list[str]]:
         """The spark-submit arguments of each chunk to recompute (none for a dry run)."""
         from airflow.sdk.exceptions import AirflowFailException
 
@@ -64,7 +64,8 @@ def lakehouse_backfill():
         from lakehouse.pipelines import get_pipeline
 
         try:
-            request = validate_backfill_request(dict(params), Settings.from_env(), datetime.now().astimezone())
+            # Judged as of when the run was requested, so a retry decides exactly as the first try did.
+            request = validate_backfill_request(dict(params), Settings.from_env(), dag_run.run_after)
             parse_range(request.start.isoformat(), request.end.isoformat(), get_pipeline(request.pipeline))
         except LakehouseError as error:  # bad input: fail at once, no retry, nothing written
             raise AirflowFailException(f"invalid backfill parameters: {error}") from None

@@ -37,6 +37,8 @@ def lakehouse_stream_health():
 
         from lakehouse.health import check_stream_health
 
+        # Deliberately the wall clock, not the data interval: the check is about the stream's state now,
+        # read from ops.stream_progress now (a late or retried run must not pass on an old timestamp).
         verdict = check_stream_health(Settings.from_env(), pipeline, datetime.now().astimezone())
         if not verdict.ok:
             raise AirflowFailException(verdict.message)
