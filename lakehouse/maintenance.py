@@ -76,6 +76,8 @@ def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
             continue
         delta = DeltaTable.forPath(spark, uri)
         metrics = delta.optimize().executeCompaction().first()["metrics"]
+        # VACUUM lists the table in spark.sql.sources.parallelPartitionDiscovery.parallelism tasks;
+        # the session keeps that at the shuffle partitions, not Spark's 10000 (see lakehouse.spark).
         delta.vacuum(retention.total_seconds() / 3600)
         report["tables"][table.qualified_name] = {
             "files_added": metrics["numFilesAdded"], "files_removed": metrics["numFilesRemoved"]}

@@ -1,0 +1,36 @@
+"""``maintain`` in-process: it compacts and vacuums a table, and stays cheap on a small one."""
+
+from __future__ import annotations
+
+from datetime import datetime, timezone
+
+from lakehouse.catalog import BACKFILL_RUNS, ensure_table
+from lakehouse.maintenance import maintain
+from lakehouse.pipelines import get_pipeline
+
+
+def test_maintain_compacts_and_vacuums_a_small_table_in_a_few_hundred_tasks_at_most(spark, settings):
+    ensure_table(spark, BACKFILL_RUNS, settings)
+    uri = BACKFILL_RUNS.uri(settings)
+    for run in range(3):
+        row = tuple(f"run-{run}" if field.name == "run_id" else None for field in BACKFILL_RUNS.columns)
+        spark.createDataFrame([row], BACKFILL_RUNS.columns).write.format("delta").mode("append").save(uri)
+
+    tracker = spark.sparkContext.statusTracker()
+    spark.sparkContext.setJobGroup("maintain-small-table", "maintain one small table")
+    try:
+        report = maintain(spark, settings, get_pipeline("toll_traffic"), datetime.now(timezone.utc))
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
+    tasks = sum(stage.numTasks for job in tracker.getJobIdsForGroup("maintain-small-table")
+                for stage in map(tracker.getStageInfo, tracker.getJobInfo(job).stageIds) if stage)
+
+    assert report["tables"] == {BACKFILL_RUNS.qualified_name: {"files_added": 1, "files_removed": 3}}
+    from delta.tables import DeltaTable
+
+    operations = [r.operation for r in DeltaTable.forPath(spark, uri).history().collect()]
+    assert {"OPTIMIZE", "VACUUM START", "VACUUM END"} <= set(operations)
+    assert spark.read.format("delta").load(uri).count() == 3
+    # VACUUM lists a table with one task per spark.sql.sources.parallelPartitionDiscovery.parallelism
+    # (Spark's default: 10000); the session keeps it at the shuffle partitions (see lakehouse.spark).
+    assert tasks < 500, f"maintaining one small table ran {tasks} tasks"
