@@ -1,4 +1,4 @@
-"""``python -m bench [--smoke] [--only backfill,cold,growth,throughput,freshness]``: run, save, summarise.
+"""``python -m bench [--smoke] [--only backfill,cold,growth,correction,orchestration,throughput,freshness]``: run, save, summarise.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
 table printed at the end is the one kept in the README. ``BENCH_EVENTS`` sets the data size (default
@@ -19,11 +19,11 @@ from pathlib import Path
 
 import psutil
 
-from bench import backfill, stream
+from bench import backfill, orchestration, stream
 from bench.data import DataSet, ensure_log, ensure_tables
 
 RESULTS = Path(__file__).with_name("results")
-SUITES = ("backfill", "cold", "growth", "correction", "throughput", "freshness")
+SUITES = ("backfill", "cold", "growth", "correction", "orchestration", "throughput", "freshness")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -39,6 +39,7 @@ class Plan:
     probe_every: float = 2.0
     freshness_grace: float = 60
     correction_events_per_day: int = 10_000
+    orchestration_hours: int = 24  # hourly chunks as Airflow tasks vs one job
     backfill_jobs: tuple[str, ...] = ()  # all of them
 
     @classmethod
@@ -52,7 +53,7 @@ class Plan:
     def smoke(cls) -> Plan:
         return cls(events=4000, events_per_file=250, runs=1, cold_runs=1, trigger="2s", drain_sizes=(1, 2),
                    drain_batches=1, freshness_seconds=8, probe_every=2.0, freshness_grace=20,
-                   correction_events_per_day=2000)
+                   correction_events_per_day=2000, orchestration_hours=2)
 
 
 def machine() -> dict:
@@ -107,6 +108,10 @@ def headline(results: dict) -> list[dict]:
         median = {name: figure["seconds"]["median"] for name, figure in results["growth"].items()}
         add("backfill 1 day vs 1 hour (linear: 24)", median["backfill_1d"], median["backfill_1h"], "~24")
         add("audit 1 day vs 1 hour (linear: 24)", median["audit_1d"], median["audit_1h"], "~24")
+    if "orchestration" in results:
+        jobs = results["orchestration"]["jobs"]
+        add(f"Airflow backfill of {results['orchestration']['hours']} hourly chunks vs one job (orchestration)",
+            jobs["airflow_hourly_chunks"]["seconds"]["median"], jobs["one_job"]["seconds"]["median"])
     if "correction" in results:
         median = {name: figure["seconds"]["median"] for name, figure in results["correction"].items()}
         add("correction of 100 windows, 10 days vs 1 day held", median["10d"], median["1d"], "~1")
@@ -158,6 +163,7 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
         "cold": lambda: backfill.cold_backfills(data, plan.cold_runs),
         "growth": lambda: backfill.growth(spark, data, plan.runs),
         "correction": lambda: backfill.correction(spark, correction_data(spark, plan), plan.runs),
+        "orchestration": lambda: orchestration.orchestration(spark, data, plan.runs, plan.orchestration_hours),
         "throughput": lambda: stream.throughput(spark, data, plan.runs, plan.trigger, plan.drain_sizes,
                                                 plan.drain_batches),
         "freshness": lambda: stream.freshness(

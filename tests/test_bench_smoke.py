@@ -27,10 +27,12 @@ def test_every_benchmark_runs_and_writes_its_results(tmp_path):
                          capture_output=True, text=True, timeout=1750)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     report = json.loads((tmp_path / "latest-smoke.json").read_text())
-    assert set(report["results"]) == {"backfill", "cold", "growth", "correction", "throughput", "freshness"}
+    assert set(report["results"]) == {"backfill", "cold", "growth", "correction", "orchestration", "throughput",
+                                      "freshness"}
     figures = {row["figure"] for row in report["summary"]}
     assert "speed layer sustainable rate vs bare stream" in figures
     assert "backfill from log vs DuckDB" in figures
+    assert "Airflow backfill of 2 hourly chunks vs one job (orchestration)" in figures
     jobs = report["results"]["backfill"]["jobs"]
     # Same data, same aggregation: the backfill jobs count the same vehicles, give or take the few
     # malformed records a hand-written parser reads more leniently than the pipeline's validation.

@@ -1,0 +1,85 @@
+"""Orchestration overhead (benchmark 4, last figure): a day backfilled through Airflow, one task per
+hourly chunk, against one ``lakehouse backfill`` process over the whole day.
+
+The Airflow side is the ``lakehouse_backfill`` DAG run by ``airflow dags test`` on a scratch Airflow
+home: the same tasks a worker runs (validation, one ``spark-submit jobs/backfill.py`` per chunk, the
+summary), in sequence as the DAG's one-slot pool runs them, without a scheduler's polling delays.
+Both sides must leave the same vehicles in ``__batch``, or the ratio would compare different work.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+from pyspark.sql import functions as F
+
+from bench.data import PIPELINE, DataSet, scratch_home
+from bench.measure import summary
+from lakehouse.catalog import pipeline_tables
+from lakehouse.pipelines import get_pipeline
+from lakehouse.settings import PROJECT_ROOT
+
+BIN = Path(sys.executable).parent
+
+
+def _iso(moment) -> str:
+    return f"{moment.isoformat()}Z"
+
+
+def airflow_env(airflow_home: Path, data: DataSet, spark_master: str) -> dict[str, str]:
+    return {
+        **os.environ,
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "PATH": f"{BIN}:{os.environ.get('PATH', '')}",
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW_CONN_SPARK_DEFAULT": json.dumps({"conn_type": "spark", "host": spark_master}),
+        "LAKEHOUSE_HOME": str(data.home),
+        "LAKEHOUSE_PIPELINES": PIPELINE,
+        # The data set's event time is fixed (reproducible); its log is kept for as long as it exists.
+        "LAKEHOUSE_LOG_RETENTION": "3650d",
+    }
+
+
+def _run(command: list[str], env: dict[str, str]) -> None:
+    process = subprocess.run(command, env=env, cwd=PROJECT_ROOT, capture_output=True, text=True)
+    if process.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{process.stdout[-2000:]}\n"
+                           f"{process.stderr[-3000:]}")
+
+
+def orchestration(spark, data: DataSet, runs: int, hours: int, spark_master: str = "local[2]") -> dict:
+    """Seconds for ``hours`` hourly chunks as Airflow tasks vs one job over the same range."""
+    airflow_home = scratch_home("airflow")
+    env = airflow_env(airflow_home, data, spark_master)
+    _run([str(BIN / "airflow"), "db", "migrate"], env)  # set-up, not timed
+    start, end = data.start, data.start + timedelta(hours=hours)
+    conf = {"pipeline": PIPELINE, "start": _iso(start), "end": _iso(end), "source": "bronze", "chunk": "1h",
+            "reprocess": "redo", "dry_run": False}
+    commands = {
+        "airflow_hourly_chunks": [str(BIN / "airflow"), "dags", "test", "lakehouse_backfill", "-c", json.dumps(conf)],
+        "one_job": [str(BIN / "lakehouse"), "backfill", "--pipeline", PIPELINE, "--start", _iso(start),
+                    "--end", _iso(end), "--source", "bronze", "--chunk", f"{hours}h"],
+    }
+    batch_uri = pipeline_tables(get_pipeline(PIPELINE)).batch.uri(data.settings())
+    seconds: dict[str, list[float]] = {name: [] for name in commands}
+    vehicles: dict[str, int] = {}
+    for _ in range(runs):
+        for name, command in commands.items():
+            began = time.perf_counter()
+            _run(command, env)  # a failed DAG run exits non-zero
+            seconds[name].append(time.perf_counter() - began)
+            window = (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
+            vehicles[name] = spark.read.format("delta").load(batch_uri).where(window).agg(
+                F.sum("vehicles")).first()[0] or 0
+    if len(set(vehicles.values())) != 1:
+        raise RuntimeError(f"the two backfills disagree on the vehicles counted: {vehicles}")
+    return {"hours": hours, "spark_master": spark_master,
+            "jobs": {name: {"seconds": summary(values), "vehicles": vehicles[name]} for name, values in seconds.items()}}
