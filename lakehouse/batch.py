@@ -192,7 +192,7 @@ class BatchLayer:
         first_event, last_event = event_span(pipeline, chunk_start, chunk_end)
         chunk_events = events.where((F.col(pipeline.event_time) >= F.lit(first_event))
                                     & (F.col(pipeline.event_time) < F.lit(last_event)))
-        fingerprinted = None
+        fingerprinted, unobserved = None, chunk_events
         if skip_if_unchanged:
             # Whether to recompute at all depends on it: a pass of its own.
             fingerprint = input_fingerprint(chunk_events, pipeline, result.source)
@@ -209,8 +209,12 @@ class BatchLayer:
             tx.in_window_range(chunk_start, chunk_end)).persist()
         try:
             totals = gold.agg(F.count(F.lit(1)).alias("rows"), F.sum("events").alias("events")).first()
-            if fingerprinted:
+            if fingerprinted and totals["rows"]:
                 fingerprint = fingerprint_digest(fingerprinted.get, pipeline, result.source)
+            elif fingerprinted:
+                # No windows, maybe no events: Spark drops the observation of an input it finds empty
+                # (adaptive execution's empty-relation propagation), so count again; it is little.
+                fingerprint = input_fingerprint(unobserved, pipeline, result.source)
             rows = gold.drop("events").withColumns(
                 {"run_id": F.lit(result.run_id), "updated_at": F.current_timestamp()}
             )

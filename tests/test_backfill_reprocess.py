@@ -49,3 +49,17 @@ def test_skip_leaves_unchanged_chunks_and_recomputes_the_one_a_late_event_change
 
     redo = layer.backfill(START, END, source="log", chunk="2m", reprocess="redo")
     assert (redo.chunks, redo.chunks_skipped) == (3, 0)
+
+
+def test_a_redo_run_records_the_fingerprints_a_skip_run_computes_empty_chunks_included(spark, settings):
+    # A redo run digests each chunk's inputs while it aggregates them; a skip run digests them in a
+    # pass of its own. 400 events at 1.2/s end near 08:05:33: the last two chunks have no events.
+    generate(settings, GeneratorConfig(events=400, seed=3, start=START, rate=1.2, late_fraction=0.0,
+                                       duplicate_fraction=0.0, malformed_fraction=0.0, events_per_file=100))
+    layer = BatchLayer(spark, settings, PIPELINE)
+    end = START + timedelta(minutes=10)
+    redo = layer.backfill(START, end, source="log", chunk="2m", reprocess="redo")
+    assert (redo.chunks, redo.chunks_skipped, redo.events_used) == (5, 0, 400)
+
+    skip = layer.backfill(START, end, source="log", chunk="2m", reprocess="skip")
+    assert (skip.chunks, skip.chunks_skipped) == (0, 5)
