@@ -63,8 +63,7 @@ def machine() -> dict:
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory / 2**30, 1),
-            "python": platform.python_version(), "spark": pyspark.__version__, "platform": platform.platform(),
-            "load_average_at_start": os.getloadavg()}
+            "python": platform.python_version(), "spark": pyspark.__version__, "platform": platform.platform()}
 
 
 def ratio(numerator, denominator) -> float | None:
@@ -147,7 +146,7 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
     log_info = ensure_log(data)  # generation is never timed
     spark = build_spark_session(data.settings(), "bench")
     results: dict = {}
-    began = time.time()
+    began, load_at_start = time.time(), os.getloadavg()
     partial = results_dir / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{mode}-partial.json"
 
     def stage(name: str, measure) -> None:
@@ -180,7 +179,7 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
         spark.stop()
     report = {
         "mode": mode, "finished_at": datetime.now(timezone.utc).isoformat(), "wall_s": round(time.time() - began),
-        "machine": {**machine(), "load_average_at_end": os.getloadavg()},
+        "machine": {**machine(), "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()},
         "plan": dataclasses.asdict(plan), "data": {"events": plan.events, **log_info},
         "results": results,
     }
