@@ -47,6 +47,7 @@ class Plan:
         runs = int(env.get("BENCH_RUNS", "3"))
         return cls(events=int(env.get("BENCH_EVENTS", "100000")), events_per_file=5000, runs=runs, cold_runs=runs,
                    correction_events_per_day=int(env.get("BENCH_CORRECTION_EVENTS_PER_DAY", "10000")),
+                   orchestration_hours=int(env.get("BENCH_ORCHESTRATION_HOURS", "24")),
                    backfill_jobs=tuple(job for job in env.get("BENCH_BACKFILL_JOBS", "").split(",") if job))
 
     @classmethod
