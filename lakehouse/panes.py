@@ -42,6 +42,23 @@ def latest_panes(panes: DataFrame, pipeline: Pipeline) -> DataFrame:
     )
 
 
+def advance_state(state: DataFrame, panes: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """The state after a batch: ``latest_panes`` of the pane log once ``panes`` are appended to it.
+
+    A window the batch emitted a pane for takes that pane (and has fired if it fired before or
+    fires now); a withdrawn session drops out; every other window keeps its state.
+    """
+    keys = window_key(pipeline)
+    fired_before = state.select(*keys, F.col("fired").alias("_fired_before"))
+    emitted = panes.join(fired_before, on=keys, how="left").select(
+        *pipeline.gold_columns, "pane_index",
+        ((F.col("timing") != EARLY) | F.coalesce(F.col("_fired_before"), F.lit(False))).alias("fired"),
+        "is_retraction",
+    )
+    kept = state.join(panes.select(*keys), on=keys, how="left_anti")
+    return kept.unionByName(emitted.where(~F.col("is_retraction")).drop("is_retraction"))
+
+
 def pane_timing(on_time_watermark: datetime | None, fired_before: Column) -> Column:
     passed = F.lit(on_time_watermark is not None) & (F.col("window_end") <= F.lit(on_time_watermark))
     return F.when(~passed, F.lit(EARLY)).when(fired_before, F.lit(LATE)).otherwise(F.lit(ON_TIME))

@@ -71,6 +71,8 @@ class SpeedLayer:
             self._query_started.set()
         # (batch id, max event time through it): saves re-reading the progress table each batch.
         self._max_event_time_through: tuple[int, datetime | None] | None = None
+        # (app id, batch id, the pane state that batch starts from), kept by the batch before.
+        self._pane_state: tuple[str, int, DataFrame] | None = None
 
     # -- the streaming query -------------------------------------------------------------------
 
@@ -125,7 +127,8 @@ class SpeedLayer:
             fates = self._label_fates(parsed, summary, app_id, batch_id, watermark).persist()
             try:
                 counts = self._count_fates(fates)
-                self._write(spark, parsed, fates, summary, counts, app_id, batch_id, watermark, max_through)
+                next_state = self._write(spark, parsed, fates, summary, counts, app_id, batch_id, watermark,
+                                         max_through)
             finally:
                 fates.unpersist()
         finally:
@@ -143,6 +146,9 @@ class SpeedLayer:
         progress_rows = literal_frame(spark, STREAM_PROGRESS.columns, [progress])
         append_once(progress_rows, STREAM_PROGRESS.uri(self.settings), app_id, batch_id)
         self._max_event_time_through = (batch_id, max_through)
+        # Only a batch that committed everything hands its state on; after a failure the next
+        # attempt reads the pane log again.
+        self._pane_state = (app_id, batch_id + 1, next_state)
 
     def _count_fates(self, fates: DataFrame) -> dict[str, int]:
         row = fates.agg(
@@ -180,8 +186,9 @@ class SpeedLayer:
         return row[0]
 
     def _write(self, spark, parsed, fates, summary, counts, app_id: str, batch_id: int,
-               watermark: datetime | None, max_through: datetime | None) -> None:
-        """Write bronze, quarantine, the panes and the speed table, each once per batch.
+               watermark: datetime | None, max_through: datetime | None) -> DataFrame:
+        """Write bronze, quarantine, the panes and the speed table, each once per batch; returns
+        the pane state the next batch starts from.
 
         Every write is idempotent, so after a crash the replayed batch redoes only what is missing.
         (Running them in threads was measured: no faster on two cores, the commits are CPU-bound.)
@@ -199,34 +206,51 @@ class SpeedLayer:
             append_once(quarantined.select(tables.quarantine.columns.fieldNames()), tables.quarantine.uri(settings),
                         app_id, batch_id)
         on_time_watermark = max_through - parse_duration(self.watermark_delay) if max_through else None
-        panes = self._next_panes(fates.where(F.col("fate") == tx.ON_TIME), app_id, batch_id, watermark,
-                                 on_time_watermark).persist()
+        state = self._state_before(spark, app_id, batch_id, watermark)
+        panes = self._next_panes(state, fates.where(F.col("fate") == tx.ON_TIME), on_time_watermark).persist()
         try:
             counts["speed_rows"] = panes.count()
-            if not counts["speed_rows"]:
-                return
-            append_once(panes.withColumns({**stamp, "emitted_at": F.current_timestamp()})
-                        .select(tables.panes.columns.fieldNames()), tables.panes.uri(settings), app_id, batch_id)
-            upsert_once(
-                spark, panes, tables.speed.uri(settings),
-                match_columns=pn.window_key(pipeline), value_columns=pipeline.metric_names,
-                also_set={"last_batch_id": F.lit(batch_id).cast("long"), "updated_at": F.current_timestamp()},
-                delete_when="is_retraction", app_id=app_id, version=batch_id,
-            )
+            if counts["speed_rows"]:
+                append_once(panes.withColumns({**stamp, "emitted_at": F.current_timestamp()})
+                            .select(tables.panes.columns.fieldNames()), tables.panes.uri(settings), app_id, batch_id)
+                upsert_once(
+                    spark, panes, tables.speed.uri(settings),
+                    match_columns=pn.window_key(pipeline), value_columns=pipeline.metric_names,
+                    also_set={"last_batch_id": F.lit(batch_id).cast("long"), "updated_at": F.current_timestamp()},
+                    delete_when="is_retraction", app_id=app_id, version=batch_id,
+                )
+            # Materialised while the panes are still cached, and cut from the lineage of earlier
+            # batches so that planning a batch does not grow with the number before it.
+            return pn.advance_state(state, panes, pipeline).localCheckpoint()
         finally:
             panes.unpersist()
 
-    def _next_panes(self, on_time: DataFrame, app_id: str, batch_id: int, watermark: datetime | None,
-                    on_time_watermark: datetime | None) -> DataFrame:
-        """The panes this batch emits, from the pane log as it was before this batch."""
+    def _state_before(self, spark: SparkSession, app_id: str, batch_id: int, watermark: datetime | None) -> DataFrame:
+        """The latest pane of each live window as of the start of this batch.
+
+        Kept in memory from the batch before. After a start, a restart or a failed batch it is read
+        from the pane log, a read that grows with the log (a file per batch); the two give the same
+        rows (``advance_state`` is ``latest_panes`` applied to the appended panes).
+        """
         pipeline = self.pipeline
-        panes = on_time.sparkSession.read.format("delta").load(self.tables.panes.uri(self.settings))
+
+        def live(frame: DataFrame) -> DataFrame:
+            # Windows that ended before the watermark are closed: on-time events cannot reach them,
+            # and their ON_TIME pane has fired. A session can still absorb one that ended within a
+            # gap of it.
+            if watermark is None:
+                return frame
+            return frame.where(F.col("window_end") > F.lit(watermark - pipeline.window.gap_delta))
+
+        if self._pane_state and self._pane_state[:2] == (app_id, batch_id):
+            return live(self._pane_state[2])
+        panes = spark.read.format("delta").load(self.tables.panes.uri(self.settings))
         earlier = ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
-        # Windows that ended before the watermark are closed: on-time events cannot reach them, and
-        # their ON_TIME pane has fired. A session can still absorb one that ended within a gap of it.
-        if watermark is not None:
-            panes = panes.where(F.col("window_end") > F.lit(watermark - pipeline.window.gap_delta))
-        state = pn.latest_panes(panes.where(earlier), pipeline)
+        return pn.latest_panes(live(panes.where(earlier)), pipeline).localCheckpoint()
+
+    def _next_panes(self, state: DataFrame, on_time: DataFrame, on_time_watermark: datetime | None) -> DataFrame:
+        """The panes this batch emits."""
+        pipeline = self.pipeline
         if pipeline.window.is_session:
             return pn.next_session_panes(state, on_time, on_time_watermark, pipeline)
         return pn.next_panes(state, tx.window_values(on_time, pipeline), on_time_watermark, pipeline)

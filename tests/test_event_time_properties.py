@@ -13,6 +13,7 @@ import os
 import uuid
 from datetime import datetime, timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 from pyspark.sql import functions as F
 
@@ -95,3 +96,31 @@ def test_speed_plus_corrections_equals_batch_and_speed_equals_batch_over_events_
         sign = 1 if row["change"] == "insert" else -1
         corrected[key] = corrected.get(key, 0) + sign * int(row["values"]["total_score"])
     assert {key: value for key, value in corrected.items() if value or key in truth} == truth
+
+
+def pane_log(spark, settings, pipeline) -> list[tuple]:
+    panes = spark.read.format("delta").load(pipeline_tables(pipeline).panes.uri(settings))
+    columns = [*pipeline.gold_columns, "pane_index", "timing", "is_retraction", "batch_id"]
+    return sorted(tuple(row) for row in panes.select(*columns).collect())
+
+
+@hypothesis_settings(max_examples=max(1, EXAMPLES // 2), deadline=None, derandomize=bool(os.environ.get("CI")),
+                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(batches=scenarios())
+@pytest.mark.parametrize("pipeline_name", ["team_scores", "team_scores_sessions"])
+def test_a_stream_restarted_before_every_batch_emits_the_panes_of_one_that_ran_through(
+        spark, tmp_path_factory, pipeline_name, batches):
+    """The pane state a batch hands to the next in memory equals the one a restart reads from the log."""
+    pipeline = get_pipeline(pipeline_name)
+    through, restarted = (make_settings(tmp_path_factory.mktemp(name)) for name in ("through", "restarted"))
+    query_id = f"property-{uuid.uuid4()}"
+    layer = SpeedLayer(spark, through, pipeline, query_id=query_id)
+    for batch_id, lines in enumerate(batches):
+        frame = spark.createDataFrame([(line, f"file:/log/{batch_id:03d}.jsonl") for line in lines],
+                                      "value string, source_file string")
+        layer.process_batch(frame, batch_id)
+        SpeedLayer(spark, restarted, pipeline, query_id=query_id).process_batch(frame, batch_id)
+    assert pane_log(spark, through, pipeline) == pane_log(spark, restarted, pipeline)
+    speed = [spark.read.format("delta").load(pipeline_tables(pipeline).speed.uri(home))
+             .select(*pipeline.gold_columns).collect() for home in (through, restarted)]
+    assert sorted(map(tuple, speed[0])) == sorted(map(tuple, speed[1]))
