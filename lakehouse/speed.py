@@ -55,6 +55,10 @@ def tune_micro_batch_session(spark: SparkSession) -> None:
         spark.conf.set(key, value)
 
 
+def _shuffle_partitions(spark: SparkSession) -> int:
+    return int(spark.conf.get("spark.sql.shuffle.partitions"))
+
+
 class SpeedLayer:
     def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline, query_id: str | None = None):
         """``query_id`` names the transactions when batches are fed to ``process_batch`` directly
@@ -220,8 +224,11 @@ class SpeedLayer:
                     delete_when="is_retraction", app_id=app_id, version=batch_id,
                 )
             # Materialised while the panes are still cached, and cut from the lineage of earlier
-            # batches so that planning a batch does not grow with the number before it.
-            return pn.advance_state(state, panes, pipeline).localCheckpoint()
+            # batches so that planning a batch does not grow with the number before it. Coalesced:
+            # the union adds the panes' partitions to the state's, which would otherwise grow by
+            # one or two partitions, so tasks, per batch.
+            next_state = pn.advance_state(state, panes, pipeline)
+            return next_state.coalesce(_shuffle_partitions(spark)).localCheckpoint()
         finally:
             panes.unpersist()
 
