@@ -110,6 +110,11 @@ class SpeedLayer:
         self._query_started.wait()
         return f"speed:{self.pipeline.name}:{self._query_id}"
 
+    @property
+    def carried_pane_state(self) -> DataFrame | None:
+        """The pane state the last committed batch handed on to the next (None before the first)."""
+        return self._pane_state[2] if self._pane_state else None
+
     # -- one micro-batch ---------------------------------------------------------------------------
 
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:

@@ -120,6 +120,8 @@ def test_a_stream_restarted_before_every_batch_emits_the_panes_of_one_that_ran_t
                                       "value string, source_file string")
         layer.process_batch(frame, batch_id)
         SpeedLayer(spark, restarted, pipeline, query_id=query_id).process_batch(frame, batch_id)
+        # The carried state must not pile up partitions (tasks) batch after batch.
+        assert layer.carried_pane_state.rdd.getNumPartitions() == int(spark.conf.get("spark.sql.shuffle.partitions"))
     assert pane_log(spark, through, pipeline) == pane_log(spark, restarted, pipeline)
     speed = [spark.read.format("delta").load(pipeline_tables(pipeline).speed.uri(home))
              .select(*pipeline.gold_columns).collect() for home in (through, restarted)]
