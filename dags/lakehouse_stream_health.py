@@ -32,14 +32,14 @@ with a message that says what is wrong when the speed layer is **stale** (no mic
 )
 def lakehouse_stream_health():
     @task
-    def check(pipeline: str) -> str:
+    def check(pipeline: str, dag_run=None) -> str:
         from airflow.sdk.exceptions import AirflowFailException
 
         from lakehouse.health import check_stream_health
 
-        # Deliberately the wall clock, not the data interval: the check is about the stream's state now,
-        # read from ops.stream_progress now (a late or retried run must not pass on an old timestamp).
-        verdict = check_stream_health(Settings.from_env(), pipeline, datetime.now().astimezone())
+        # As of the moment this run was due (the end of its interval, or when it was triggered), so a
+        # retried or late run judges the same moment, on the micro-batches started by then.
+        verdict = check_stream_health(Settings.from_env(), pipeline, dag_run.run_after)
         if not verdict.ok:
             raise AirflowFailException(verdict.message)
         return verdict.message

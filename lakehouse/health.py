@@ -32,15 +32,19 @@ def _ago(delta: timedelta) -> str:
     return format_duration(timedelta(seconds=int(delta.total_seconds())))
 
 
-def assess_stream_health(pipeline: str, batches: list[dict], now: datetime, max_staleness: timedelta,
+def assess_stream_health(pipeline: str, batches: list[dict], as_of: datetime, max_staleness: timedelta,
                          lag_batches: int) -> HealthVerdict:
-    """``batches``: ops.stream_progress rows (batch_id, started_at, max_event_time) of one pipeline."""
+    """The stream's health as of a moment. ``batches``: ops.stream_progress rows (batch_id, started_at,
+    max_event_time) of one pipeline; those started after ``as_of`` are not looked at, so judging an
+    earlier moment again (a retried or late scheduled check) gives the same verdict."""
+    as_of = _naive_utc(as_of)
+    batches = [b for b in batches if _naive_utc(b["started_at"]) <= as_of]
     if not batches:
         return HealthVerdict(pipeline, False, f"speed layer for {pipeline} has never run: ops.stream_progress "
                                               "has no micro-batch (start it with `lakehouse stream`)")
     ordered = sorted(batches, key=lambda b: _naive_utc(b["started_at"]))
-    last, now = ordered[-1], _naive_utc(now)
-    silent_for = now - _naive_utc(last["started_at"])
+    last = ordered[-1]
+    silent_for = as_of - _naive_utc(last["started_at"])
     if silent_for > max_staleness:
         return HealthVerdict(pipeline, False, (
             f"speed layer for {pipeline} is stale: its last micro-batch (batch {last['batch_id']}) started "
@@ -57,11 +61,11 @@ def assess_stream_health(pipeline: str, batches: list[dict], now: datetime, max_
         f"speed layer for {pipeline} is healthy: last micro-batch {last['batch_id']} started {_ago(silent_for)} ago"))
 
 
-def check_stream_health(settings: Settings, pipeline: str, now: datetime) -> HealthVerdict:
+def check_stream_health(settings: Settings, pipeline: str, as_of: datetime) -> HealthVerdict:
     """Read the pipeline's progress rows (delta-rs, no JVM) and assess them."""
     from lakehouse.ops_tables import read_rows
 
     rows = read_rows(settings, "ops", "stream_progress", ["pipeline", "batch_id", "started_at", "max_event_time"],
                      [("pipeline", "=", pipeline)])
-    return assess_stream_health(pipeline, rows, now, parse_duration(settings.stream_max_staleness),
+    return assess_stream_health(pipeline, rows, as_of, parse_duration(settings.stream_max_staleness),
                                 settings.stream_lag_batches)

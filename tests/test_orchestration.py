@@ -135,3 +135,12 @@ def test_scheduled_dags_run_the_configured_pipelines_or_all_shipped_ones():
     assert active_pipelines(SETTINGS.replace(pipelines=("toll_traffic",))) == ["toll_traffic"]
     with pytest.raises(LakehouseError, match="unknown pipelines nope"):
         active_pipelines(SETTINGS.replace(pipelines=("nope",)))
+
+
+def test_a_check_judges_its_own_moment_on_the_batches_started_by_then():
+    # A late or retried check of 10:00 must not pass on micro-batches that started after 10:00.
+    batches = [progress(7, NOW - timedelta(minutes=42), timedelta(seconds=5)),
+               progress(8, NOW + timedelta(minutes=30), timedelta(seconds=5))]
+    verdict = assess_stream_health("toll_traffic", batches, NOW, timedelta(minutes=15), 3)
+    assert not verdict.ok and "batch 7" in verdict.message and "42m ago" in verdict.message
+    assert assess_stream_health("toll_traffic", batches, NOW + timedelta(minutes=31), timedelta(minutes=15), 3).ok
