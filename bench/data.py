@@ -77,12 +77,13 @@ def ensure_log(data: DataSet) -> dict:
 
 
 def _tables_fingerprint() -> str:
-    """The schemas of every table: a cached home made by code with other tables is rebuilt."""
+    """The schemas and layouts of every table: a cached home made by code with other tables is rebuilt."""
     from lakehouse.catalog import SHARED_TABLES, all_tables
     from lakehouse.pipelines import get_pipeline
 
     tables = [*SHARED_TABLES, *all_tables(get_pipeline(PIPELINE))]
-    return hashlib.sha256("".join(t.columns.simpleString() for t in tables).encode()).hexdigest()[:16]
+    layouts = "".join(f"{t.columns.simpleString()}{t.partition_by}{t.generated}" for t in tables)
+    return hashlib.sha256(layouts.encode()).hexdigest()[:16]
 
 
 def _fresh_tables(data: DataSet, step: str) -> bool:

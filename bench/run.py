@@ -1,4 +1,4 @@
-"""``python -m bench [--smoke] [--only backfill,cold,growth,correction,orchestration,throughput,freshness]``: run, save, summarise.
+"""``python -m bench [--smoke] [--only backfill,cold,growth,correction,speed_growth,orchestration,throughput,freshness]``: run, save, summarise.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
 table printed at the end is the one kept in the README. ``BENCH_EVENTS`` sets the data size (default
@@ -23,7 +23,7 @@ from bench import backfill, orchestration, stream
 from bench.data import DataSet, ensure_log, ensure_tables
 
 RESULTS = Path(__file__).with_name("results")
-SUITES = ("backfill", "cold", "growth", "correction", "orchestration", "throughput", "freshness")
+SUITES = ("backfill", "cold", "growth", "correction", "speed_growth", "orchestration", "throughput", "freshness")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +41,9 @@ class Plan:
     correction_events_per_day: int = 10_000
     orchestration_hours: int = 24  # hourly chunks as Airflow tasks vs one job
     backfill_jobs: tuple[str, ...] = ()  # all of them
+    speed_held_days: tuple[int, int] = (1, 30)  # days of windows in __speed while the stream runs
+    speed_keys_per_window: int = 40  # rows per 1-minute window: 57,600 a day
+    speed_growth_batches: int = 4
 
     @classmethod
     def full(cls, env) -> Plan:
@@ -54,7 +57,8 @@ class Plan:
     def smoke(cls) -> Plan:
         return cls(events=4000, events_per_file=250, runs=1, cold_runs=1, trigger="2s", drain_sizes=(1, 2),
                    drain_batches=1, freshness_seconds=8, probe_every=2.0, freshness_grace=20,
-                   correction_events_per_day=2000, orchestration_hours=2)
+                   correction_events_per_day=2000, orchestration_hours=2, speed_held_days=(1, 2),
+                   speed_keys_per_window=4, speed_growth_batches=1)
 
 
 def machine() -> dict:
@@ -108,6 +112,10 @@ def headline(results: dict) -> list[dict]:
         median = {name: figure["seconds"]["median"] for name, figure in results["growth"].items()}
         add("backfill 1 day vs 1 hour (linear: 24)", median["backfill_1d"], median["backfill_1h"], "~24")
         add("audit 1 day vs 1 hour (linear: 24)", median["audit_1d"], median["audit_1h"], "~24")
+    if "speed_growth" in results:
+        (few, held_few), (many, held_many) = results["speed_growth"].items()
+        add(f"speed micro-batch, __speed holding {many} vs {few} of windows", held_many["seconds"]["median"],
+            held_few["seconds"]["median"], "~1")
     if "orchestration" in results:
         jobs = results["orchestration"]["jobs"]
         add(f"Airflow backfill of {results['orchestration']['hours']} hourly chunks vs one job (orchestration)",
@@ -163,6 +171,8 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
         "cold": lambda: backfill.cold_backfills(data, plan.cold_runs),
         "growth": lambda: backfill.growth(spark, data, plan.runs),
         "correction": lambda: backfill.correction(spark, correction_data(spark, plan), plan.runs),
+        "speed_growth": lambda: stream.speed_growth(spark, data, plan.runs, plan.speed_held_days,
+                                                    plan.speed_keys_per_window, plan.speed_growth_batches),
         "orchestration": lambda: orchestration.orchestration(spark, data, plan.runs, plan.orchestration_hours),
         "throughput": lambda: stream.throughput(spark, data, plan.runs, plan.trigger, plan.drain_sizes,
                                                 plan.drain_batches),

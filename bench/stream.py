@@ -17,10 +17,15 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import threading
 import time
 import uuid
-from datetime import datetime, timezone
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from pyspark.sql import functions as F
 
 from bench import baselines
 from bench.data import PIPELINE, DataSet, link_log_files, scratch_home, settings_for
@@ -59,9 +64,15 @@ def _batches(query) -> list[tuple[int, float]]:
     return batches
 
 
-def drain(spark, data: DataSet, job: str, files_per_trigger: int, batches: int) -> list[tuple[int, float]]:
-    """Batches of a backlog drained ``files_per_trigger`` files at a time (the first one dropped)."""
+def drain(spark, data: DataSet, job: str, files_per_trigger: int, batches: int,
+          prepare: Callable[[Path], None] | None = None) -> list[tuple[int, float]]:
+    """Batches of a backlog drained ``files_per_trigger`` files at a time (the first one dropped).
+
+    ``prepare`` gets the empty home first, to put tables in place as an older stream left them.
+    """
     home = scratch_home(f"drain-{job}")
+    if prepare:
+        prepare(home)
     files = data.log_files()[: files_per_trigger * (batches + 1)]
     link_log_files(files, data.home / "log", home / "log")
     query, _ = _start(spark, job, home, "1s", files_per_trigger, available_now=True)
@@ -113,6 +124,56 @@ def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, 
             "jobs": {job: {"events_per_s": summary(values["rate"]), "fixed_s_per_batch": summary(values["fixed_s"]),
                            "us_per_event": summary(values["per_event_us"]), "memory": memory[job]}
                      for job, values in results.items()}}
+
+
+def _hold_speed_rows(spark, home: Path, days: int, keys_per_window: int, before: datetime) -> None:
+    """Fill ``gold.<p>__speed`` with ``days`` days of windows ending at ``before``, ``keys_per_window``
+    rows per window, in one file per partition: the layout the stream's MERGE leaves (it rewrites
+    the files it touches into one per partition, at one shuffle partition)."""
+    from lakehouse.catalog import ensure_pipeline_tables
+
+    settings, pipeline = settings_for(home), get_pipeline(PIPELINE)
+    speed = ensure_pipeline_tables(spark, settings, pipeline).speed
+    size = pipeline.window.size_delta
+    windows = int(timedelta(days=days) / size)
+    first = before - windows * size
+    window = F.floor(F.col("id") / keys_per_window)
+    key_index = F.col("id") % keys_per_window
+    values = {
+        "window_start": F.timestamp_seconds(F.lit(first.replace(tzinfo=timezone.utc).timestamp())
+                                            + window * size.total_seconds()),
+        **{key: F.format_string(f"{key}-%03d", key_index) for key in pipeline.keys},
+        "last_batch_id": F.lit(0), "updated_at": F.current_timestamp(),
+    }
+    values["window_end"] = values["window_start"] + F.expr(f"INTERVAL {int(size.total_seconds())} SECONDS")
+    columns = [values.get(field.name, F.col("id") % 97).cast(field.dataType).alias(field.name)
+               for field in speed.columns.fields]
+    rows = spark.range(windows * keys_per_window).select(*columns)
+    rows.coalesce(1).write.format("delta").mode("append").save(speed.uri(settings))
+
+
+def speed_growth(spark, data: DataSet, runs: int, held_days: tuple[int, int], keys_per_window: int,
+                 batches: int) -> dict:
+    """Micro-batch duration of the speed layer while ``__speed`` holds a few vs many days of windows:
+    a stream that runs for weeks must not slow down as its table grows (should be flat)."""
+    seconds: dict[str, list[float]] = {f"{days}d": [] for days in held_days}
+    rewritten: dict[str, int] = {}
+    for _ in range(runs):
+        for days in held_days:
+            homes: list[Path] = []
+
+            def hold(home: Path, days=days) -> None:
+                homes.append(home)
+                _hold_speed_rows(spark, home, days, keys_per_window, before=data.start)
+
+            points = drain(spark, data, "lakehouse", 1, batches, prepare=hold)
+            seconds[f"{days}d"].append(statistics.median(duration for _, duration in points))
+            speed_uri = settings_for(homes[0]).table_uri("gold", f"{PIPELINE}__speed")
+            last_merge = spark.sql(f"DESCRIBE HISTORY delta.`{speed_uri}` LIMIT 1").first()["operationMetrics"]
+            rewritten[f"{days}d"] = int(last_merge.get("numTargetRowsCopied", 0))
+    return {name: {"seconds": summary(values), "rows_held": days * 24 * 60 * keys_per_window,
+                   "rows_copied_by_last_merge": rewritten[name], "batches_per_drain": batches}
+            for (name, values), days in zip(seconds.items(), held_days)}
 
 
 def _probe_line(sequence: int) -> str:

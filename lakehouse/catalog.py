@@ -24,6 +24,9 @@ class Table:
     columns: T.StructType
     partition_by: tuple[str, ...] = ()
     change_data_feed: bool = False
+    # Columns Delta computes on every write: (name, type, SQL expression over ``columns``). Writers
+    # leave them out; readers may filter on them.
+    generated: tuple[tuple[str, T.DataType, str], ...] = ()
 
     @property
     def qualified_name(self) -> str:
@@ -150,6 +153,17 @@ class PipelineTables:
 
 ACCUMULATION_MODES = ("accumulating", "discarding", "retracting")
 
+# The gold tables change where windows are open: the speed layer's MERGE every few seconds, the batch
+# layer's replaceWhere every hour. A rewrite copies the untouched rows of every file it touches, and
+# without partitions a table's rows share a few files (the MERGE rewrites one file holding them all,
+# batch after batch), so the write grew with the table's age: 4.0 s per micro-batch at 30 days of
+# rows against 1.1 s partitioned (the README's profile). By the window's date, a write touches only
+# the days it changes, and Delta turns window_start filters into partition filters.
+BY_WINDOW_DATE = {
+    "partition_by": ("window_date",),
+    "generated": (("window_date", T.DateType(), "CAST(window_start AS DATE)"),),
+}
+
 
 def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
     p = pipeline.name
@@ -171,9 +185,9 @@ def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
                     ("batch_id", LONG), ("quarantined_at", TS)),
         ),
         speed=Table("gold", f"{p}__speed", struct_of(*gold_fields, ("last_batch_id", LONG), ("updated_at", TS)),
-                    change_data_feed=True),
+                    change_data_feed=True, **BY_WINDOW_DATE),
         batch=Table("gold", f"{p}__batch", struct_of(*gold_fields, ("run_id", STR), ("updated_at", TS)),
-                    change_data_feed=True),
+                    change_data_feed=True, **BY_WINDOW_DATE),
         # Every pane the speed layer emitted: the value after the pane, its timing and index.
         panes=Table("gold", f"{p}__panes",
                     struct_of(*gold_fields, ("pane_index", LONG), ("timing", STR), ("is_retraction", T.BooleanType()),
@@ -201,6 +215,8 @@ def ensure_table(spark: SparkSession, table: Table, settings: Settings) -> None:
     if table_exists(spark, uri):
         return
     builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(table.columns)
+    for name, data_type, expression in table.generated:
+        builder = builder.addColumn(name, data_type, generatedAlwaysAs=expression)
     if table.partition_by:
         builder = builder.partitionedBy(*table.partition_by)
     if table.change_data_feed:

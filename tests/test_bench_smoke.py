@@ -27,8 +27,8 @@ def test_every_benchmark_runs_and_writes_its_results(tmp_path):
                          capture_output=True, text=True, timeout=1750)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     report = json.loads((tmp_path / "latest-smoke.json").read_text())
-    assert set(report["results"]) == {"backfill", "cold", "growth", "correction", "orchestration", "throughput",
-                                      "freshness"}
+    assert set(report["results"]) == {"backfill", "cold", "growth", "correction", "speed_growth", "orchestration",
+                                      "throughput", "freshness"}
     figures = {row["figure"] for row in report["summary"]}
     assert "speed layer sustainable rate vs bare stream" in figures
     assert "backfill from log vs DuckDB" in figures
@@ -39,6 +39,9 @@ def test_every_benchmark_runs_and_writes_its_results(tmp_path):
     malformed = sum(count for kind, count in report["data"].items() if kind.startswith("malformed:"))
     vehicles = [job["vehicles"] for job in jobs.values()]
     assert min(vehicles) > 0 and max(vehicles) - min(vehicles) <= malformed, jobs
+    # The stream really ran on top of the held windows: the table holds them and what it wrote.
+    held = report["results"]["speed_growth"]["2d"]
+    assert held["rows_held"] == 2 * 24 * 60 * 4 and held["rows_copied_by_last_merge"] < held["rows_held"]
     freshness = report["results"]["freshness"]["jobs"]["lakehouse"]
     assert freshness["probes_seen"] == freshness["probes"] > 0
     assert "| figure |" in run.stdout
