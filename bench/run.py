@@ -42,7 +42,6 @@ class Plan:
     orchestration_hours: int = 24  # hourly chunks as Airflow tasks vs one job
     backfill_jobs: tuple[str, ...] = ()  # all of them
     speed_held_days: tuple[int, int] = (1, 30)  # days of windows in __speed while the stream runs
-    speed_keys_per_window: int = 40  # rows per 1-minute window: 57,600 a day
     speed_growth_batches: int = 4
 
     @classmethod
@@ -58,7 +57,7 @@ class Plan:
         return cls(events=4000, events_per_file=250, runs=1, cold_runs=1, trigger="2s", drain_sizes=(1, 2),
                    drain_batches=1, freshness_seconds=8, probe_every=2.0, freshness_grace=20,
                    correction_events_per_day=2000, orchestration_hours=2, speed_held_days=(1, 2),
-                   speed_keys_per_window=4, speed_growth_batches=1)
+                   speed_growth_batches=1)
 
 
 def machine() -> dict:
@@ -172,7 +171,7 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
         "growth": lambda: backfill.growth(spark, data, plan.runs),
         "correction": lambda: backfill.correction(spark, correction_data(spark, plan), plan.runs),
         "speed_growth": lambda: stream.speed_growth(spark, data, plan.runs, plan.speed_held_days,
-                                                    plan.speed_keys_per_window, plan.speed_growth_batches),
+                                                    plan.speed_growth_batches),
         "orchestration": lambda: orchestration.orchestration(spark, data, plan.runs, plan.orchestration_hours),
         "throughput": lambda: stream.throughput(spark, data, plan.runs, plan.trigger, plan.drain_sizes,
                                                 plan.drain_batches),

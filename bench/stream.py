@@ -126,54 +126,56 @@ def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, 
                      for job, values in results.items()}}
 
 
-def _hold_speed_rows(spark, home: Path, days: int, keys_per_window: int, before: datetime) -> None:
-    """Fill ``gold.<p>__speed`` with ``days`` days of windows ending at ``before``, ``keys_per_window``
-    rows per window, in one file per partition: the layout the stream's MERGE leaves (it rewrites
-    the files it touches into one per partition, at one shuffle partition)."""
-    from lakehouse.catalog import ensure_pipeline_tables
+def _hold_speed_rows(spark, data: DataSet, home: Path, days: int) -> int:
+    """Fill ``gold.<p>__speed`` with ``days`` days of windows, the last of them the day the drained
+    log covers, for every key the data set has; returns the rows written.
+
+    They are written as one file per partition, the layout the stream's own MERGE leaves: it
+    rewrites every file holding a window it changes, copying that file's other rows along, so
+    the rows of closed windows keep company with the open ones (at one shuffle partition, one file).
+    The drained batches then change windows held here, as a stream running for ``days`` days would.
+    """
+    from lakehouse.catalog import ensure_pipeline_tables, pipeline_tables
 
     settings, pipeline = settings_for(home), get_pipeline(PIPELINE)
     speed = ensure_pipeline_tables(spark, settings, pipeline).speed
+    keys = spark.read.format("delta").load(pipeline_tables(pipeline).batch.uri(data.settings())) \
+        .select(*pipeline.keys).distinct()
     size = pipeline.window.size_delta
-    windows = int(timedelta(days=days) / size)
-    first = before - windows * size
-    window = F.floor(F.col("id") / keys_per_window)
-    key_index = F.col("id") % keys_per_window
-    values = {
-        "window_start": F.timestamp_seconds(F.lit(first.replace(tzinfo=timezone.utc).timestamp())
-                                            + window * size.total_seconds()),
-        **{key: F.format_string(f"{key}-%03d", key_index) for key in pipeline.keys},
-        "last_batch_id": F.lit(0), "updated_at": F.current_timestamp(),
-    }
-    values["window_end"] = values["window_start"] + F.expr(f"INTERVAL {int(size.total_seconds())} SECONDS")
-    columns = [values.get(field.name, F.col("id") % 97).cast(field.dataType).alias(field.name)
-               for field in speed.columns.fields]
-    rows = spark.range(windows * keys_per_window).select(*columns)
+    first = data.start - timedelta(days=days - 1)
+    window_start = F.timestamp_seconds(F.lit(first.replace(tzinfo=timezone.utc).timestamp())
+                                       + F.col("id") * size.total_seconds())
+    window_end = window_start + F.expr(f"INTERVAL {int(size.total_seconds())} SECONDS")
+    values = {"window_start": window_start, "window_end": window_end, "last_batch_id": F.lit(0),
+              "updated_at": F.current_timestamp()}
+    windows = spark.range(int(timedelta(days=days) / size)).crossJoin(keys)
+    rows = windows.select(*[(F.col(f.name) if f.name in pipeline.keys else values.get(f.name, F.col("id") % 97))
+                            .cast(f.dataType).alias(f.name) for f in speed.columns.fields])
     rows.coalesce(1).write.format("delta").mode("append").save(speed.uri(settings))
+    return spark.read.format("delta").load(speed.uri(settings)).count()
 
 
-def speed_growth(spark, data: DataSet, runs: int, held_days: tuple[int, int], keys_per_window: int,
-                 batches: int) -> dict:
+def speed_growth(spark, data: DataSet, runs: int, held_days: tuple[int, int], batches: int) -> dict:
     """Micro-batch duration of the speed layer while ``__speed`` holds a few vs many days of windows:
     a stream that runs for weeks must not slow down as its table grows (should be flat)."""
     seconds: dict[str, list[float]] = {f"{days}d": [] for days in held_days}
-    rewritten: dict[str, int] = {}
+    held: dict[str, int] = {}
+    copied: dict[str, int] = {}
     for _ in range(runs):
         for days in held_days:
             homes: list[Path] = []
 
             def hold(home: Path, days=days) -> None:
                 homes.append(home)
-                _hold_speed_rows(spark, home, days, keys_per_window, before=data.start)
+                held[f"{days}d"] = _hold_speed_rows(spark, data, home, days)
 
             points = drain(spark, data, "lakehouse", 1, batches, prepare=hold)
             seconds[f"{days}d"].append(statistics.median(duration for _, duration in points))
             speed_uri = settings_for(homes[0]).table_uri("gold", f"{PIPELINE}__speed")
             last_merge = spark.sql(f"DESCRIBE HISTORY delta.`{speed_uri}` LIMIT 1").first()["operationMetrics"]
-            rewritten[f"{days}d"] = int(last_merge.get("numTargetRowsCopied", 0))
-    return {name: {"seconds": summary(values), "rows_held": days * 24 * 60 * keys_per_window,
-                   "rows_copied_by_last_merge": rewritten[name], "batches_per_drain": batches}
-            for (name, values), days in zip(seconds.items(), held_days)}
+            copied[f"{days}d"] = int(last_merge.get("numTargetRowsCopied", 0))
+    return {name: {"seconds": summary(values), "rows_held": held[name], "rows_copied_by_last_merge": copied[name],
+                   "batches_per_drain": batches} for name, values in seconds.items()}
 
 
 def _probe_line(sequence: int) -> str:

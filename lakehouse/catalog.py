@@ -156,7 +156,7 @@ ACCUMULATION_MODES = ("accumulating", "discarding", "retracting")
 # The gold tables change where windows are open: the speed layer's MERGE every few seconds, the batch
 # layer's replaceWhere every hour. A rewrite copies the untouched rows of every file it touches, and
 # without partitions a table's rows share a few files (the MERGE rewrites one file holding them all,
-# batch after batch), so the write grew with the table's age: 4.0 s per micro-batch at 30 days of
+# batch after batch), so the write grew with the table's age: the MERGE took 4.0 s at 30 days of
 # rows against 1.1 s partitioned (the README's profile). By the window's date, a write touches only
 # the days it changes, and Delta turns window_start filters into partition filters.
 BY_WINDOW_DATE = {

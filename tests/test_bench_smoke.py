@@ -39,9 +39,9 @@ def test_every_benchmark_runs_and_writes_its_results(tmp_path):
     malformed = sum(count for kind, count in report["data"].items() if kind.startswith("malformed:"))
     vehicles = [job["vehicles"] for job in jobs.values()]
     assert min(vehicles) > 0 and max(vehicles) - min(vehicles) <= malformed, jobs
-    # The stream really ran on top of the held windows: the table holds them and what it wrote.
-    held = report["results"]["speed_growth"]["2d"]
-    assert held["rows_held"] == 2 * 24 * 60 * 4 and held["rows_copied_by_last_merge"] < held["rows_held"]
+    # The stream changed windows among the held ones, and its MERGE rewrote only their day.
+    held = report["results"]["speed_growth"]
+    assert 0 < held["2d"]["rows_copied_by_last_merge"] <= held["1d"]["rows_held"] < held["2d"]["rows_held"]
     freshness = report["results"]["freshness"]["jobs"]["lakehouse"]
     assert freshness["probes_seen"] == freshness["probes"] > 0
     assert "| figure |" in run.stdout
