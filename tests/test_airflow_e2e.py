@@ -213,11 +213,16 @@ def spark_jobs_of(label: str) -> list[int]:
     return pids
 
 
+def table_data_files(table_dir):
+    """The Parquet files a write adds to a Delta table (in its partition folders), not the log's checkpoints."""
+    return {path for path in table_dir.rglob("*.parquet") if "_delta_log" not in path.parts}
+
+
 def test_a_chunk_whose_spark_process_is_killed_mid_write_is_retried_to_the_clean_result(spark, live):
     client, settings, oracle = live
     start, end = HOUR0, HOUR0 + timedelta(hours=1)
     batch_dir = local_path(TABLES.batch.uri(settings))
-    data_files_before = set(batch_dir.glob("*.parquet"))
+    data_files_before = table_data_files(batch_dir)
     version_before = len(list((batch_dir / "_delta_log").glob("*.json")))
     run_id = client.trigger("lakehouse_backfill", {
         "pipeline": "toll_traffic", "start": iso(start), "end": iso(end), "source": "bronze", "chunk": "1h",
@@ -228,7 +233,7 @@ def test_a_chunk_whose_spark_process_is_killed_mid_write_is_retried_to_the_clean
     deadline = time.monotonic() + RUN_TIMEOUT
     while time.monotonic() < deadline and killed_before_commit is None:
         pids = spark_jobs_of(label)
-        if pids and set(batch_dir.glob("*.parquet")) - data_files_before:
+        if pids and table_data_files(batch_dir) - data_files_before:
             for pid in pids:
                 os.kill(pid, signal.SIGKILL)
             killed_before_commit = len(list((batch_dir / "_delta_log").glob("*.json"))) == version_before
