@@ -61,6 +61,21 @@ def log_partitions(spark, settings: Settings, pipeline: str) -> list[str]:
     return sorted(folders)
 
 
+def _compact(delta, name: str) -> dict:
+    """OPTIMIZE one table. The stream and the batch jobs keep writing meanwhile: a compaction that
+    loses its commit to one of them runs again, and one that keeps losing is left for the next
+    day's run (reported, not raised), so that VACUUM and the log's expiry still happen."""
+    from lakehouse.writers import COMPACTION_CONFLICTS, retry_on_conflict
+
+    try:
+        metrics = retry_on_conflict(lambda: delta.optimize().executeCompaction().first()["metrics"],
+                                    f"OPTIMIZE {name}")
+    except COMPACTION_CONFLICTS as conflict:
+        return {"files_added": 0, "files_removed": 0,
+                "skipped": f"lost every commit to concurrent writes: {type(conflict).__name__}"}
+    return {"files_added": metrics["numFilesAdded"], "files_removed": metrics["numFilesRemoved"]}
+
+
 def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
     """OPTIMIZE and VACUUM every existing table of the pipeline, then expire its old log hours."""
     from delta.tables import DeltaTable
@@ -75,12 +90,10 @@ def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
         if table.qualified_name in report["tables"] or not table_exists(spark, uri):
             continue
         delta = DeltaTable.forPath(spark, uri)
-        metrics = delta.optimize().executeCompaction().first()["metrics"]
+        report["tables"][table.qualified_name] = _compact(delta, table.qualified_name)
         # VACUUM lists the table in spark.sql.sources.parallelPartitionDiscovery.parallelism tasks;
         # the session keeps that at the shuffle partitions, not Spark's 10000 (see lakehouse.spark).
         delta.vacuum(retention.total_seconds() / 3600)
-        report["tables"][table.qualified_name] = {
-            "files_added": metrics["numFilesAdded"], "files_removed": metrics["numFilesRemoved"]}
     # Variants of a pipeline read their parent's log (its topic).
     expired = expired_log_partitions(log_partitions(spark, settings, pipeline.topic), now, log_retention(settings))
     for folder in expired:

@@ -3,14 +3,51 @@
 A streaming micro-batch may run again after a crash; its writes carry ``txnAppId``/``txnVersion``
 so Delta skips the ones that already committed. A batch write replaces an exact range atomically,
 so running it twice leaves the same table.
+
+Each table has one writer, but the daily OPTIMIZE (``lakehouse.maintenance``) compacts every table
+while the stream and the batch jobs run. A MERGE or ``replaceWhere`` reads the files it rewrites, so
+a compaction committing in between makes Delta refuse its commit; without a retry that stops the
+stream. Both writes are idempotent, so they run again on the new snapshot (``retry_on_conflict``).
+Blind appends do not read the table and never conflict with a compaction.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
+from collections.abc import Callable
+from typing import TypeVar
 
+from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
+
+log = logging.getLogger(__name__)
+Result = TypeVar("Result")
+
+# The conflicts a concurrent compaction causes: it added files in a partition this write read
+# (append), or removed files this write read or removes (delete-read, delete-delete). Not retried:
+# ConcurrentTransactionException (two runs of one stream) and schema or protocol changes.
+COMPACTION_CONFLICTS = (ConcurrentAppendException, ConcurrentDeleteReadException, ConcurrentDeleteDeleteException)
+CONFLICT_ATTEMPTS = 4
+
+
+def retry_on_conflict(write: Callable[[], Result], what: str, attempts: int = CONFLICT_ATTEMPTS,
+                      pause_seconds: float = 0.5) -> Result:
+    """Run ``write``, again on each commit conflict, up to ``attempts`` times. Only for writes
+    that are safe to repeat: a retry starts a new transaction on the table's latest snapshot."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return write()
+        except COMPACTION_CONFLICTS as conflict:
+            if attempt == attempts:
+                raise
+            first_line = str(conflict).splitlines()[0] if str(conflict) else type(conflict).__name__
+            log.warning("%s lost a commit race (attempt %d of %d), running it again: %s",
+                        what, attempt, attempts, first_line)
+            time.sleep(pause_seconds * attempt)
+    raise AssertionError("unreachable")
 
 
 def append_once(rows: DataFrame, uri: str, app_id: str, version: int, partition_by: tuple[str, ...] = ()) -> None:
@@ -71,16 +108,22 @@ def upsert_once(
     updates.update(also_set)
     inserts: dict[str, Column | str] = {c: f"s.{c}" for c in match_columns + value_columns}
     inserts.update(also_set)
-    merge = (
-        DeltaTable.forPath(spark, uri).alias("t").merge(rows.alias("s"), condition)
-        .whenMatchedDelete(condition=f"s.{delete_when}")
-        .whenMatchedUpdate(set=updates)
-        .whenNotMatchedInsert(condition=f"NOT s.{delete_when}", values=inserts)
-    )
-    with _session_confs(spark, confs):
-        merge.execute()
+
+    def execute() -> None:
+        # Built per attempt, so that a retry plans against the table as it is now.
+        merge = (
+            DeltaTable.forPath(spark, uri).alias("t").merge(rows.alias("s"), condition)
+            .whenMatchedDelete(condition=f"s.{delete_when}")
+            .whenMatchedUpdate(set=updates)
+            .whenNotMatchedInsert(condition=f"NOT s.{delete_when}", values=inserts)
+        )
+        with _session_confs(spark, confs):
+            merge.execute()
+
+    retry_on_conflict(execute, f"MERGE into {uri}")
 
 
 def replace_where(rows: DataFrame, uri: str, condition: str) -> None:
     """Atomically replace exactly the rows matching ``condition`` with ``rows``."""
-    rows.write.format("delta").mode("overwrite").option("replaceWhere", condition).save(uri)
+    writer = rows.write.format("delta").mode("overwrite").option("replaceWhere", condition)
+    retry_on_conflict(lambda: writer.save(uri), f"replaceWhere {condition} on {uri}")

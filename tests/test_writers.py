@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import threading
+import time
 from datetime import datetime, timedelta
 
+import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
@@ -129,3 +132,83 @@ def test_a_read_of_a_window_range_is_pruned_to_the_days_it_covers(spark, tmp_pat
 
     partition_filters = [line for line in plan.splitlines() if "PartitionFilters" in line]
     assert partition_filters and all("window_date" in line for line in partition_filters), plan
+
+
+def _compaction_during(spark, uri: str, gates, write) -> None:
+    """Run ``write`` while an OPTIMIZE of ``uri`` commits in the middle of it.
+
+    The write's rows pass through a Python UDF that announces the write has started (its Delta
+    transaction has read the table by then) and holds it until the compaction has committed.
+    """
+    from delta.tables import DeltaTable
+
+    started, compacted = gates
+    failure: list[BaseException] = []
+
+    def compact() -> None:
+        try:
+            deadline = time.monotonic() + 120
+            while not started.exists():
+                if time.monotonic() > deadline:
+                    raise TimeoutError("the write never started")
+                time.sleep(0.05)
+            DeltaTable.forPath(spark, uri).optimize().executeCompaction()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the test's thread
+            failure.append(error)
+        finally:
+            compacted.touch()
+
+    compactor = threading.Thread(target=compact)
+    compactor.start()
+    try:
+        write()
+    finally:
+        compactor.join()
+    assert not failure, failure
+
+
+def _gated(frame, column: str, gates):
+    started, compacted = (str(gate) for gate in gates)
+
+    @F.udf(frame.schema[column].dataType)
+    def hold(value):
+        import time as _time
+        from pathlib import Path as _Path
+
+        _Path(started).touch()
+        while not _Path(compacted).exists():
+            _time.sleep(0.05)
+        return value
+
+    return frame.withColumn(column, hold(column))
+
+
+@pytest.mark.parametrize("write", ["merge", "replace_where"])
+def test_a_write_that_loses_its_commit_to_a_concurrent_compaction_runs_again_and_lands_once(
+        spark, tmp_path, caplog, write):
+    # The daily OPTIMIZE runs beside the stream and the batch jobs. Without the retry, Delta refuses
+    # the MERGE's (or replaceWhere's) commit with a ConcurrentAppendException and the stream stops.
+    uri = _speed_table(spark, tmp_path / "home", range(0, 2))
+    # A second file in the same day, so that the compaction has files to merge.
+    inline_frame(spark, GOLD, [(hour(2), hour(3), "red", 20)]).write.format("delta").mode("append").save(uri)
+    gates = (tmp_path / "write-started", tmp_path / "compacted")
+    panes = _gated(inline_frame(spark, PANES, [(hour(0), hour(1), "red", 99, False)]), "total_score", gates)
+
+    if write == "merge":
+        _compaction_during(spark, uri, gates, lambda: _upsert(spark, panes, uri, version=0))
+        expected = [(hour(0), hour(1), "red", 99), (hour(0), hour(1), "blue", 0), (hour(1), hour(2), "red", 10),
+                    (hour(1), hour(2), "blue", 10), (hour(2), hour(3), "red", 20)]
+    else:
+        day = f"window_start >= '{hour(0)}' AND window_start < '{hour(1)}'"
+        _compaction_during(spark, uri, gates,
+                           lambda: replace_where(panes.drop("is_retraction"), uri, day))
+        expected = [(hour(0), hour(1), "red", 99), (hour(1), hour(2), "red", 10), (hour(1), hour(2), "blue", 10),
+                    (hour(2), hour(3), "red", 20)]
+
+    assert any("lost a commit race" in record.getMessage() for record in caplog.records), \
+        "the compaction did not commit inside the write: the test proved nothing"
+    assertDataFrameEqual(spark.read.format("delta").load(uri).select(*SPEED_COLUMNS[:4]),
+                         inline_frame(spark, GOLD, expected))
+    operations = [row.operation for row in
+                  spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").orderBy("version").collect()]
+    assert operations[-2] == "OPTIMIZE" and operations[-1] in ("MERGE", "WRITE")
