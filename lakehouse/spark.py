@@ -114,6 +114,11 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
         # maintain() took 346 s, 322 s of it in VACUUM (31-40 s a table, 90,304 tasks in all); with
         # the shuffle partitions here (2), 40 s, VACUUM 23 s (323 tasks), same files compacted and kept.
         .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", str(settings.shuffle_partitions))
+        # Spark keeps the classes it compiles for queries (Janino) in a cache of 100 by default; a
+        # micro-batch of the speed layer generates about 160 (most of them Delta's log replays), so
+        # each batch compiled them all again: 790 compilations per 5 batches, 40 with this cache.
+        # Measured side by side: median micro-batch 5.9 s -> 5.45 s.
+        .config("spark.sql.codegen.cache.maxEntries", "1000")
         .config("spark.driver.memory", settings.driver_memory)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
