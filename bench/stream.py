@@ -30,7 +30,7 @@ from pyspark.sql import functions as F
 from bench import baselines
 from bench.data import PIPELINE, DataSet, link_log_files, scratch_home, settings_for
 from bench.measure import PeakMemory, percentile, summary
-from lakehouse.catalog import register_tables
+from lakehouse.catalog import ensure_pipeline_tables, pipeline_tables, register_tables
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.log import LocalLogWriter, log_glob
 from lakehouse.pipelines import get_pipeline
@@ -135,8 +135,6 @@ def _hold_speed_rows(spark, data: DataSet, home: Path, days: int) -> int:
     the rows of closed windows keep company with the open ones (at one shuffle partition, one file).
     The drained batches then change windows held here, as a stream running for ``days`` days would.
     """
-    from lakehouse.catalog import ensure_pipeline_tables, pipeline_tables
-
     settings, pipeline = settings_for(home), get_pipeline(PIPELINE)
     speed = ensure_pipeline_tables(spark, settings, pipeline).speed
     keys = spark.read.format("delta").load(pipeline_tables(pipeline).batch.uri(data.settings())) \
@@ -148,11 +146,12 @@ def _hold_speed_rows(spark, data: DataSet, home: Path, days: int) -> int:
     window_end = window_start + F.expr(f"INTERVAL {int(size.total_seconds())} SECONDS")
     values = {"window_start": window_start, "window_end": window_end, "last_batch_id": F.lit(0),
               "updated_at": F.current_timestamp()}
-    windows = spark.range(int(timedelta(days=days) / size)).crossJoin(keys)
+    window_count = int(timedelta(days=days) / size)
+    windows = spark.range(window_count).crossJoin(keys)
     rows = windows.select(*[(F.col(f.name) if f.name in pipeline.keys else values.get(f.name, F.col("id") % 97))
                             .cast(f.dataType).alias(f.name) for f in speed.columns.fields])
     rows.coalesce(1).write.format("delta").mode("append").save(speed.uri(settings))
-    return spark.read.format("delta").load(speed.uri(settings)).count()
+    return window_count * keys.count()
 
 
 def speed_growth(spark, data: DataSet, runs: int, held_days: tuple[int, int], batches: int) -> dict:
@@ -171,7 +170,7 @@ def speed_growth(spark, data: DataSet, runs: int, held_days: tuple[int, int], ba
 
             points = drain(spark, data, "lakehouse", 1, batches, prepare=hold)
             seconds[f"{days}d"].append(statistics.median(duration for _, duration in points))
-            speed_uri = settings_for(homes[0]).table_uri("gold", f"{PIPELINE}__speed")
+            speed_uri = pipeline_tables(get_pipeline(PIPELINE)).speed.uri(settings_for(homes[0]))
             last_merge = spark.sql(f"DESCRIBE HISTORY delta.`{speed_uri}` LIMIT 1").first()["operationMetrics"]
             copied[f"{days}d"] = int(last_merge.get("numTargetRowsCopied", 0))
     return {name: {"seconds": summary(values), "rows_held": held[name], "rows_copied_by_last_merge": copied[name],

@@ -23,7 +23,7 @@ from lakehouse.frames import literal_frame
 from lakehouse.log import log_glob
 from lakehouse.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
-from lakehouse.writers import append_once, upsert_once
+from lakehouse.writers import append_stamped_once, upsert_once
 
 
 def watermark_for(max_event_time_before: datetime | None, watermark_delay: str, allowed_lateness: str) -> datetime | None:
@@ -76,6 +76,10 @@ class SpeedLayer:
             self._query_started.set()
         # (batch id, max event time through it): saves re-reading the progress table each batch.
         self._max_event_time_through: tuple[int, datetime | None] | None = None
+        # (app id, batch id) of the last batch that committed every write in this process. The batch
+        # after it cannot have been attempted before: Spark runs a batch again only after a restart,
+        # and then first. Its appends need not look for an earlier attempt's rows.
+        self._committed: tuple[str, int] | None = None
         # (app id, batch id, the pane state that batch starts from), kept by the batch before.
         self._pane_state: tuple[str, int, DataFrame] | None = None
 
@@ -121,6 +125,9 @@ class SpeedLayer:
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
         spark, pipeline, app_id = batch.sparkSession, self.pipeline, self.app_id
+        first_attempt = self._committed == (app_id, batch_id - 1)
+        # Until this batch commits, a run of it again (after a failure) must look for its own rows.
+        self._committed = None
         tune_micro_batch_session(spark)
         parsed = tx.parse_events(batch, pipeline).persist()
         try:
@@ -138,7 +145,7 @@ class SpeedLayer:
             try:
                 counts = self._count_fates(fates)
                 next_state = self._write(spark, parsed, fates, summary, counts, app_id, batch_id, watermark,
-                                         max_through)
+                                         max_through, first_attempt)
             finally:
                 fates.unpersist()
         finally:
@@ -154,7 +161,9 @@ class SpeedLayer:
         }
         # Written last: a progress row means every write of its batch has committed.
         progress_rows = literal_frame(spark, STREAM_PROGRESS.columns, [progress])
-        append_once(progress_rows, STREAM_PROGRESS.uri(self.settings), app_id, batch_id)
+        append_stamped_once(progress_rows, STREAM_PROGRESS.uri(self.settings), app_id, batch_id,
+                            first_attempt=first_attempt)
+        self._committed = (app_id, batch_id)
         self._max_event_time_through = (batch_id, max_through)
         # Only a batch that committed everything hands its state on; after a failure the next
         # attempt reads the pane log again.
@@ -196,7 +205,7 @@ class SpeedLayer:
         return row[0]
 
     def _write(self, spark, parsed, fates, summary, counts, app_id: str, batch_id: int,
-               watermark: datetime | None, max_through: datetime | None) -> DataFrame:
+               watermark: datetime | None, max_through: datetime | None, first_attempt: bool) -> DataFrame:
         """Write bronze, quarantine, the panes and the speed table, each once per batch; returns
         the pane state the next batch starts from.
 
@@ -209,12 +218,12 @@ class SpeedLayer:
             accepted = fates.where(F.col("fate") != tx.DUPLICATE).withColumns(
                 {"event_date": F.to_date(pipeline.event_time), **stamp, "ingested_at": F.current_timestamp()}
             )
-            append_once(accepted.select(tables.bronze.columns.fieldNames()), tables.bronze.uri(settings),
-                        app_id, batch_id, tables.bronze.partition_by)
+            append_stamped_once(accepted.select(tables.bronze.columns.fieldNames()), tables.bronze.uri(settings),
+                                app_id, batch_id, tables.bronze.partition_by, first_attempt)
         if summary["quarantined"]:
             quarantined = tx.quarantined_records(parsed).withColumns({**stamp, "quarantined_at": F.current_timestamp()})
-            append_once(quarantined.select(tables.quarantine.columns.fieldNames()), tables.quarantine.uri(settings),
-                        app_id, batch_id)
+            append_stamped_once(quarantined.select(tables.quarantine.columns.fieldNames()),
+                                tables.quarantine.uri(settings), app_id, batch_id, first_attempt=first_attempt)
         on_time_watermark = max_through - parse_duration(self.watermark_delay) if max_through else None
         state = self._state_before(spark, app_id, batch_id, watermark)
         panes = self._next_panes(state, fates.where(F.col("fate") == tx.ON_TIME), on_time_watermark).persist()
@@ -223,8 +232,9 @@ class SpeedLayer:
                                F.max("window_end").alias("last")).first()
             counts["speed_rows"] = extent["rows"]
             if counts["speed_rows"]:
-                append_once(panes.withColumns({**stamp, "emitted_at": F.current_timestamp()})
-                            .select(tables.panes.columns.fieldNames()), tables.panes.uri(settings), app_id, batch_id)
+                append_stamped_once(panes.withColumns({**stamp, "emitted_at": F.current_timestamp()})
+                                    .select(tables.panes.columns.fieldNames()), tables.panes.uri(settings),
+                                    app_id, batch_id, first_attempt=first_attempt)
                 upsert_once(
                     spark, panes, tables.speed.uri(settings),
                     match_columns=pn.window_key(pipeline), value_columns=pipeline.metric_names,

@@ -83,3 +83,45 @@ def test_sigkill_at_several_points_then_restart_gives_the_uninterrupted_tables(s
     assert finished.returncode == 0, finished.stderr[-3000:]
 
     assert snapshot(spark, crashed) == snapshot(spark, reference)
+
+
+def test_a_micro_batch_that_failed_between_its_writes_writes_each_table_once_when_run_again(
+        spark, tmp_path: Path, monkeypatch):
+    # The appends are skipped on a second run by the rows they stamp, not by Delta's txnAppId: a
+    # batch that failed after bronze, quarantine and the pane log committed, but before the MERGE,
+    # must not append them twice when the query runs it again (in the same process, as here, or
+    # after a restart).
+    from lakehouse import speed
+    from tests.frames import inline_frame
+
+    pipeline = get_pipeline("team_scores")
+    def lines(n: int) -> list[str]:
+        return [f'{{"event_id":"a{n}","user":"u1","team":"red","score":3,"event_time":"2026-01-05T12:0{n}:10Z"}}',
+                f'{{"event_id":"b{n}","user":"u2","team":"blue","score":4,"event_time":"2026-01-05T12:0{n}:20Z"}}',
+                "not json"]
+
+    batches = [inline_frame(spark, "value string, source_file string",
+                            [(line, f"file:/log/{n:03d}.jsonl") for line in lines(n)]) for n in range(2)]
+    homes = {name: make_settings(tmp_path / name) for name in ("through", "failed")}
+    speed.SpeedLayer(spark, homes["through"], pipeline, query_id="q").process_batch(batches[0], 0)
+    speed.SpeedLayer(spark, homes["through"], pipeline, query_id="q").process_batch(batches[1], 1)
+
+    layer = speed.SpeedLayer(spark, homes["failed"], pipeline, query_id="q")
+    layer.process_batch(batches[0], 0)
+    real_upsert = speed.upsert_once
+
+    def fail_once(*args, **kwargs):
+        monkeypatch.setattr(speed, "upsert_once", real_upsert)
+        raise RuntimeError("the driver died before the MERGE")
+
+    monkeypatch.setattr(speed, "upsert_once", fail_once)
+    with pytest.raises(RuntimeError):
+        layer.process_batch(batches[1], 1)
+    layer.process_batch(batches[1], 1)
+    layer.process_batch(batches[1], 1)  # and once more after it committed
+
+    tables = pipeline_tables(pipeline)
+    for table in (tables.bronze, tables.quarantine, tables.panes, tables.speed, STREAM_PROGRESS):
+        rows = [spark.read.format("delta").load(table.uri(homes[name]))
+                .drop(*VOLATILE, "emitted_at").collect() for name in ("through", "failed")]
+        assert sorted(map(tuple, rows[0])) == sorted(map(tuple, rows[1])), table.qualified_name

@@ -12,7 +12,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.catalog import ensure_table, pipeline_tables
 from lakehouse.pipelines import get_pipeline
-from lakehouse.writers import replace_where, upsert_once
+from lakehouse.writers import append_stamped_once, replace_where, upsert_once
 from tests.conftest import make_settings
 from tests.frames import inline_frame
 
@@ -212,3 +212,15 @@ def test_a_write_that_loses_its_commit_to_a_concurrent_compaction_runs_again_and
     operations = [row.operation for row in
                   spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").orderBy("version").collect()]
     assert operations[-2] == "OPTIMIZE" and operations[-1] in ("MERGE", "WRITE")
+
+
+def test_a_stamped_append_that_may_be_a_replay_skips_a_table_holding_its_stamp(spark, tmp_path):
+    uri = str(tmp_path / "stamped")
+    rows = "app_id string, batch_id long, value long"
+    inline_frame(spark, rows, []).write.format("delta").save(uri)
+    append_stamped_once(inline_frame(spark, rows, [("q", 0, 1), ("q", 0, 2)]), uri, "q", 0)
+    append_stamped_once(inline_frame(spark, rows, [("q", 0, 1), ("q", 0, 2)]), uri, "q", 0)  # a replay
+    append_stamped_once(inline_frame(spark, rows, [("q", 1, 3)]), uri, "q", 1)
+    append_stamped_once(inline_frame(spark, rows, [("other", 1, 4)]), uri, "other", 1)
+    assertDataFrameEqual(spark.read.format("delta").load(uri),
+                         inline_frame(spark, rows, [("q", 0, 1), ("q", 0, 2), ("q", 1, 3), ("other", 1, 4)]))
