@@ -34,7 +34,7 @@ class Plan:
     cold_runs: int
     trigger: str = "5s"
     drain_sizes: tuple[int, int] = (1, 3)  # files per trigger
-    drain_batches: int = 2
+    drain_batches: int = 4  # the first of each drain is dropped; 3 batches per size keep the fit out of the noise
     freshness_seconds: float = 90
     probe_every: float = 2.0
     freshness_grace: float = 60

@@ -71,9 +71,13 @@ def append_stamped_once(rows: DataFrame, uri: str, app_id: str, batch_id: int,
     the batch may have been attempted before; ``first_attempt`` says the caller knows it was not.
     """
     if not first_attempt:
+        spark = rows.sparkSession
         stamp = (F.col("app_id") == app_id) & (F.col("batch_id") == batch_id)
-        if rows.sparkSession.read.format("delta").load(uri).where(stamp).limit(1).count():
-            return
+        # With data skipping, the files' batch_id statistics leave only the files of this batch to
+        # read, however large the table (the stream's session turns skipping off for its scans).
+        with _session_confs(spark, {"spark.databricks.delta.stats.skipping": "true"}):
+            if spark.read.format("delta").load(uri).where(stamp).limit(1).count():
+                return
     writer = rows.write.format("delta").mode("append")
     if partition_by:
         writer = writer.partitionBy(*partition_by)
