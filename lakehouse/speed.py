@@ -74,12 +74,11 @@ class SpeedLayer:
         self._query_started = threading.Event()
         if query_id:
             self._query_started.set()
-        # (batch id, max event time through it): saves re-reading the progress table each batch.
-        self._max_event_time_through: tuple[int, datetime | None] | None = None
-        # (app id, batch id) of the last batch that committed every write in this process. The batch
-        # after it cannot have been attempted before: Spark runs a batch again only after a restart,
-        # and then first. Its appends need not look for an earlier attempt's rows.
-        self._committed: tuple[str, int] | None = None
+        # (app id, batch id, max event time through it) of the last batch that committed every
+        # write in this process. The batch after it cannot have been attempted before (Spark runs a
+        # batch again only after a restart, and then first), so its appends need not look for an
+        # earlier attempt's rows, and it need not read the progress table for its watermark.
+        self._last_committed: tuple[str, int, datetime | None] | None = None
         # (app id, batch id, the pane state that batch starts from), kept by the batch before.
         self._pane_state: tuple[str, int, DataFrame] | None = None
 
@@ -125,9 +124,9 @@ class SpeedLayer:
     def process_batch(self, batch: DataFrame, batch_id: int) -> None:
         started = time.time()
         spark, pipeline, app_id = batch.sparkSession, self.pipeline, self.app_id
-        first_attempt = self._committed == (app_id, batch_id - 1)
+        last_committed, self._last_committed = self._last_committed, None
         # Until this batch commits, a run of it again (after a failure) must look for its own rows.
-        self._committed = None
+        first_attempt = last_committed is not None and last_committed[:2] == (app_id, batch_id - 1)
         tune_micro_batch_session(spark)
         parsed = tx.parse_events(batch, pipeline).persist()
         try:
@@ -138,7 +137,8 @@ class SpeedLayer:
                 F.max(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("max_event_time"),
                 F.sort_array(F.collect_set("source_file")).alias("source_files"),
             ).first()
-            max_before = self._max_event_time_before(spark, app_id, batch_id)
+            max_before = (last_committed[2] if first_attempt
+                          else self._max_event_time_before(spark, app_id, batch_id))
             watermark = watermark_for(max_before, self.watermark_delay, self.allowed_lateness)
             max_through = max((t for t in (max_before, summary["max_event_time"]) if t is not None), default=None)
             fates = self._label_fates(parsed, summary, app_id, batch_id, watermark).persist()
@@ -163,8 +163,7 @@ class SpeedLayer:
         progress_rows = literal_frame(spark, STREAM_PROGRESS.columns, [progress])
         append_stamped_once(progress_rows, STREAM_PROGRESS.uri(self.settings), app_id, batch_id,
                             first_attempt=first_attempt)
-        self._committed = (app_id, batch_id)
-        self._max_event_time_through = (batch_id, max_through)
+        self._last_committed = (app_id, batch_id, max_through)
         # Only a batch that committed everything hands its state on; after a failure the next
         # attempt reads the pane log again.
         self._pane_state = (app_id, batch_id + 1, next_state)
@@ -197,8 +196,7 @@ class SpeedLayer:
         return bronze.where(in_horizon & earlier).select(pipeline.event_id)
 
     def _max_event_time_before(self, spark: SparkSession, app_id: str, batch_id: int) -> datetime | None:
-        if self._max_event_time_through and self._max_event_time_through[0] == batch_id - 1:
-            return self._max_event_time_through[1]
+        """The max event time of the batches this stream committed before ``batch_id``."""
         progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(self.settings))
         earlier = ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
         row = progress.where((F.col("pipeline") == self.pipeline.name) & earlier).agg(F.max("max_event_time")).first()

@@ -2,8 +2,8 @@
 
 A streaming micro-batch may run again after a crash. Its appends stamp every row with the query
 and batch ids, and a batch that may be a replay skips a table that already holds its stamp; its
-MERGE carries ``txnAppId``/``txnVersion``, so Delta skips it once committed. A batch write replaces an exact range atomically,
-so running it twice leaves the same table.
+MERGE carries ``txnAppId``/``txnVersion``, so Delta skips it once committed. A batch write
+replaces an exact range atomically, so running it twice leaves the same table.
 
 Each table has one writer, but the daily OPTIMIZE (``lakehouse.maintenance``) compacts every table
 while the stream and the batch jobs run. A MERGE or ``replaceWhere`` reads the files it rewrites, so
@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,7 @@ def retry_on_conflict(write: Callable[[], Result], what: str, attempts: int = CO
 
 def append_once(rows: DataFrame, uri: str, app_id: str, version: int, partition_by: tuple[str, ...] = ()) -> None:
     """Append ``rows`` unless this (app_id, version) already committed to the table."""
-    writer = rows.write.format("delta").mode("append").option("txnAppId", app_id).option("txnVersion", version)
-    if partition_by:
-        writer = writer.partitionBy(*partition_by)
-    writer.save(uri)
+    _appender(rows, partition_by).option("txnAppId", app_id).option("txnVersion", version).save(uri)
 
 
 def append_stamped_once(rows: DataFrame, uri: str, app_id: str, batch_id: int,
@@ -78,10 +75,12 @@ def append_stamped_once(rows: DataFrame, uri: str, app_id: str, batch_id: int,
         with _session_confs(spark, {"spark.databricks.delta.stats.skipping": "true"}):
             if spark.read.format("delta").load(uri).where(stamp).limit(1).count():
                 return
+    _appender(rows, partition_by).save(uri)
+
+
+def _appender(rows: DataFrame, partition_by: tuple[str, ...]) -> DataFrameWriter:
     writer = rows.write.format("delta").mode("append")
-    if partition_by:
-        writer = writer.partitionBy(*partition_by)
-    writer.save(uri)
+    return writer.partitionBy(*partition_by) if partition_by else writer
 
 
 @contextlib.contextmanager
