@@ -9,6 +9,8 @@ crash leaves the same table.
 from __future__ import annotations
 
 import dataclasses
+import logging
+import re
 import sys
 import time
 import uuid
@@ -16,6 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.errors import PySparkException
 from pyspark.sql import functions as F
 
 from lakehouse import transforms as tx
@@ -30,6 +33,7 @@ from lakehouse.writers import replace_where
 SOURCES = ("bronze", "log")
 REPROCESS = ("redo", "skip")
 EPOCH = datetime(1970, 1, 1)
+log = logging.getLogger(__name__)
 
 
 def parse_instant(text: str, what: str) -> datetime:
@@ -143,10 +147,11 @@ class BatchLayer:
         started = time.time()
         cached: list[DataFrame] = []
         try:
-            events = self._events(source, start, end, result, cached)
+            events, bronze_version = self._events(source, start, end, result, cached)
             chunks = split_range(start, end, chunk_size)
             for done, (chunk_start, chunk_end) in enumerate(chunks, start=1):
-                self._recompute_chunk(events, chunk_start, chunk_end, result, skip_if_unchanged=reprocess == "skip")
+                self._recompute_chunk(events, chunk_start, chunk_end, result, skip_if_unchanged=reprocess == "skip",
+                                      bronze_version=bronze_version)
                 result.chunks = done - result.chunks_skipped
                 if on_chunk:
                     on_chunk(done, len(chunks))
@@ -161,17 +166,19 @@ class BatchLayer:
         return result
 
     def _events(self, source: str, start: datetime, end: datetime, result: BackfillResult,
-                cached: list[DataFrame]) -> DataFrame:
-        """Valid, de-duplicated events that can fall in windows starting in [start, end)."""
+                cached: list[DataFrame]) -> tuple[DataFrame, int | None]:
+        """Valid, de-duplicated events that can fall in windows starting in [start, end), and the
+        version of bronze they come from (None from the log)."""
         pipeline = self.pipeline
         first_event, last_event = event_span(pipeline, start, end)
-        in_range = (F.col(pipeline.event_time) >= F.lit(first_event)) & (F.col(pipeline.event_time) < F.lit(last_event))
         if source == "bronze":
             uri = require_table(self.spark, self.tables.bronze, self.settings,
                                 "run the speed layer first, or backfill with --source log")
-            bronze = self.spark.read.format("delta").load(uri)
-            on_dates = F.col("event_date").between(first_event.date(), last_event.date())
-            return bronze.where(on_dates & in_range).select(*pipeline.field_names)
+            # Read at a pinned version: a chunk's fingerprint names it (see bronze_fingerprint).
+            version = table_version(self.spark, uri)
+            bronze = self.spark.read.format("delta").option("versionAsOf", version).load(uri)
+            return bronze.where(self._in_bronze_span(first_event, last_event)).select(*pipeline.field_names), version
+        in_range = (F.col(pipeline.event_time) >= F.lit(first_event)) & (F.col(pipeline.event_time) < F.lit(last_event))
         parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)),
                                  pipeline)
         # Counted while the log is read for the events, not in a second pass over the raw JSON.
@@ -183,17 +190,31 @@ class BatchLayer:
         result.duplicates = in_range_copies.where(F.col("copy_number") > 1).count()
         counted = log_counts.get
         result.events_read, result.quarantined = counted["read"], counted["quarantined"]
-        return in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names)
+        return in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names), None
+
+    def _in_bronze_span(self, first_event: datetime, last_event: datetime) -> Column:
+        """Bronze rows with event times in ``[first_event, last_event)``, by partition and by value."""
+        event_time = F.col(self.pipeline.event_time)
+        on_dates = F.col("event_date").between(first_event.date(), last_event.date())
+        return on_dates & (event_time >= F.lit(first_event)) & (event_time < F.lit(last_event))
 
     def _recompute_chunk(self, events: DataFrame, chunk_start: datetime, chunk_end: datetime,
-                         result: BackfillResult, skip_if_unchanged: bool = False) -> None:
+                         result: BackfillResult, skip_if_unchanged: bool = False,
+                         bronze_version: int | None = None) -> None:
         pipeline, settings = self.pipeline, self.settings
         # Fingerprint exactly the events that can reach this chunk's windows (see event_span).
         first_event, last_event = event_span(pipeline, chunk_start, chunk_end)
         chunk_events = events.where((F.col(pipeline.event_time) >= F.lit(first_event))
                                     & (F.col(pipeline.event_time) < F.lit(last_event)))
         fingerprinted, unobserved = None, chunk_events
-        if skip_if_unchanged:
+        if bronze_version is not None:
+            # From bronze, the version read and the code name the inputs (bronze_fingerprint).
+            fingerprint = bronze_fingerprint(pipeline, bronze_version)
+            if skip_if_unchanged and self._bronze_unchanged(self._last_fingerprint(chunk_start, chunk_end),
+                                                            first_event, last_event, bronze_version):
+                result.chunks_skipped += 1
+                return
+        elif skip_if_unchanged:
             # Whether to recompute at all depends on it: a pass of its own.
             fingerprint = input_fingerprint(chunk_events, pipeline, result.source)
             if self._last_fingerprint(chunk_start, chunk_end) == fingerprint:
@@ -234,6 +255,30 @@ class BatchLayer:
         # mergeSchema: a table created before input_fingerprint existed gains the column.
         coverage.write.format("delta").mode("append").option("mergeSchema", "true").save(BATCH_COVERAGE.uri(settings))
 
+    def _bronze_unchanged(self, last_fingerprint: str | None, first_event: datetime, last_event: datetime,
+                          version: int) -> bool:
+        """Whether bronze's rows in ``[first_event, last_event)`` at ``version`` are those a chunk
+        fingerprinted ``last_fingerprint`` read, by the same code: its change feed since then holds
+        none of them. Compaction changes no data, so it leaves no trace there."""
+        recorded = parse_bronze_fingerprint(last_fingerprint)
+        if recorded is None or recorded[1] != _bronze_code_digest(self.pipeline):
+            return False
+        since = recorded[0]
+        if since == version:
+            return True
+        if since > version:  # the table was recreated
+            return False
+        uri = self.tables.bronze.uri(self.settings)
+        try:
+            changes = (self.spark.read.format("delta").option("readChangeFeed", "true")
+                       .option("startingVersion", since + 1).option("endingVersion", version).load(uri))
+            return not changes.where(self._in_bronze_span(first_event, last_event)).limit(1).count()
+        except PySparkException as error:
+            # Expired log entries or vacuumed change files: what changed cannot be known, so recompute.
+            log.warning("bronze's changes since version %d cannot be read (%s): recomputing the chunk",
+                        since, str(error).splitlines()[0] if str(error) else type(error).__name__)
+            return False
+
     def _last_fingerprint(self, chunk_start: datetime, chunk_end: datetime) -> str | None:
         """The fingerprint of the latest recomputation touching this chunk, if it covered exactly this chunk.
 
@@ -271,6 +316,33 @@ def definition_fingerprint() -> str:
     for path in [package / "transforms.py", package / "batch.py", *sorted((package / "pipelines").glob("*.py"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def table_version(spark: SparkSession, uri: str) -> int:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, uri).history(1).select("version").first()[0]
+
+
+def bronze_fingerprint(pipeline: Pipeline, version: int) -> str:
+    """The inputs of a chunk recomputed from bronze: the table's version and the code.
+
+    Bronze changes only by appends (and compaction, which changes no rows), so its change feed
+    since that version says whether a chunk's events changed, at the cost of reading the changes
+    only; hashing every row costs a pass over the chunk (4.3 s of a 9.5 s backfill of 10M events).
+    """
+    return f"bronze@{version}:{_bronze_code_digest(pipeline)}"
+
+
+def _bronze_code_digest(pipeline: Pipeline) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{pipeline.name}|bronze|{definition_fingerprint()}".encode()).hexdigest()
+
+
+def parse_bronze_fingerprint(fingerprint: str | None) -> tuple[int, str] | None:
+    match = re.fullmatch(r"bronze@(\d+):([0-9a-f]{64})", fingerprint or "")
+    return (int(match[1]), match[2]) if match else None
 
 
 def input_fingerprint(events: DataFrame, pipeline: Pipeline, source: str) -> str:

@@ -1,16 +1,20 @@
 """Reprocess = skip: a chunk recomputed from the same inputs is left as it is; a chunk whose inputs
-changed (a late event arrived) is recomputed. The input fingerprint decides, per chunk."""
+changed (a late event arrived) is recomputed. The input fingerprint decides, per chunk: from the log
+a digest of the chunk's events, from bronze the version read and bronze's change feed since."""
 
 from __future__ import annotations
 
 import json
 from datetime import datetime, timedelta
 
-from lakehouse.batch import BatchLayer
+from delta.tables import DeltaTable
+
+from lakehouse.batch import BatchLayer, parse_bronze_fingerprint
 from lakehouse.catalog import BATCH_COVERAGE, pipeline_tables
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.log import LocalLogWriter
 from lakehouse.pipelines import get_pipeline
+from lakehouse.speed import run_speed_layer
 
 PIPELINE = get_pipeline("toll_traffic")
 START = datetime(2026, 3, 2, 8, 0)
@@ -49,6 +53,51 @@ def test_skip_leaves_unchanged_chunks_and_recomputes_the_one_a_late_event_change
 
     redo = layer.backfill(START, END, source="log", chunk="2m", reprocess="redo")
     assert (redo.chunks, redo.chunks_skipped) == (3, 0)
+
+
+LATE = {"event_id": "late-1", "bridge_id": "B1", "booth_id": "B1-1", "vehicle_type": "car", "axles": 2,
+        "toll_amount": 5.5, "plate_hash": None, "event_time": "2026-03-02T08:03:10Z",
+        "sent_at": "2026-03-02T08:03:11Z"}
+
+
+def recomputed_ranges(spark, settings, run) -> list[tuple[datetime, datetime]]:
+    rows = spark.read.format("delta").load(BATCH_COVERAGE.uri(settings)).where(f"run_id = '{run.run_id}'")
+    return sorted((r.range_start, r.range_end) for r in rows.collect())
+
+
+def test_skip_from_bronze_recomputes_only_chunks_whose_rows_changed_since_the_version_they_read(
+        spark, settings, caplog):
+    generate(settings, GeneratorConfig(events=400, seed=3, start=START, rate=1.2, late_fraction=0.0,
+                                       duplicate_fraction=0.0, malformed_fraction=0.0, events_per_file=100))
+    run_speed_layer(spark, settings, PIPELINE, available_now=True)
+    bronze = pipeline_tables(PIPELINE).bronze.uri(settings)
+    layer = BatchLayer(spark, settings, PIPELINE)
+    first = layer.backfill(START, END, source="bronze", chunk="2m", reprocess="skip")
+    assert (first.chunks, first.chunks_skipped, first.events_used) == (3, 0, 400)
+    coverage = spark.read.format("delta").load(BATCH_COVERAGE.uri(settings)).collect()
+    read_version = DeltaTable.forPath(spark, bronze).history(1).first()["version"]
+    assert {parse_bronze_fingerprint(c.input_fingerprint)[0] for c in coverage} == {read_version}
+
+    # Compaction rewrites files but no rows: nothing to recompute.
+    DeltaTable.forPath(spark, bronze).optimize().executeCompaction()
+    compacted = layer.backfill(START, END, source="bronze", chunk="2m", reprocess="skip")
+    assert (compacted.chunks, compacted.chunks_skipped) == (0, 3)
+
+    # A straggler for [08:03, 08:04) reaches bronze through the stream: only [08:02, 08:04) changed.
+    LocalLogWriter(settings, PIPELINE.name).write(START + timedelta(minutes=30), "late", [json.dumps(LATE)])
+    run_speed_layer(spark, settings, PIPELINE, available_now=True)
+    late = layer.backfill(START, END, source="bronze", chunk="2m", reprocess="skip")
+    in_chunk = spark.read.format("delta").load(bronze).where(
+        f"event_time >= TIMESTAMP'2026-03-02 08:02:00' AND event_time < TIMESTAMP'2026-03-02 08:04:00'").count()
+    assert (late.chunks, late.chunks_skipped, late.events_used) == (1, 2, in_chunk)
+    assert recomputed_ranges(spark, settings, late) == [(START + timedelta(minutes=2), START + timedelta(minutes=4))]
+
+    # When the change feed cannot say what changed (here it was turned off for a while), recompute.
+    spark.sql(f"ALTER TABLE delta.`{bronze}` SET TBLPROPERTIES (delta.enableChangeDataFeed = false)")
+    spark.sql(f"ALTER TABLE delta.`{bronze}` SET TBLPROPERTIES (delta.enableChangeDataFeed = true)")
+    unknown = layer.backfill(START, END, source="bronze", chunk="2m", reprocess="skip")
+    assert (unknown.chunks, unknown.chunks_skipped) == (3, 0)
+    assert "cannot be read" in caplog.text
 
 
 def test_a_redo_run_records_the_fingerprints_a_skip_run_computes_empty_chunks_included(spark, settings):
