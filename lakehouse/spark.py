@@ -7,6 +7,7 @@ sessions load the JARs straight from disk: no network, and no Ivy resolution at 
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -155,6 +156,22 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
         jar_cache.remember_resolved_jars()
     spark.sparkContext.setLogLevel("ERROR")
     return spark
+
+
+@contextlib.contextmanager
+def session_confs(spark, confs: dict[str, str]):
+    """Set ``confs`` for the statements inside, then restore what was there."""
+    before = {key: spark.conf.get(key, None) for key in confs}
+    for key, value in confs.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, value in before.items():
+            if value is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, value)
 
 
 def main() -> None:

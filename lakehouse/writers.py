@@ -14,7 +14,6 @@ Blind appends do not read the table and never conflict with a compaction.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -23,6 +22,8 @@ from typing import TypeVar
 from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException
 from pyspark.sql import Column, DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
+
+from lakehouse.spark import session_confs
 
 log = logging.getLogger(__name__)
 Result = TypeVar("Result")
@@ -72,7 +73,7 @@ def append_stamped_once(rows: DataFrame, uri: str, app_id: str, batch_id: int,
         stamp = (F.col("app_id") == app_id) & (F.col("batch_id") == batch_id)
         # With data skipping, the files' batch_id statistics leave only the files of this batch to
         # read, however large the table (the stream's session turns skipping off for its scans).
-        with _session_confs(spark, {"spark.databricks.delta.stats.skipping": "true"}):
+        with session_confs(spark, {"spark.databricks.delta.stats.skipping": "true"}):
             if spark.read.format("delta").load(uri).where(stamp).limit(1).count():
                 return
     _appender(rows, partition_by).save(uri)
@@ -81,22 +82,6 @@ def append_stamped_once(rows: DataFrame, uri: str, app_id: str, batch_id: int,
 def _appender(rows: DataFrame, partition_by: tuple[str, ...]) -> DataFrameWriter:
     writer = rows.write.format("delta").mode("append")
     return writer.partitionBy(*partition_by) if partition_by else writer
-
-
-@contextlib.contextmanager
-def _session_confs(spark: SparkSession, confs: dict[str, str]):
-    """Set ``confs`` for the statements inside, then restore what was there."""
-    before = {key: spark.conf.get(key, None) for key in confs}
-    for key, value in confs.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, value in before.items():
-            if value is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, value)
 
 
 def upsert_once(
@@ -142,7 +127,7 @@ def upsert_once(
             .whenMatchedUpdate(set=updates)
             .whenNotMatchedInsert(condition=f"NOT s.{delete_when}", values=inserts)
         )
-        with _session_confs(spark, confs):
+        with session_confs(spark, confs):
             merge.execute()
 
     retry_on_conflict(execute, f"MERGE into {uri}")

@@ -106,6 +106,7 @@ def test_a_micro_batch_that_failed_between_its_writes_writes_each_table_once_whe
     speed.SpeedLayer(spark, homes["through"], pipeline, query_id="q").process_batch(batches[0], 0)
     speed.SpeedLayer(spark, homes["through"], pipeline, query_id="q").process_batch(batches[1], 1)
 
+    session_before = {key: spark.conf.get(key, None) for key in speed.MICRO_BATCH_CONFS}
     layer = speed.SpeedLayer(spark, homes["failed"], pipeline, query_id="q")
     layer.process_batch(batches[0], 0)
     real_upsert = speed.upsert_once
@@ -117,8 +118,11 @@ def test_a_micro_batch_that_failed_between_its_writes_writes_each_table_once_whe
     monkeypatch.setattr(speed, "upsert_once", fail_once)
     with pytest.raises(RuntimeError):
         layer.process_batch(batches[1], 1)
+    # The micro-batch confs last for the batch, failed or not: this session runs other work too.
+    assert {key: spark.conf.get(key, None) for key in speed.MICRO_BATCH_CONFS} == session_before
     layer.process_batch(batches[1], 1)
     layer.process_batch(batches[1], 1)  # and once more after it committed
+    assert {key: spark.conf.get(key, None) for key in speed.MICRO_BATCH_CONFS} == session_before
 
     tables = pipeline_tables(pipeline)
     for table in (tables.bronze, tables.quarantine, tables.panes, tables.speed, STREAM_PROGRESS):

@@ -21,7 +21,7 @@ from lakehouse import transforms as tx
 from lakehouse.catalog import CORRECTIONS, pipeline_tables
 from lakehouse.corrections import CorrectionRun
 from lakehouse.pipelines import get_pipeline
-from lakehouse.speed import SpeedLayer
+from lakehouse.speed import MICRO_BATCH_CONFS, SpeedLayer
 from tests.conftest import make_settings
 
 PIPELINE = get_pipeline("team_scores")
@@ -121,7 +121,7 @@ def test_a_stream_restarted_before_every_batch_emits_the_panes_of_one_that_ran_t
         layer.process_batch(frame, batch_id)
         SpeedLayer(spark, restarted, pipeline, query_id=query_id).process_batch(frame, batch_id)
         # The carried state must not pile up partitions (tasks) batch after batch.
-        assert layer.carried_pane_state.rdd.getNumPartitions() == int(spark.conf.get("spark.sql.shuffle.partitions"))
+        assert layer.carried_pane_state.rdd.getNumPartitions() == int(MICRO_BATCH_CONFS["spark.sql.shuffle.partitions"])
     assert pane_log(spark, through, pipeline) == pane_log(spark, restarted, pipeline)
     speed = [spark.read.format("delta").load(pipeline_tables(pipeline).speed.uri(home))
              .select(*pipeline.gold_columns).collect() for home in (through, restarted)]
