@@ -17,8 +17,8 @@ import uuid
 from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import transforms as tx
