@@ -5,10 +5,12 @@ a digest of the chunk's events, from bronze the version read and bronze's change
 from __future__ import annotations
 
 import json
+import logging
 from datetime import datetime, timedelta
 
 from delta.tables import DeltaTable
 
+from lakehouse import batch
 from lakehouse.batch import BatchLayer, parse_bronze_fingerprint
 from lakehouse.catalog import BATCH_COVERAGE, pipeline_tables
 from lakehouse.generator import GeneratorConfig, generate
@@ -66,7 +68,7 @@ def recomputed_ranges(spark, settings, run) -> list[tuple[datetime, datetime]]:
 
 
 def test_skip_from_bronze_recomputes_only_chunks_whose_rows_changed_since_the_version_they_read(
-        spark, settings, caplog):
+        spark, settings, caplog, monkeypatch):
     generate(settings, GeneratorConfig(events=400, seed=3, start=START, rate=1.2, late_fraction=0.0,
                                        duplicate_fraction=0.0, malformed_fraction=0.0, events_per_file=100))
     run_speed_layer(spark, settings, PIPELINE, available_now=True)
@@ -98,6 +100,15 @@ def test_skip_from_bronze_recomputes_only_chunks_whose_rows_changed_since_the_ve
     unknown = layer.backfill(START, END, source="bronze", chunk="2m", reprocess="skip")
     assert (unknown.chunks, unknown.chunks_skipped) == (3, 0)
     assert "cannot be read" in caplog.text
+
+    # Past a bound on the commits to read, recomputing is the cheaper way to be sure.
+    monkeypatch.setattr(batch, "CHANGE_FEED_CHECK_LIMIT", 1)
+    caplog.set_level(logging.INFO, logger="lakehouse.batch")
+    for note in ("one commit since", "two commits since"):
+        spark.sql(f"ALTER TABLE delta.`{bronze}` SET TBLPROPERTIES ('lakehouse.note' = '{note}')")
+    bounded = layer.backfill(START, END, source="bronze", chunk="2m", reprocess="skip")
+    assert (bounded.chunks, bounded.chunks_skipped) == (3, 0)
+    assert "more than a change-feed check is worth" in caplog.text
 
 
 def test_a_redo_run_records_the_fingerprints_a_skip_run_computes_empty_chunks_included(spark, settings):
