@@ -36,7 +36,7 @@ from pyspark.sql import functions as F
 from lakehouse import transforms as tx
 from lakehouse.catalog import (
     BATCH_COVERAGE, CORRECTIONS, DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables,
-    require_table, serving_view_sql, table_exists,
+    require_table, serving_view_sql, table_exists, table_version,
 )
 from lakehouse.errors import LakehouseError
 from lakehouse.frames import literal_frame
@@ -97,18 +97,16 @@ def current_pins(spark: SparkSession, settings: Settings, pipeline: Pipeline,
     The log is pinned by the newest write time among the files the audit will read (those that
     arrived from ``arrived_from``'s hour on), found by listing folders, never by reading files.
     """
-    from delta.tables import DeltaTable
-
     tables = pipeline_tables(pipeline)
     pins = {}
     for name, table in (("bronze", tables.bronze), ("speed", tables.speed), ("progress", STREAM_PROGRESS)):
         uri = require_table(spark, table, settings, "run the speed layer first")
-        pins[name] = str(DeltaTable.forPath(spark, uri).history(1).select("version").first()[0])
+        pins[name] = str(table_version(spark, uri))
     if table_exists(spark, tables.batch.uri(settings)):  # incremental audits follow its changes too
-        pins["batch"] = str(DeltaTable.forPath(spark, tables.batch.uri(settings)).history(1).select("version").first()[0])
+        pins["batch"] = str(table_version(spark, tables.batch.uri(settings)))
     for name, table in (("corrections", CORRECTIONS), ("coverage", BATCH_COVERAGE)):
         if table_exists(spark, table.uri(settings)):
-            pins[name] = str(DeltaTable.forPath(spark, table.uri(settings)).history(1).select("version").first()[0])
+            pins[name] = str(table_version(spark, table.uri(settings)))
     # Files are only ever added to the log: the latest write time pins its content.
     newest = last_write(spark, settings, pipeline.topic, arrived_from)
     pins["log_until"] = newest.isoformat() if newest else ""

@@ -22,7 +22,7 @@ from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import transforms as tx
-from lakehouse.catalog import BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, require_table
+from lakehouse.catalog import BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, require_table, table_version
 from lakehouse.errors import LakehouseError
 from lakehouse.frames import literal_frame
 from lakehouse.log import earliest_arrival_for, read_log
@@ -325,12 +325,6 @@ def definition_fingerprint() -> str:
     for path in [package / "transforms.py", package / "batch.py", *sorted((package / "pipelines").glob("*.py"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
-
-
-def table_version(spark: SparkSession, uri: str) -> int:
-    from delta.tables import DeltaTable
-
-    return DeltaTable.forPath(spark, uri).history(1).select("version").first()[0]
 
 
 def bronze_fingerprint(pipeline: Pipeline, version: int) -> str:

@@ -201,6 +201,13 @@ def all_tables(pipeline: Pipeline) -> list[Table]:
     return [tables.bronze, tables.quarantine, tables.speed, tables.batch, tables.panes, *SHARED_TABLES]
 
 
+def table_version(spark: SparkSession, uri: str) -> int:
+    """The Delta table's latest version."""
+    from delta.tables import DeltaTable
+
+    return DeltaTable.forPath(spark, uri).history(1).select("version").first()[0]
+
+
 def table_exists(spark: SparkSession, uri: str) -> bool:
     from delta.tables import DeltaTable
 

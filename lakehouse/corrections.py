@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from lakehouse import transforms as tx
 from lakehouse.batch import event_span, sql_timestamp
 from lakehouse.catalog import (
-    CORRECTION_RUNS, CORRECTIONS, ensure_pipeline_tables, ensure_table, register_tables,
+    CORRECTION_RUNS, CORRECTIONS, ensure_pipeline_tables, ensure_table, register_tables, table_version,
 )
 from lakehouse.frames import literal_frame
 from lakehouse.pipelines.base import Pipeline
@@ -116,8 +116,6 @@ class CorrectionRun:
     # -- plan ----------------------------------------------------------------------------------
 
     def _plan(self) -> CorrectionResult:
-        from delta.tables import DeltaTable
-
         runs = self.spark.read.format("delta").load(CORRECTION_RUNS.uri(self.settings)).where(
             F.col("pipeline") == self.pipeline.name)
         latest = runs.groupBy("sequence", "run_id", "bronze_from_version", "bronze_to_version").agg(
@@ -125,8 +123,7 @@ class CorrectionRun:
         if latest is not None and not latest["done"]:
             return CorrectionResult(latest["run_id"], self.pipeline.name, latest["sequence"],
                                     latest["bronze_from_version"], latest["bronze_to_version"], resumed=True)
-        bronze_version = DeltaTable.forPath(self.spark, self.tables.bronze.uri(self.settings)).history(1).first()[
-            "version"]
+        bronze_version = table_version(self.spark, self.tables.bronze.uri(self.settings))
         sequence = latest["sequence"] + 1 if latest is not None else 0
         from_version = latest["bronze_to_version"] + 1 if latest is not None else 0
         result = CorrectionResult(str(uuid.uuid4()), self.pipeline.name, sequence, from_version, bronze_version)
