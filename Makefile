@@ -26,7 +26,8 @@ demo: setup
 	$(VENV)/bin/lakehouse demo
 
 test: setup system-deps
-	$(VENV)/bin/python -m pytest
+	# The slowest tests' times, so each CI run shows where its minutes go.
+	$(VENV)/bin/python -m pytest --durations=30
 
 # Unit tests only: no subprocess JVMs.
 test-fast: setup
