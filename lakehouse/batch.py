@@ -18,7 +18,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 
 from pyspark.errors import PySparkException
-from pyspark.sql import Column, DataFrame, Observation, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
 from lakehouse import transforms as tx
@@ -88,8 +88,25 @@ def event_span(pipeline: Pipeline, start: datetime, end: datetime) -> tuple[date
     return start, end - window.slide_delta + window.size_delta
 
 
+def events_between(pipeline: Pipeline, first_event: datetime, last_event: datetime) -> Column:
+    """Events with event times in ``[first_event, last_event)``."""
+    event_time = F.col(pipeline.event_time)
+    return (event_time >= F.lit(first_event)) & (event_time < F.lit(last_event))
+
+
 def sql_timestamp(moment: datetime) -> str:
     return f"TIMESTAMP'{moment.isoformat(sep=' ')}'"
+
+
+Chunk = tuple[datetime, datetime]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkInputs:
+    """What is known of a chunk's inputs before it is recomputed."""
+
+    unchanged: bool  # the chunk's last recomputation read the same inputs with the same code: skip it
+    fingerprint: str | None  # None: digest the inputs while recomputing them
 
 
 @dataclasses.dataclass
@@ -154,9 +171,12 @@ class BatchLayer:
         try:
             events, bronze_version = self._events(source, start, end, result, cached)
             chunks = split_range(start, end, chunk_size)
-            for done, (chunk_start, chunk_end) in enumerate(chunks, start=1):
-                self._recompute_chunk(events, chunk_start, chunk_end, result, skip_if_unchanged=reprocess == "skip",
-                                      bronze_version=bronze_version)
+            inputs = self._chunk_inputs(events, chunks, source, bronze_version, skip=reprocess == "skip")
+            for done, chunk in enumerate(chunks, start=1):
+                if inputs[chunk].unchanged:
+                    result.chunks_skipped += 1
+                else:
+                    self._recompute_chunk(events, chunk, result, inputs[chunk].fingerprint)
                 result.chunks = done - result.chunks_skipped
                 if on_chunk:
                     on_chunk(done, len(chunks))
@@ -183,14 +203,13 @@ class BatchLayer:
             version = table_version(self.spark, uri)
             bronze = self.spark.read.format("delta").option("versionAsOf", version).load(uri)
             return bronze.where(self._in_bronze_span(first_event, last_event)).select(*pipeline.field_names), version
-        in_range = (F.col(pipeline.event_time) >= F.lit(first_event)) & (F.col(pipeline.event_time) < F.lit(last_event))
         parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)),
                                  pipeline)
         # Counted while the log is read for the events, not in a second pass over the raw JSON.
         log_counts = Observation("log_counts")
         observed = parsed.observe(log_counts, F.count(F.lit(1)).alias("read"), F.count("reason").alias("quarantined"))
         numbered = tx.number_copies(tx.valid_events(observed, pipeline), pipeline)
-        in_range_copies = numbered.where(in_range).persist()
+        in_range_copies = numbered.where(events_between(pipeline, first_event, last_event)).persist()
         cached.append(in_range_copies)
         result.duplicates = in_range_copies.where(F.col("copy_number") > 1).count()
         counted = log_counts.get
@@ -199,38 +218,45 @@ class BatchLayer:
 
     def _in_bronze_span(self, first_event: datetime, last_event: datetime) -> Column:
         """Bronze rows with event times in ``[first_event, last_event)``, by partition and by value."""
-        event_time = F.col(self.pipeline.event_time)
         on_dates = F.col("event_date").between(first_event.date(), last_event.date())
-        return on_dates & (event_time >= F.lit(first_event)) & (event_time < F.lit(last_event))
+        return on_dates & events_between(self.pipeline, first_event, last_event)
 
-    def _recompute_chunk(self, events: DataFrame, chunk_start: datetime, chunk_end: datetime,
-                         result: BackfillResult, skip_if_unchanged: bool = False,
-                         bronze_version: int | None = None) -> None:
-        pipeline, settings = self.pipeline, self.settings
-        # Fingerprint exactly the events that can reach this chunk's windows (see event_span).
-        first_event, last_event = event_span(pipeline, chunk_start, chunk_end)
-        chunk_events = events.where((F.col(pipeline.event_time) >= F.lit(first_event))
-                                    & (F.col(pipeline.event_time) < F.lit(last_event)))
-        fingerprinted, unobserved = None, chunk_events
+    def _chunk_events(self, events: DataFrame, chunk: Chunk) -> DataFrame:
+        """Exactly the events that can reach the chunk's windows (see event_span)."""
+        return events.where(events_between(self.pipeline, *event_span(self.pipeline, *chunk)))
+
+    def _chunk_inputs(self, events: DataFrame, chunks: list[Chunk], source: str, bronze_version: int | None,
+                      skip: bool) -> dict[Chunk, ChunkInputs]:
+        """Each chunk's input fingerprint if it is known before recomputing, and whether it is the one
+        the chunk's last recomputation recorded (only asked with ``skip``)."""
+        pipeline = self.pipeline
         if bronze_version is not None:
             # From bronze, the version read and the code name the inputs (bronze_fingerprint).
             fingerprint = bronze_fingerprint(pipeline, bronze_version)
-            if skip_if_unchanged and self._bronze_unchanged(self._last_fingerprint(chunk_start, chunk_end),
-                                                            first_event, last_event, bronze_version):
-                result.chunks_skipped += 1
-                return
-        elif skip_if_unchanged:
-            # Whether to recompute at all depends on it: a pass of its own.
-            fingerprint = input_fingerprint(chunk_events, pipeline, result.source)
-            if self._last_fingerprint(chunk_start, chunk_end) == fingerprint:
-                result.chunks_skipped += 1
-                return
-        else:
-            # Digested while the recomputation reads the events: one pass over bronze, not two (an A/B
-            # of the bench's one-day backfill from bronze is in the README).
+            unchanged = self._bronze_unchanged(chunks, bronze_version) if skip else set()
+            return {chunk: ChunkInputs(chunk in unchanged, fingerprint) for chunk in chunks}
+        if not skip:
+            return {chunk: ChunkInputs(False, None) for chunk in chunks}
+        # From the log, whether to recompute at all depends on the digest: a pass of its own per chunk
+        # (over the cached events).
+        last = self._last_fingerprints(chunks)
+        inputs = {}
+        for chunk in chunks:
+            fingerprint = input_fingerprint(self._chunk_events(events, chunk), pipeline, source)
+            inputs[chunk] = ChunkInputs(last.get(chunk) == fingerprint, fingerprint)
+        return inputs
+
+    def _recompute_chunk(self, events: DataFrame, chunk: Chunk, result: BackfillResult,
+                         fingerprint: str | None) -> None:
+        pipeline, settings = self.pipeline, self.settings
+        chunk_start, chunk_end = chunk
+        chunk_events = unobserved = self._chunk_events(events, chunk)
+        fingerprinted = None
+        if fingerprint is None:
+            # Digested while the recomputation reads the events: one pass over the input, not two (an
+            # A/B of the bench's one-day backfill is in the README).
             fingerprinted = Observation(f"fingerprint_{uuid.uuid4().hex}")
             chunk_events = chunk_events.observe(fingerprinted, *fingerprint_totals(chunk_events))
-        # chunk_events are all the events that can reach the chunk's windows (event_span).
         gold = tx.window_values(chunk_events, pipeline, with_event_count=True).where(
             tx.in_window_range(chunk_start, chunk_end)).persist()
         try:
@@ -260,48 +286,59 @@ class BatchLayer:
         # mergeSchema: a table created before input_fingerprint existed gains the column.
         coverage.write.format("delta").mode("append").option("mergeSchema", "true").save(BATCH_COVERAGE.uri(settings))
 
-    def _bronze_unchanged(self, last_fingerprint: str | None, first_event: datetime, last_event: datetime,
-                          version: int) -> bool:
-        """Whether bronze's rows in ``[first_event, last_event)`` at ``version`` are those a chunk
-        fingerprinted ``last_fingerprint`` read, by the same code: its change feed since then holds
-        none of them. Compaction changes no data, so it leaves no trace there."""
-        recorded = parse_bronze_fingerprint(last_fingerprint)
-        if recorded is None or recorded[1] != _bronze_code_digest(self.pipeline):
-            return False
-        since = recorded[0]
-        if since == version:
-            return True
-        if since > version:  # the table was recreated
-            return False
-        if version - since > CHANGE_FEED_CHECK_LIMIT:
-            log.info("bronze has %d commits since version %d, more than a change-feed check is worth: "
-                     "recomputing the chunk", version - since, since)
-            return False
-        uri = self.tables.bronze.uri(self.settings)
+    def _bronze_unchanged(self, chunks: list[Chunk], version: int) -> set[Chunk]:
+        """The chunks whose rows in bronze at ``version`` are those their last recomputation read, by
+        the same code: bronze's change feed since then holds none of their events. Compaction changes
+        no data, so it leaves no trace there. One read of the feed answers for every chunk."""
+        code = _bronze_code_digest(self.pipeline)
+        since: dict[Chunk, int] = {}
+        for chunk, fingerprint in self._last_fingerprints(chunks).items():
+            recorded = parse_bronze_fingerprint(fingerprint)
+            if recorded is None or recorded[1] != code or recorded[0] > version:  # > : bronze was recreated
+                continue
+            if version - recorded[0] > CHANGE_FEED_CHECK_LIMIT:
+                log.info("bronze has %d commits since version %d, more than a change-feed check is worth: "
+                         "recomputing %s", version - recorded[0], recorded[0], _chunk_name(chunk))
+                continue
+            since[chunk] = recorded[0]
+        unchanged = {chunk for chunk, read in since.items() if read == version}
+        to_check = {chunk: read for chunk, read in since.items() if read < version}
+        if not to_check:
+            return unchanged
+        spans = {chunk: event_span(self.pipeline, *chunk) for chunk in to_check}
+        everywhere = self._in_bronze_span(min(first for first, _ in spans.values()),
+                                          max(last for _, last in spans.values()))
+        # A chunk changed if a commit after the version it read holds a row in its event span.
+        changed_rows = [F.count(F.when((F.col("_commit_version") > read) & events_between(self.pipeline, *spans[chunk]),
+                                       1)).alias(f"chunk_{index}")
+                        for index, (chunk, read) in enumerate(to_check.items())]
         try:
             changes = (self.spark.read.format("delta").option("readChangeFeed", "true")
-                       .option("startingVersion", since + 1).option("endingVersion", version).load(uri))
-            return not changes.where(self._in_bronze_span(first_event, last_event)).limit(1).count()
+                       .option("startingVersion", min(to_check.values()) + 1).option("endingVersion", version)
+                       .load(self.tables.bronze.uri(self.settings)))
+            counts = changes.where(everywhere).agg(*changed_rows).first()
         except PySparkException as error:
             # Expired log entries or vacuumed change files: what changed cannot be known, so recompute.
-            log.warning("bronze's changes since version %d cannot be read (%s): recomputing the chunk",
-                        since, str(error).splitlines()[0] if str(error) else type(error).__name__)
-            return False
+            log.warning("bronze's changes since version %d cannot be read (%s): recomputing %d chunks",
+                        min(to_check.values()), str(error).splitlines()[0] if str(error) else type(error).__name__,
+                        len(to_check))
+            return unchanged
+        return unchanged | {chunk for index, chunk in enumerate(to_check) if not counts[index]}
 
-    def _last_fingerprint(self, chunk_start: datetime, chunk_end: datetime) -> str | None:
-        """The fingerprint of the latest recomputation touching this chunk, if it covered exactly this chunk.
-
-        A later overlapping run with other boundaries may have rewritten part of the chunk, so only an
-        exact match of the latest overlapping coverage row counts."""
+    def _last_fingerprints(self, chunks: list[Chunk]) -> dict[Chunk, str]:
+        """The fingerprint of the latest recomputation touching each chunk, for the chunks it covered
+        exactly. A later overlapping run with other boundaries may have rewritten part of a chunk, so
+        only an exact match of the latest overlapping coverage row counts."""
         coverage = self.spark.read.format("delta").load(BATCH_COVERAGE.uri(self.settings))
         if "input_fingerprint" not in coverage.columns:
-            return None
-        overlapping = (F.col("pipeline") == self.pipeline.name) & (F.col("range_start") < F.lit(chunk_end)) & (
-            F.col("range_end") > F.lit(chunk_start))
-        latest = coverage.where(overlapping).orderBy(F.col("written_at").desc()).limit(1).collect()
-        if not latest or (latest[0]["range_start"], latest[0]["range_end"]) != (chunk_start, chunk_end):
-            return None
-        return latest[0]["input_fingerprint"]
+            return {}
+        wanted = literal_frame(self.spark, "chunk_start timestamp, chunk_end timestamp", chunks)
+        overlapping = coverage.where(F.col("pipeline") == self.pipeline.name).join(
+            wanted, (F.col("range_start") < F.col("chunk_end")) & (F.col("range_end") > F.col("chunk_start")))
+        newest_first = Window.partitionBy("chunk_start").orderBy(F.col("written_at").desc())
+        latest = overlapping.withColumn("rank", F.row_number().over(newest_first)).where("rank = 1").collect()
+        return {(row.chunk_start, row.chunk_end): row.input_fingerprint for row in latest
+                if (row.range_start, row.range_end) == (row.chunk_start, row.chunk_end)}
 
     def _record_run(self, result: BackfillResult, started: float) -> None:
         finished = time.time()
@@ -313,6 +350,10 @@ class BatchLayer:
         }
         runs = literal_frame(self.spark, BACKFILL_RUNS.columns, [row])
         runs.write.format("delta").mode("append").option("mergeSchema", "true").save(BACKFILL_RUNS.uri(self.settings))
+
+
+def _chunk_name(chunk: Chunk) -> str:
+    return f"[{chunk[0].isoformat()}, {chunk[1].isoformat()})"
 
 
 def definition_fingerprint() -> str:
