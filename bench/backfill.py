@@ -67,8 +67,8 @@ class BackfillJobs:
 
 
 def warm_backfills(spark, data: DataSet, runs: int, only: tuple[str, ...] = ()) -> dict:
-    """Every job (or those in ``only``) ``runs`` times over one day in the running JVM, interleaved so
-    drift hits all alike."""
+    """Every job (or those in ``only``) ``runs`` times over one day in the running JVM, after a warm-up
+    round, interleaved so drift hits all alike."""
     jobs = BackfillJobs(spark, data)
     start, end = data.start, data.start + DAY
     actions = {
@@ -83,6 +83,10 @@ def warm_backfills(spark, data: DataSet, runs: int, only: tuple[str, ...] = ()) 
     memory: dict[str, dict] = {}
     vehicles: dict[str, int] = {}
     events = 0
+    # One untimed round first: the first run of a job in a JVM compiles its code paths (Janino, the
+    # JIT) and takes several times a warm one, which would make the kept min and max meaningless.
+    for action in actions.values():
+        action()
     for _ in range(runs):
         for name, action in actions.items():
             with PeakMemory(os.getpid()) as peak:
