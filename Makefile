@@ -25,8 +25,8 @@ $(STAMP): requirements.lock pyproject.toml
 demo: setup
 	$(VENV)/bin/lakehouse demo
 
+# --durations: the slowest tests' times, so each CI run shows where its minutes go.
 test: setup system-deps
-	# The slowest tests' times, so each CI run shows where its minutes go.
 	$(VENV)/bin/python -m pytest --durations=30
 
 # Unit tests only: no subprocess JVMs.
