@@ -270,10 +270,7 @@ class BatchLayer:
             rows = gold.drop("events").withColumns(
                 {"run_id": F.lit(result.run_id), "updated_at": F.current_timestamp()}
             )
-            condition = (f"window_start >= {sql_timestamp(chunk_start)} "
-                         f"AND window_start < {sql_timestamp(chunk_end)}")
-            replace_where(rows.select(self.tables.batch.columns.fieldNames()), self.tables.batch.uri(settings),
-                          condition)
+            replace_where(*self._chunk_replacement(rows.select(self.tables.batch.columns.fieldNames()), chunk))
         finally:
             gold.unpersist()
         result.rows_written += totals["rows"]
@@ -285,6 +282,34 @@ class BatchLayer:
         )
         # mergeSchema: a table created before input_fingerprint existed gains the column.
         coverage.write.format("delta").mode("append").option("mergeSchema", "true").save(BATCH_COVERAGE.uri(settings))
+
+    def _chunk_replacement(self, rows: DataFrame, chunk: Chunk) -> tuple[DataFrame, str, str]:
+        """``rows`` as a write that replaces exactly the windows starting in ``chunk``: the rows, the
+        table and the ``replaceWhere`` condition.
+
+        The condition names whole ``window_date`` partitions, and the rows of those days outside the
+        chunk are written back with the chunk's. A condition on ``window_start`` would make Delta
+        delete row by row: find the files holding such rows, rewrite them, and write the deleted rows
+        to the change feed (three Spark jobs; 2.0 s against 1.1 s per write in the bench's one-day
+        backfill, measured side by side); whole partitions are removed from the log alone. The rows
+        kept are read inside the write's transaction (Delta scans the table it writes at the
+        transaction's snapshot), so a change to them that commits first fails the write and
+        ``replace_where`` runs it again, on the new rows. A chunk of whole days keeps none.
+        """
+        chunk_start, chunk_end = chunk
+        uri = self.tables.batch.uri(self.settings)
+        table = self.spark.read.format("delta").load(uri)
+        by_window_start = (f"window_start >= {sql_timestamp(chunk_start)} "
+                           f"AND window_start < {sql_timestamp(chunk_end)}")
+        if "window_date" not in table.columns:  # a table from before the gold tables were partitioned
+            return rows, uri, by_window_start
+        first_day, last_day = chunk_start.date(), (chunk_end - timedelta(microseconds=1)).date()
+        on_days = F.col("window_date").between(first_day, last_day)
+        whole_days = chunk_start.time() == chunk_end.time() == datetime.min.time()
+        if not whole_days:
+            kept = table.where(on_days & ~tx.in_window_range(chunk_start, chunk_end))
+            rows = rows.unionByName(kept.select(*rows.columns))
+        return rows, uri, f"window_date >= DATE'{first_day}' AND window_date <= DATE'{last_day}'"
 
     def _bronze_unchanged(self, chunks: list[Chunk], version: int) -> set[Chunk]:
         """The chunks whose rows in bronze at ``version`` are those their last recomputation read, by

@@ -135,35 +135,40 @@ def test_a_read_of_a_window_range_is_pruned_to_the_days_it_covers(spark, tmp_pat
 
 
 def _compaction_during(spark, uri: str, gates, write) -> None:
-    """Run ``write`` while an OPTIMIZE of ``uri`` commits in the middle of it.
-
-    The write's rows pass through a Python UDF that announces the write has started (its Delta
-    transaction has read the table by then) and holds it until the compaction has committed.
-    """
+    """Run ``write`` while an OPTIMIZE of ``uri`` commits in the middle of it."""
     from delta.tables import DeltaTable
 
-    started, compacted = gates
+    _commit_during(gates, write, lambda: DeltaTable.forPath(spark, uri).optimize().executeCompaction())
+
+
+def _commit_during(gates, write, other_commit) -> None:
+    """Run ``write`` while ``other_commit`` commits in the middle of it.
+
+    The write's rows pass through a Python UDF that announces the write has started (its Delta
+    transaction has read the table by then) and holds it until the other commit has landed.
+    """
+    started, committed = gates
     failure: list[BaseException] = []
 
-    def compact() -> None:
+    def commit() -> None:
         try:
             deadline = time.monotonic() + 120
             while not started.exists():
                 if time.monotonic() > deadline:
                     raise TimeoutError("the write never started")
                 time.sleep(0.05)
-            DeltaTable.forPath(spark, uri).optimize().executeCompaction()
+            other_commit()
         except BaseException as error:  # noqa: BLE001 - re-raised in the test's thread
             failure.append(error)
         finally:
-            compacted.touch()
+            committed.touch()
 
-    compactor = threading.Thread(target=compact)
-    compactor.start()
+    committer = threading.Thread(target=commit)
+    committer.start()
     try:
         write()
     finally:
-        compactor.join()
+        committer.join()
     assert not failure, failure
 
 
@@ -224,3 +229,66 @@ def test_a_stamped_append_that_may_be_a_replay_skips_a_table_holding_its_stamp(s
     append_stamped_once(inline_frame(spark, rows, [("other", 1, 4)]), uri, "other", 1)
     assertDataFrameEqual(spark.read.format("delta").load(uri),
                          inline_frame(spark, rows, [("q", 0, 1), ("q", 0, 2), ("q", 1, 3), ("other", 1, 4)]))
+
+
+# -- the batch layer's chunk write: whole window_date partitions, the rest of their days kept ------
+
+BATCH = GOLD + ", run_id string, updated_at timestamp"
+
+
+def _batch_layer_holding_two_days(spark, home):
+    """A batch layer whose ``__batch`` holds two teams' hourly windows over two days, run ``old``."""
+    from lakehouse.batch import BatchLayer
+
+    layer = BatchLayer(spark, make_settings(home), PIPELINE)
+    old = [(hour(h), hour(h + 1), team, h, "old", hour(60)) for h in range(48) for team in ("red", "blue")]
+    inline_frame(spark, BATCH, old).write.format("delta").mode("append").save(layer.tables.batch.uri(layer.settings))
+    return layer
+
+
+def _batch_rows(spark, layer) -> dict[tuple[datetime, str], tuple[int, str]]:
+    rows = spark.read.format("delta").load(layer.tables.batch.uri(layer.settings)).collect()
+    return {(row.window_start, row.team): (row.total_score, row.run_id) for row in rows}
+
+
+@pytest.mark.parametrize("chunk", [(hour(20), hour(26)), (hour(24), hour(48))], ids=["across-midnight", "whole-day"])
+def test_a_chunk_write_replaces_exactly_its_windows_by_whole_days(spark, tmp_path, chunk):
+    layer = _batch_layer_holding_two_days(spark, tmp_path)
+    before = _batch_rows(spark, layer)
+    first, end = chunk
+    hours = range(int((first - DAY).total_seconds() // 3600), int((end - DAY).total_seconds() // 3600))
+    # The recomputation found red in every window of the chunk and blue in none.
+    new = inline_frame(spark, BATCH, [(hour(h), hour(h + 1), "red", 1000 + h, "new", hour(61)) for h in hours])
+
+    replace_where(*layer._chunk_replacement(new, chunk))
+
+    expected = {key: value for key, value in before.items() if not first <= key[0] < end}
+    expected.update({(hour(h), "red"): (1000 + h, "new") for h in hours})
+    assert _batch_rows(spark, layer) == expected
+    # Whole partitions named by the condition: Delta removed files, and rewrote none row by row.
+    last = spark.sql(f"DESCRIBE HISTORY delta.`{layer.tables.batch.uri(layer.settings)}` LIMIT 1").first()
+    assert last["operationParameters"]["predicate"].startswith("window_date >= DATE'")
+    assert last["operationMetrics"]["numAddedChangeFiles"] == "0"
+
+
+def test_a_change_to_a_kept_row_that_commits_during_a_chunk_write_is_not_undone(spark, tmp_path, caplog):
+    # The chunk [20:00, 02:00) rewrites both days' partitions, writing back the rows of those days it
+    # does not replace. A correction of 10:00, outside the chunk, lands while the chunk is written:
+    # the chunk must not write back the value 10:00 had before.
+    layer = _batch_layer_holding_two_days(spark, tmp_path)
+    uri = layer.tables.batch.uri(layer.settings)
+    chunk = (hour(20), hour(26))
+    gates = (tmp_path / "write-started", tmp_path / "corrected")
+    new = _gated(inline_frame(spark, BATCH, [(hour(h), hour(h + 1), "red", 1000 + h, "new", hour(61))
+                                             for h in range(20, 26)]), "total_score", gates)
+    correction = inline_frame(spark, BATCH, [(hour(10), hour(11), "red", 999, "correction", hour(62))])
+
+    _commit_during(gates, lambda: replace_where(*layer._chunk_replacement(new, chunk)),
+                   lambda: replace_where(correction, uri, f"window_start = TIMESTAMP'{hour(10)}' AND team = 'red'"))
+
+    assert any("lost a commit race" in record.getMessage() for record in caplog.records), \
+        "the correction did not commit inside the chunk's write: the test proved nothing"
+    rows = _batch_rows(spark, layer)
+    assert rows[(hour(10), "red")] == (999, "correction")
+    assert rows[(hour(21), "red")] == (1021, "new") and (hour(21), "blue") not in rows
+    assert rows[(hour(30), "blue")] == (30, "old") and len(rows) == 48 * 2 - 6
