@@ -45,3 +45,19 @@ def test_every_benchmark_runs_and_writes_its_results(tmp_path):
     freshness = report["results"]["freshness"]["jobs"]["lakehouse"]
     assert freshness["probes_seen"] == freshness["probes"] > 0
     assert "| figure |" in run.stdout
+
+
+def test_the_summary_table_shows_only_the_backfill_figures_whose_two_jobs_ran():
+    from bench.run import headline, table
+
+    def job(seconds):
+        return {"seconds": {"median": seconds, "min": seconds, "max": seconds, "runs": 1}}
+
+    # BENCH_BACKFILL_JOBS=lakehouse_bronze,bare_bronze,duckdb_log: no log backfill was run.
+    results = {"backfill": {"jobs": {"lakehouse_bronze": job(6.0), "bare_bronze": job(4.0), "duckdb_log": job(2.0)}}}
+
+    rows = headline(results)
+
+    assert [(row["figure"], row["ratio"]) for row in rows] == [
+        ("backfill from bronze vs bare Spark", 1.5), ("backfill from bronze vs DuckDB", 3.0)]
+    assert "log" not in table(rows)
