@@ -164,3 +164,30 @@ def test_backfill_rejects_a_bad_range_with_a_clear_error_and_writes_nothing(cli_
     assert finished.returncode == 2
     assert finished.stderr.startswith("lakehouse: error:") and message in finished.stderr
     assert not (tmp_path / "home").exists()
+
+
+def test_the_dedupe_read_of_bronze_opens_no_file_outside_the_batch_horizon(spark, tmp_path):
+    # Bronze gets a file per micro-batch and date: by evening a day holds thousands, and a dedupe
+    # read that opened them all would slow every batch down as the day goes on. Here bronze holds a
+    # row of the batch's date from hours before its events, and that row's file is gone from disk:
+    # a read that opened it would fail.
+    settings = make_settings(tmp_path / "home")
+    tables = pipeline_tables(PIPELINE)
+    BatchLayer(spark, settings, PIPELINE)  # creates the tables
+    old_event = spark.sql(f"""
+        SELECT 'old-1' AS event_id, 'B1' AS bridge_id, 'B1-1' AS booth_id, 'car' AS vehicle_type, 2 AS axles,
+               CAST(5.50 AS DECIMAL(9, 2)) AS toll_amount, CAST(NULL AS STRING) AS plate_hash,
+               TIMESTAMP'{START - timedelta(hours=6)}' AS event_time, TIMESTAMP'{START - timedelta(hours=6)}' AS sent_at,
+               DATE'{START.date()}' AS event_date, 'on_time' AS fate, 'earlier-stream' AS app_id, 0L AS batch_id,
+               'earlier-file' AS source_file, current_timestamp() AS ingested_at""")
+    bronze = tables.bronze.uri(settings)
+    old_event.select(tables.bronze.columns.fieldNames()).write.format("delta").mode("append").save(bronze)
+    (old_file,) = spark.read.format("delta").load(bronze).inputFiles()
+    local_path(old_file).unlink()
+    generate(settings, GeneratorConfig(events=200, seed=5, start=START, rate=4.0, late_fraction=0.0,
+                                       duplicate_fraction=0.0, malformed_fraction=0.0, events_per_file=100))
+
+    run_speed_layer(spark, settings, PIPELINE, available_now=True)
+
+    progress = read(spark, settings, STREAM_PROGRESS).agg(F.sum("on_time"), F.sum("duplicates")).first()
+    assert tuple(progress) == (200, 0)
