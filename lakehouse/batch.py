@@ -299,14 +299,13 @@ class BatchLayer:
         chunk_start, chunk_end = chunk
         uri = self.tables.batch.uri(self.settings)
         table = self.spark.read.format("delta").load(uri)
-        by_window_start = (f"window_start >= {sql_timestamp(chunk_start)} "
-                           f"AND window_start < {sql_timestamp(chunk_end)}")
         if "window_date" not in table.columns:  # a table from before the gold tables were partitioned
-            return rows, uri, by_window_start
+            return rows, uri, (f"window_start >= {sql_timestamp(chunk_start)} "
+                               f"AND window_start < {sql_timestamp(chunk_end)}")
         first_day, last_day = chunk_start.date(), (chunk_end - timedelta(microseconds=1)).date()
-        on_days = F.col("window_date").between(first_day, last_day)
         whole_days = chunk_start.time() == chunk_end.time() == datetime.min.time()
         if not whole_days:
+            on_days = F.col("window_date").between(first_day, last_day)
             kept = table.where(on_days & ~tx.in_window_range(chunk_start, chunk_end))
             rows = rows.unionByName(kept.select(*rows.columns))
         return rows, uri, f"window_date >= DATE'{first_day}' AND window_date <= DATE'{last_day}'"

@@ -200,9 +200,9 @@ class SpeedLayer:
         # when a write to that table commits, so the fates (cached, and built on this read) would
         # be computed a second time after this batch's own bronze append. A pinned read is kept.
         uri = self.tables.bronze.uri(self.settings)
+        if summary["min_event_time"] is None:  # no valid event: nothing to look up, and no version to pin
+            return spark.read.format("delta").load(uri).limit(0).select(pipeline.event_id)
         bronze = spark.read.format("delta").option("versionAsOf", table_version(spark, uri)).load(uri)
-        if summary["min_event_time"] is None:
-            return bronze.limit(0).select(pipeline.event_id)
         horizon = parse_duration(self.settings.dedupe_horizon)
         low, high = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
         # A replayed batch must not find its own earlier write: only batches before this one count.
