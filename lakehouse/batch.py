@@ -20,12 +20,16 @@ from datetime import datetime, timedelta, timezone
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from lakehouse import transforms as tx
-from lakehouse.catalog import BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, require_table, table_version
+from lakehouse.catalog import (
+    BACKFILL_RUNS, BATCH_COVERAGE, Table, ensure_pipeline_tables, require_table, table_version,
+)
 from lakehouse.errors import LakehouseError
 from lakehouse.frames import literal_frame
 from lakehouse.log import earliest_arrival_for, read_log
+from lakehouse.ops_tables import append_rows
 from lakehouse.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
 from lakehouse.writers import replace_where
@@ -275,13 +279,10 @@ class BatchLayer:
             gold.unpersist()
         result.rows_written += totals["rows"]
         result.events_used += totals["events"] or 0
-        coverage = literal_frame(
-            self.spark, BATCH_COVERAGE.columns,
-            [(pipeline.name, chunk_start, chunk_end, result.run_id, result.source, datetime.now(timezone.utc),
-              fingerprint)],
-        )
-        # mergeSchema: a table created before input_fingerprint existed gains the column.
-        coverage.write.format("delta").mode("append").option("mergeSchema", "true").save(BATCH_COVERAGE.uri(settings))
+        append_bookkeeping(settings, BATCH_COVERAGE, {
+            "pipeline": pipeline.name, "range_start": chunk_start, "range_end": chunk_end, "run_id": result.run_id,
+            "source": result.source, "written_at": datetime.now(timezone.utc), "input_fingerprint": fingerprint,
+        })
 
     def _chunk_replacement(self, rows: DataFrame, chunk: Chunk) -> tuple[DataFrame, str, str]:
         """``rows`` as a write that replaces exactly the windows starting in ``chunk``: the rows, the
@@ -372,8 +373,13 @@ class BatchLayer:
             "finished_at": datetime.fromtimestamp(finished, tz=timezone.utc),
             "duration_ms": int((finished - started) * 1000),
         }
-        runs = literal_frame(self.spark, BACKFILL_RUNS.columns, [row])
-        runs.write.format("delta").mode("append").option("mergeSchema", "true").save(BACKFILL_RUNS.uri(self.settings))
+        append_bookkeeping(self.settings, BACKFILL_RUNS, row)
+
+
+def append_bookkeeping(settings: Settings, table: Table, row: dict) -> None:
+    """One row appended to a bookkeeping table through delta-rs, not a Spark job (see
+    lakehouse.ops_tables); a table from before a column existed gains it."""
+    append_rows(table.uri(settings), to_arrow_schema(table.columns), [row])
 
 
 def _chunk_name(chunk: Chunk) -> str:

@@ -15,12 +15,13 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import to_arrow_schema
 
 from lakehouse import panes as pn
 from lakehouse import transforms as tx
 from lakehouse.catalog import STREAM_PROGRESS, ensure_pipeline_tables, table_version
-from lakehouse.frames import literal_frame
 from lakehouse.log import log_glob
+from lakehouse.ops_tables import append_rows_stamped_once
 from lakehouse.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
 from lakehouse.spark import session_confs
@@ -53,6 +54,9 @@ MICRO_BATCH_CONFS = {
     "spark.databricks.delta.stats.skipping": "false",
 }
 
+
+# The progress row goes through delta-rs (see _process_batch).
+PROGRESS_SCHEMA = to_arrow_schema(STREAM_PROGRESS.columns)
 
 # For the planning of the dedupe read of bronze only (see _process_batch).
 BRONZE_SKIPPING = {"spark.databricks.delta.stats.skipping": "true"}
@@ -172,10 +176,10 @@ class SpeedLayer:
             "late": counts.get(tx.LATE, 0), "watermark": watermark, "max_event_time": max_through,
             "panes_emitted": counts["speed_rows"], "source_files": summary["source_files"],
         }
-        # Written last: a progress row means every write of its batch has committed.
-        progress_rows = literal_frame(spark, STREAM_PROGRESS.columns, [progress])
-        append_stamped_once(progress_rows, STREAM_PROGRESS.uri(self.settings), app_id, batch_id,
-                            first_attempt=first_attempt)
+        # Written last: a progress row means every write of its batch has committed. One row, so
+        # through delta-rs rather than a Spark job (lakehouse.ops_tables).
+        append_rows_stamped_once(STREAM_PROGRESS.uri(self.settings), PROGRESS_SCHEMA, [progress], app_id, batch_id,
+                                 first_attempt=first_attempt)
         self._last_committed = (app_id, batch_id, max_through)
         # Only a batch that committed everything hands its state on; after a failure the next
         # attempt reads the pane log again.

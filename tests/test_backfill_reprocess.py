@@ -4,11 +4,13 @@ a digest of the chunk's events, from bronze the version read and bronze's change
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 from datetime import datetime, timedelta
 
 from delta.tables import DeltaTable
+from pyspark.sql import types as T
 
 from lakehouse import batch
 from lakehouse.batch import BatchLayer, parse_bronze_fingerprint
@@ -129,3 +131,34 @@ def test_a_redo_run_records_the_fingerprints_a_skip_run_computes_empty_chunks_in
 
     skip = layer.backfill(START, end, source="log", chunk="2m", reprocess="skip")
     assert (skip.chunks, skip.chunks_skipped) == (0, 5)
+
+
+def test_bookkeeping_tables_created_before_their_newer_columns_gain_them(spark, settings):
+    """Coverage and run rows are appended through delta-rs: a table from an older release, without
+    input_fingerprint (coverage) or chunks_skipped and label (runs), gains the columns, keeps its old
+    rows, and Spark reads both, timestamps exact."""
+    from lakehouse.catalog import BACKFILL_RUNS, ensure_table
+    from lakehouse.frames import literal_frame
+
+    newer = {BATCH_COVERAGE: ("input_fingerprint",), BACKFILL_RUNS: ("chunks_skipped", "label")}
+    for table, added in newer.items():
+        older = dataclasses.replace(table, columns=T.StructType([f for f in table.columns if f.name not in added]))
+        ensure_table(spark, older, settings)
+        literal_frame(spark, older.columns, [{"run_id": "old-run", "pipeline": PIPELINE.name, "range_start": START,
+                                              "range_end": START}]).write.format("delta").mode("append").save(
+            table.uri(settings))
+    generate(settings, GeneratorConfig(events=100, seed=5, start=START, rate=1.0, late_fraction=0.0,
+                                       duplicate_fraction=0.0, malformed_fraction=0.0))
+    run = BatchLayer(spark, settings, PIPELINE).backfill(START, END, source="log", chunk="3m", label="upgrade")
+
+    coverage = spark.read.format("delta").load(BATCH_COVERAGE.uri(settings)).orderBy("range_end")
+    assert [(r.run_id, r.range_start, r.range_end, r.input_fingerprint is None) for r in coverage.collect()] == [
+        ("old-run", START, START, True),
+        (run.run_id, START, START + timedelta(minutes=3), False),
+        (run.run_id, START + timedelta(minutes=3), END, False),
+    ]
+    runs = spark.read.format("delta").load(BACKFILL_RUNS.uri(settings)).orderBy("range_end")
+    assert [(r.run_id, r.status, r.range_end, r.chunks, r.chunks_skipped, r.label, r.events_read)
+            for r in runs.collect()] == [("old-run", None, START, None, None, None, None),
+                                         (run.run_id, "succeeded", END, 2, 0, "upgrade", run.events_read)]
+    assert run.events_read > 0
