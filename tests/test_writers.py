@@ -292,3 +292,22 @@ def test_a_change_to_a_kept_row_that_commits_during_a_chunk_write_is_not_undone(
     assert rows[(hour(10), "red")] == (999, "correction")
     assert rows[(hour(21), "red")] == (1021, "new") and (hour(21), "blue") not in rows
     assert rows[(hour(30), "blue")] == (30, "old") and len(rows) == 48 * 2 - 6
+
+
+def test_table_version_is_the_latest_commit_even_one_made_outside_this_jvm(spark, tmp_path):
+    """table_version asks Delta's log directly (an internal API): it must agree with the history,
+    see a commit another writer made a moment ago, and say clearly when there is no table."""
+    import pyarrow as pa
+    from delta.tables import DeltaTable
+    from deltalake import write_deltalake
+
+    from lakehouse.catalog import table_version
+    from lakehouse.errors import LakehouseError
+
+    uri = str(tmp_path / "table")
+    spark.range(3).write.format("delta").save(uri)
+    assert table_version(spark, uri) == 0
+    write_deltalake(uri, pa.table({"id": pa.array([7], pa.int64())}), mode="append")  # not through this JVM
+    assert table_version(spark, uri) == 1 == DeltaTable.forPath(spark, uri).history(1).first()["version"]
+    with pytest.raises(LakehouseError, match="missing is not a Delta table"):
+        table_version(spark, str(tmp_path / "missing"))
