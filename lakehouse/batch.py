@@ -20,12 +20,9 @@ from datetime import datetime, timedelta, timezone
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from lakehouse import transforms as tx
-from lakehouse.catalog import (
-    BACKFILL_RUNS, BATCH_COVERAGE, Table, ensure_pipeline_tables, require_table, table_version,
-)
+from lakehouse.catalog import BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, require_table, table_version
 from lakehouse.errors import LakehouseError
 from lakehouse.frames import literal_frame
 from lakehouse.log import earliest_arrival_for, read_log
@@ -278,10 +275,11 @@ class BatchLayer:
             fingerprint = input_fingerprint(unobserved, pipeline, result.source)
         result.rows_written += totals["rows"]
         result.events_used += totals["events"] or 0
-        append_bookkeeping(settings, BATCH_COVERAGE, {
+        # One row, so through delta-rs rather than a Spark job (lakehouse.ops_tables).
+        append_rows(BATCH_COVERAGE.uri(settings), BATCH_COVERAGE.arrow_schema, [{
             "pipeline": pipeline.name, "range_start": chunk_start, "range_end": chunk_end, "run_id": result.run_id,
             "source": result.source, "written_at": datetime.now(timezone.utc), "input_fingerprint": fingerprint,
-        })
+        }])
 
     def _chunk_replacement(self, rows: DataFrame, chunk: Chunk) -> tuple[DataFrame, str, str]:
         """``rows`` as a write that replaces exactly the windows starting in ``chunk``: the rows, the
@@ -372,13 +370,7 @@ class BatchLayer:
             "finished_at": datetime.fromtimestamp(finished, tz=timezone.utc),
             "duration_ms": int((finished - started) * 1000),
         }
-        append_bookkeeping(self.settings, BACKFILL_RUNS, row)
-
-
-def append_bookkeeping(settings: Settings, table: Table, row: dict) -> None:
-    """One row appended to a bookkeeping table through delta-rs, not a Spark job (see
-    lakehouse.ops_tables); a table from before a column existed gains it."""
-    append_rows(table.uri(settings), to_arrow_schema(table.columns), [row])
+        append_rows(BACKFILL_RUNS.uri(self.settings), BACKFILL_RUNS.arrow_schema, [row])
 
 
 def _chunk_name(chunk: Chunk) -> str:

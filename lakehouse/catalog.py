@@ -35,6 +35,13 @@ class Table:
     def uri(self, settings: Settings) -> str:
         return settings.table_uri(self.schema, self.name)
 
+    @property
+    def arrow_schema(self):
+        """The columns as a pyarrow schema, for the one-row appends through delta-rs (lakehouse.ops_tables)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self.columns)
+
 
 def struct_of(*fields: tuple[str, T.DataType]) -> T.StructType:
     return T.StructType([T.StructField(name, data_type) for name, data_type in fields])

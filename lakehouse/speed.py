@@ -15,7 +15,6 @@ from datetime import datetime, timedelta, timezone
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.sql.pandas.types import to_arrow_schema
 
 from lakehouse import panes as pn
 from lakehouse import transforms as tx
@@ -54,9 +53,6 @@ MICRO_BATCH_CONFS = {
     "spark.databricks.delta.stats.skipping": "false",
 }
 
-
-# The progress row goes through delta-rs (see _process_batch).
-PROGRESS_SCHEMA = to_arrow_schema(STREAM_PROGRESS.columns)
 
 # For the planning of the dedupe read of bronze only (see _process_batch).
 BRONZE_SKIPPING = {"spark.databricks.delta.stats.skipping": "true"}
@@ -178,8 +174,8 @@ class SpeedLayer:
         }
         # Written last: a progress row means every write of its batch has committed. One row, so
         # through delta-rs rather than a Spark job (lakehouse.ops_tables).
-        append_rows_stamped_once(STREAM_PROGRESS.uri(self.settings), PROGRESS_SCHEMA, [progress], app_id, batch_id,
-                                 first_attempt=first_attempt)
+        append_rows_stamped_once(STREAM_PROGRESS.uri(self.settings), STREAM_PROGRESS.arrow_schema, [progress],
+                                 app_id, batch_id, first_attempt=first_attempt)
         self._last_committed = (app_id, batch_id, max_through)
         # Only a batch that committed everything hands its state on; after a failure the next
         # attempt reads the pane log again.
