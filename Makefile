@@ -17,7 +17,7 @@ $(STAMP): requirements.lock pyproject.toml
 	$(VENV)/bin/uv pip install --quiet --python $(VENV)/bin/python --no-deps -e .
 	@mkdir -p .cache
 	@echo "Resolving Spark's Delta JARs from Maven Central into .cache/ivy (once) ..."
-	@$(VENV)/bin/python -m lakehouse.spark > .cache/resolve-jars.log 2>&1 \
+	@$(VENV)/bin/python -m lakehouse.storage.spark > .cache/resolve-jars.log 2>&1 \
 		|| { tail -n 40 .cache/resolve-jars.log; exit 1; }
 	@tail -n 1 .cache/resolve-jars.log
 	@touch $(STAMP)

@@ -16,11 +16,11 @@ from pyspark.sql import functions as F
 from bench import baselines
 from bench.data import DAY, PIPELINE, DataSet, scratch_home
 from bench.measure import PeakMemory, summary, timed
-from lakehouse.audit import Auditor
-from lakehouse.batch import BatchLayer
-from lakehouse.catalog import pipeline_tables
-from lakehouse.log import log_glob
-from lakehouse.pipelines import get_pipeline
+from lakehouse.audit.reconcile import Auditor
+from lakehouse.layers.batch import BatchLayer
+from lakehouse.storage.catalog import pipeline_tables
+from lakehouse.storage.log import log_glob
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import PROJECT_ROOT
 
 HOUR = timedelta(hours=1)
@@ -157,7 +157,7 @@ def growth(spark, data: DataSet, runs: int) -> dict:
 def _late_events(spark, data: DataSet, run: int, windows: int):
     """``windows`` late events in as many consecutive windows of the first day, as bronze rows the
     speed layer would have written (fate ``late``): what a correction run folds in."""
-    from lakehouse import transforms as tx
+    from lakehouse.dataflow import transforms as tx
 
     tables = pipeline_tables(get_pipeline(PIPELINE))
     event_time = F.lit(data.start) + F.make_dt_interval(F.lit(0), F.lit(0), F.col("id"), F.lit(30))
@@ -175,7 +175,7 @@ def _late_events(spark, data: DataSet, run: int, windows: int):
 
 def correction(spark, data_sets: dict[str, DataSet], runs: int, windows: int = 100) -> dict:
     """A correction folding late events into ``windows`` windows, on tables holding 1 vs 10 days."""
-    from lakehouse.corrections import CorrectionRun
+    from lakehouse.layers.corrections import CorrectionRun
 
     seconds: dict[str, list[float]] = {name: [] for name in data_sets}
     recomputed: dict[str, int] = {}

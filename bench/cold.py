@@ -9,8 +9,8 @@ import argparse
 
 from bench import baselines
 from bench.data import PIPELINE, scratch_home
-from lakehouse.batch import parse_instant
-from lakehouse.log import log_glob
+from lakehouse.layers.batch import parse_instant
+from lakehouse.storage.log import log_glob
 from lakehouse.settings import Settings
 
 
@@ -27,7 +27,7 @@ def main() -> None:
         baselines.duckdb_from_log(log_glob(settings, PIPELINE).removeprefix("file:"), start, end,
                                   target / "duckdb.parquet")
         return
-    from lakehouse.spark import build_spark_session
+    from lakehouse.storage.spark import build_spark_session
 
     spark = build_spark_session(settings, "bare-backfill")
     baselines.bare_batch_from_log(spark, log_glob(settings, PIPELINE), start, end, f"file:{target}/bare_log")

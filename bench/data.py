@@ -78,8 +78,8 @@ def ensure_log(data: DataSet) -> dict:
 
 def _tables_fingerprint() -> str:
     """The schemas and layouts of every table: a cached home made by code with other tables is rebuilt."""
-    from lakehouse.catalog import SHARED_TABLES, all_tables
-    from lakehouse.pipelines import get_pipeline
+    from lakehouse.storage.catalog import SHARED_TABLES, all_tables
+    from lakehouse.dataflow.pipelines import get_pipeline
 
     tables = [*SHARED_TABLES, *all_tables(get_pipeline(PIPELINE))]
     layouts = "".join(f"{t.columns.simpleString()}{t.partition_by}{t.generated}" for t in tables)
@@ -109,12 +109,12 @@ def ensure_tables(spark, data: DataSet) -> None:
     in would take far longer and measure nothing the throughput benchmark does not."""
     from pyspark.sql import functions as F
 
-    from lakehouse import transforms as tx
-    from lakehouse.batch import BatchLayer
-    from lakehouse.catalog import STREAM_PROGRESS, ensure_pipeline_tables
-    from lakehouse.frames import literal_frame
-    from lakehouse.log import read_log
-    from lakehouse.pipelines import get_pipeline
+    from lakehouse.dataflow import transforms as tx
+    from lakehouse.layers.batch import BatchLayer
+    from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_pipeline_tables
+    from lakehouse.storage.frames import literal_frame
+    from lakehouse.storage.log import read_log
+    from lakehouse.dataflow.pipelines import get_pipeline
 
     if _fresh_tables(data, "tables"):
         return

@@ -23,13 +23,13 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     args = parser.parse_args()
 
-    from lakehouse import transforms as tx
-    from lakehouse.frames import literal_frame
+    from lakehouse.dataflow import transforms as tx
+    from lakehouse.storage.frames import literal_frame
     from lakehouse.generator import GeneratorConfig, generate_records
-    from lakehouse.pipelines import get_pipeline
+    from lakehouse.dataflow.pipelines import get_pipeline
     from lakehouse.settings import Settings
-    from lakehouse.spark import build_spark_session
-    from lakehouse.suites import RAW_EVENTS, suite_path
+    from lakehouse.storage.spark import build_spark_session
+    from lakehouse.dataflow.pipelines.row_rules import RAW_EVENTS, suite_path
 
     pipeline = get_pipeline("toll_traffic")
     home = Path(tempfile.mkdtemp(prefix="bench-gx-"))
@@ -51,7 +51,7 @@ def main() -> None:
 
     spark_rules = timed(lambda: parsed.groupBy("reason").count().collect())
     started = time.perf_counter()
-    from lakehouse.quality import gx_context, validate_frame
+    from lakehouse.audit.quality import gx_context, validate_frame
 
     context = gx_context(settings)
     gx_setup = time.perf_counter() - started

@@ -21,8 +21,8 @@ from pyspark.sql import functions as F
 
 from bench.data import PIPELINE, DataSet, scratch_home
 from bench.measure import summary
-from lakehouse.catalog import pipeline_tables
-from lakehouse.pipelines import get_pipeline
+from lakehouse.storage.catalog import pipeline_tables
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import PROJECT_ROOT
 
 BIN = Path(sys.executable).parent

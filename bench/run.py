@@ -153,7 +153,7 @@ def correction_data(spark, plan: Plan) -> dict[str, DataSet]:
 
 
 def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESULTS) -> dict:
-    from lakehouse.spark import build_spark_session
+    from lakehouse.storage.spark import build_spark_session
 
     data = DataSet(plan.events, events_per_file=plan.events_per_file)
     log_info = ensure_log(data)  # generation is never timed

@@ -30,13 +30,13 @@ from pyspark.sql import functions as F
 from bench import baselines
 from bench.data import PIPELINE, DataSet, link_log_files, scratch_home, settings_for
 from bench.measure import PeakMemory, percentile, summary
-from lakehouse.catalog import ensure_pipeline_tables, pipeline_tables, register_tables, table_exists
+from lakehouse.storage.catalog import ensure_pipeline_tables, pipeline_tables, register_tables, table_exists
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.log import LocalLogWriter, log_glob
-from lakehouse.pipelines import get_pipeline
+from lakehouse.storage.log import LocalLogWriter, log_glob
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import parse_duration
-from lakehouse.speed import SpeedLayer
-from lakehouse.transforms import interval
+from lakehouse.layers.speed import SpeedLayer
+from lakehouse.dataflow.transforms import interval
 
 JOBS = ("lakehouse", "bare")
 

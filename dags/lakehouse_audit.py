@@ -6,8 +6,8 @@ from datetime import datetime
 
 from airflow.sdk import CronDataIntervalTimetable, dag
 
-from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, raise_alert, spark_job
-from lakehouse.orchestration import active_pipelines, session_pipeline_names
+from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, raise_alert, spark_job
+from lakehouse.ops.orchestration import active_pipelines, session_pipeline_names
 from lakehouse.settings import Settings
 
 DOC = """

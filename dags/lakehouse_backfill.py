@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, task
 
-from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, spark_job_kwargs
-from lakehouse.orchestration import BACKFILL_POOL, DEFAULT_PIPELINE, backfill_param_schemas
+from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, spark_job_kwargs
+from lakehouse.ops.orchestration import BACKFILL_POOL, DEFAULT_PIPELINE, backfill_param_schemas
 from lakehouse.settings import Settings
 
 SCHEMAS = backfill_param_schemas(Settings.from_env())
@@ -58,10 +58,10 @@ def lakehouse_backfill():
         """The spark-submit arguments of each chunk to recompute (none for a dry run)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from lakehouse.batch import parse_range
+        from lakehouse.layers.batch import parse_range
         from lakehouse.errors import LakehouseError
-        from lakehouse.orchestration import chunk_job_args, plan_chunks, validate_backfill_request
-        from lakehouse.pipelines import get_pipeline
+        from lakehouse.ops.orchestration import chunk_job_args, plan_chunks, validate_backfill_request
+        from lakehouse.dataflow.pipelines import get_pipeline
 
         try:
             # Judged as of when the run was requested, so a retry decides exactly as the first try did.
@@ -76,8 +76,8 @@ def lakehouse_backfill():
     @task(trigger_rule="none_failed")
     def summarise(params=None, run_id=None) -> dict:
         """Chunks recomputed and skipped, rows written: this task's XCom and log."""
-        from lakehouse.ops_tables import read_rows
-        from lakehouse.orchestration import plan_chunks, render_summary_note, request_from_params, summarise_backfill
+        from lakehouse.ops.tables import read_rows
+        from lakehouse.ops.orchestration import plan_chunks, render_summary_note, request_from_params, summarise_backfill
 
         request = request_from_params(dict(params))
         runs = [r for r in read_rows(Settings.from_env(), "ops", "backfill_runs")

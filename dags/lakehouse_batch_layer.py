@@ -7,8 +7,8 @@ from datetime import datetime
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
 from airflow.sdk import CronDataIntervalTimetable, dag
 
-from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
-from lakehouse.orchestration import active_pipelines
+from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
+from lakehouse.ops.orchestration import active_pipelines
 from lakehouse.settings import Settings, parse_duration
 
 SETTINGS = Settings.from_env()

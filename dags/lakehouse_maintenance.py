@@ -6,8 +6,8 @@ from datetime import datetime
 
 from airflow.sdk import dag
 
-from lakehouse.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
-from lakehouse.orchestration import active_pipelines
+from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
+from lakehouse.ops.orchestration import active_pipelines
 from lakehouse.settings import Settings
 
 DOC = """

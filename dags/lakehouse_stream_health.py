@@ -6,8 +6,8 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import dag, task
 
-from lakehouse.airflow_support import default_args
-from lakehouse.orchestration import active_pipelines
+from lakehouse.ops.airflow_support import default_args
+from lakehouse.ops.orchestration import active_pipelines
 from lakehouse.settings import Settings
 
 DOC = """
@@ -35,7 +35,7 @@ def lakehouse_stream_health():
     def check(pipeline: str, dag_run=None) -> str:
         from airflow.sdk.exceptions import AirflowFailException
 
-        from lakehouse.health import check_stream_health
+        from lakehouse.ops.health import check_stream_health
 
         # As of the moment this run was due (the end of its interval, or when it was triggered), so a
         # retried or late run judges the same moment, on the micro-batches started by then.

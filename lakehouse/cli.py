@@ -12,13 +12,13 @@ from lakehouse.settings import Settings, parse_duration
 
 
 def _spark(settings: Settings, app: str):
-    from lakehouse.spark import build_spark_session
+    from lakehouse.storage.spark import build_spark_session
 
     return build_spark_session(settings, app)
 
 
 def _pipeline(name: str):
-    from lakehouse.pipelines import get_pipeline
+    from lakehouse.dataflow.pipelines import get_pipeline
 
     return get_pipeline(name)
 
@@ -26,7 +26,7 @@ def _pipeline(name: str):
 def _start_time(text: str) -> datetime:
     if text == "now":
         return datetime.now(timezone.utc).replace(microsecond=0)
-    from lakehouse.batch import parse_instant
+    from lakehouse.layers.batch import parse_instant
 
     return parse_instant(text, "start").replace(tzinfo=timezone.utc)
 
@@ -45,7 +45,7 @@ def cmd_generate(args, settings: Settings) -> None:
 
 
 def cmd_stream(args, settings: Settings) -> None:
-    from lakehouse.speed import run_speed_layer
+    from lakehouse.layers.speed import run_speed_layer
 
     timeout = parse_duration(args.timeout) if args.timeout else None
     run_speed_layer(_spark(settings, f"speed-{args.pipeline}"), settings, _pipeline(args.pipeline),
@@ -53,7 +53,7 @@ def cmd_stream(args, settings: Settings) -> None:
 
 
 def cmd_backfill(args, settings: Settings) -> None:
-    from lakehouse.batch import BatchLayer, ProgressBar, parse_range
+    from lakehouse.layers.batch import BatchLayer, ProgressBar, parse_range
 
     pipeline = _pipeline(args.pipeline)
     start, end = parse_range(args.start, args.end, pipeline)  # before Spark starts: bad input fails fast
@@ -75,22 +75,22 @@ def cmd_backfill(args, settings: Settings) -> None:
 
 
 def cmd_sql(args, settings: Settings) -> None:
-    from lakehouse.sql import run_sql
+    from lakehouse.serving.sql import run_sql
 
     sys.stdout.write(run_sql(_spark(settings, "sql"), settings, args.query, args.format,
                              max_rows=None if args.format != "table" else args.max_rows))
 
 
 def cmd_status(args, settings: Settings) -> None:
-    from lakehouse.status import pipeline_status, render_status
+    from lakehouse.serving.status import pipeline_status, render_status
 
     status = pipeline_status(_spark(settings, "status"), settings, _pipeline(args.pipeline))
     print(render_status(status))
 
 
 def cmd_audit(args, settings: Settings) -> None:
-    from lakehouse.audit import Auditor, render_audit
-    from lakehouse.batch import parse_range
+    from lakehouse.audit.reconcile import Auditor, render_audit
+    from lakehouse.layers.batch import parse_range
 
     pipeline = _pipeline(args.pipeline)
     start, end = parse_range(args.start, args.end, pipeline)
@@ -101,7 +101,7 @@ def cmd_audit(args, settings: Settings) -> None:
     print(render_audit(result))
     quality = None
     if not args.skip_quality:
-        from lakehouse.quality import render_quality, validate_audit
+        from lakehouse.audit.quality import render_quality, validate_audit
 
         quality = validate_audit(spark, settings, pipeline, result.run_id, result.pins, start, end,
                                  result.newest_event_time)
@@ -109,7 +109,7 @@ def cmd_audit(args, settings: Settings) -> None:
     if args.report:
         from pathlib import Path
 
-        from lakehouse.report import gather_inputs, render_report
+        from lakehouse.audit.report import gather_inputs, render_report
 
         report = Path(args.report)
         report.write_text(render_report(result, gather_inputs(spark, settings, pipeline, result), quality=quality,
@@ -120,7 +120,7 @@ def cmd_audit(args, settings: Settings) -> None:
 
 
 def cmd_correct(args, settings: Settings) -> None:
-    from lakehouse.corrections import CorrectionRun
+    from lakehouse.layers.corrections import CorrectionRun
 
     pipeline = _pipeline(args.pipeline)
     result = CorrectionRun(_spark(settings, f"correct-{pipeline.name}"), settings, pipeline).run()
@@ -130,8 +130,8 @@ def cmd_correct(args, settings: Settings) -> None:
 def cmd_replay(args, settings: Settings) -> None:
     from pathlib import Path
 
-    from lakehouse.replay import read_scenario, replay, replay_result
-    from lakehouse.sql import format_rows
+    from lakehouse.layers.replay import read_scenario, replay, replay_result
+    from lakehouse.serving.sql import format_rows
 
     pipeline = _pipeline(args.pipeline)
     arrivals = read_scenario(Path(args.file))  # before Spark starts: a bad file fails fast
@@ -139,7 +139,7 @@ def cmd_replay(args, settings: Settings) -> None:
     replay(spark, settings, pipeline, arrivals)
     result = replay_result(spark, settings, pipeline)
     if args.format == "json":
-        from lakehouse.sql import _json_value
+        from lakehouse.serving.sql import _json_value
 
         print(json.dumps({part: [{k: _json_value(v) for k, v in row.items()} for row in rows]
                           for part, rows in result.items()}, indent=1))
@@ -157,14 +157,14 @@ class AuditFailed(Exception):
 
 # --- Orchestration commands (what the Airflow DAGs run) ---
 def cmd_plan_backfill(args, settings: Settings) -> None:
-    from lakehouse.orchestration import plan_chunks, validate_backfill_request
+    from lakehouse.ops.orchestration import plan_chunks, validate_backfill_request
 
     request = validate_backfill_request(json.loads(args.params), settings, datetime.now(timezone.utc))
     print(json.dumps({"chunks": plan_chunks(request)}, indent=1))
 
 
 def cmd_maintain(args, settings: Settings) -> None:
-    from lakehouse.maintenance import maintain
+    from lakehouse.storage.maintenance import maintain
 
     report = maintain(_spark(settings, f"maintain-{args.pipeline}"), settings, _pipeline(args.pipeline),
                       datetime.now(timezone.utc))
@@ -172,7 +172,7 @@ def cmd_maintain(args, settings: Settings) -> None:
 
 
 def cmd_health(args, settings: Settings) -> None:
-    from lakehouse.health import check_stream_health
+    from lakehouse.ops.health import check_stream_health
 
     verdict = check_stream_health(settings, args.pipeline, datetime.now(timezone.utc))
     print(verdict.message)

@@ -56,7 +56,7 @@ def _step(text: str) -> float:
 
 
 def _write_report(spark, settings: Settings, pipeline, audit) -> str:
-    from lakehouse.report import gather_inputs, render_report
+    from lakehouse.audit.report import gather_inputs, render_report
     from lakehouse.settings import local_path
 
     path = local_path(settings.home) / "audit-report.html"
@@ -65,15 +65,15 @@ def _write_report(spark, settings: Settings, pipeline, audit) -> str:
 
 
 def run_demo(settings: Settings, events: int = 20_000) -> None:
-    from lakehouse.audit import Auditor, render_audit
-    from lakehouse.batch import BatchLayer
+    from lakehouse.audit.reconcile import Auditor, render_audit
+    from lakehouse.layers.batch import BatchLayer
     from lakehouse.generator import GeneratorConfig, generate
-    from lakehouse.pipelines import get_pipeline
-    from lakehouse.corrections import CorrectionRun
-    from lakehouse.spark import build_spark_session
-    from lakehouse.speed import run_speed_layer
-    from lakehouse.sql import run_sql
-    from lakehouse.status import pipeline_status, render_status
+    from lakehouse.dataflow.pipelines import get_pipeline
+    from lakehouse.layers.corrections import CorrectionRun
+    from lakehouse.storage.spark import build_spark_session
+    from lakehouse.layers.speed import run_speed_layer
+    from lakehouse.serving.sql import run_sql
+    from lakehouse.serving.status import pipeline_status, render_status
 
     pipeline = get_pipeline("toll_traffic")
     _fresh_home(settings)

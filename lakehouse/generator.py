@@ -20,8 +20,8 @@ from collections.abc import Callable
 from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
-from lakehouse.log import LocalLogWriter
-from lakehouse.pipelines.toll_traffic import VEHICLE_TYPES
+from lakehouse.storage.log import LocalLogWriter
+from lakehouse.dataflow.pipelines.toll_traffic import VEHICLE_TYPES
 from lakehouse.settings import Settings, parse_duration
 
 DEFAULT_START = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)

@@ -103,7 +103,7 @@ class Settings:
     backfill_max_range: str = "31d"
     log_retention: str = "30d"
     # VACUUM keeps removed files this long; never below what audit replays (--pins) and Delta's
-    # own 7-day safety need (see lakehouse.maintenance.vacuum_retention).
+    # own 7-day safety need (see lakehouse.storage.maintenance.vacuum_retention).
     vacuum_retention: str = "7d"
     audit_replay_window: str = "7d"
     # The speed layer is stale when its last micro-batch started longer ago than this, and

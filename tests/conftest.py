@@ -19,7 +19,7 @@ def make_settings(home: Path, **env: str) -> Settings:
 
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory):
-    from lakehouse.spark import build_spark_session
+    from lakehouse.storage.spark import build_spark_session
 
     session = build_spark_session(make_settings(tmp_path_factory.mktemp("session-home")), "tests")
     yield session

@@ -1,5 +1,5 @@
-"""Tiny inline DataFrames for the Spark unit tests (built in the JVM: see lakehouse.frames)."""
+"""Tiny inline DataFrames for the Spark unit tests (built in the JVM: see lakehouse.storage.frames)."""
 
-from lakehouse.frames import literal_frame as inline_frame
+from lakehouse.storage.frames import literal_frame as inline_frame
 
 __all__ = ["inline_frame"]

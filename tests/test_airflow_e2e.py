@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.catalog import BACKFILL_RUNS, BATCH_COVERAGE, pipeline_tables
+from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, pipeline_tables
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.pipelines import get_pipeline
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import local_path
-from lakehouse.speed import run_speed_layer
+from lakehouse.layers.speed import run_speed_layer
 from tests.airflow_env import PROJECT
 from tests.conftest import make_settings
 from tests.oracle import run_oracle

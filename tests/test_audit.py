@@ -14,14 +14,14 @@ import pytest
 from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
-from lakehouse.audit import Auditor
-from lakehouse.catalog import pipeline_tables
+from lakehouse.audit.reconcile import Auditor
+from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.cli import main
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.log import LocalLogWriter, last_write, partition_uris, read_log
-from lakehouse.pipelines import get_pipeline
-from lakehouse.report import gather_inputs, render_report
-from lakehouse.speed import run_speed_layer
+from lakehouse.storage.log import LocalLogWriter, last_write, partition_uris, read_log
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.audit.report import gather_inputs, render_report
+from lakehouse.layers.speed import run_speed_layer
 from tests.conftest import make_settings
 
 PIPELINE = get_pipeline("toll_traffic")
@@ -74,7 +74,7 @@ def test_clean_run_explains_every_difference_by_late_events_exactly(spark, strea
 
 def test_after_a_correction_run_late_differences_are_explained_as_already_corrected(
         spark, streamed_home, tmp_path):
-    from lakehouse.corrections import CorrectionRun
+    from lakehouse.layers.corrections import CorrectionRun
 
     settings = copy_of(streamed_home, tmp_path)
     CorrectionRun(spark, settings, PIPELINE).run()
@@ -85,7 +85,7 @@ def test_after_a_correction_run_late_differences_are_explained_as_already_correc
 
 
 def test_after_a_correction_run_the_audit_of_the_serving_view_finds_no_difference(spark, streamed_home, tmp_path):
-    from lakehouse.corrections import CorrectionRun
+    from lakehouse.layers.corrections import CorrectionRun
 
     settings = copy_of(streamed_home, tmp_path)
     auditor = Auditor(spark, settings, PIPELINE)
@@ -114,7 +114,7 @@ def write_straggler_into_a_corrected_window(spark, settings) -> dict:
 
 
 def test_an_event_late_for_a_corrected_window_is_explained_as_arrived_after_the_batch(spark, streamed_home, tmp_path):
-    from lakehouse.corrections import CorrectionRun
+    from lakehouse.layers.corrections import CorrectionRun
 
     settings = copy_of(streamed_home, tmp_path)
     CorrectionRun(spark, settings, PIPELINE).run()
@@ -132,7 +132,7 @@ def test_an_event_late_for_a_corrected_window_is_explained_as_arrived_after_the_
 
 
 def test_a_batch_value_changed_by_hand_is_unexplained_in_the_serving_view(spark, streamed_home, tmp_path):
-    from lakehouse.corrections import CorrectionRun
+    from lakehouse.layers.corrections import CorrectionRun
 
     settings = copy_of(streamed_home, tmp_path)
     CorrectionRun(spark, settings, PIPELINE).run()

@@ -12,13 +12,13 @@ from datetime import datetime, timedelta
 from delta.tables import DeltaTable
 from pyspark.sql import types as T
 
-from lakehouse import batch
-from lakehouse.batch import BatchLayer, parse_bronze_fingerprint
-from lakehouse.catalog import BATCH_COVERAGE, pipeline_tables
+from lakehouse.layers import batch
+from lakehouse.layers.batch import BatchLayer, parse_bronze_fingerprint
+from lakehouse.storage.catalog import BATCH_COVERAGE, pipeline_tables
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.log import LocalLogWriter
-from lakehouse.pipelines import get_pipeline
-from lakehouse.speed import run_speed_layer
+from lakehouse.storage.log import LocalLogWriter
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.layers.speed import run_speed_layer
 
 PIPELINE = get_pipeline("toll_traffic")
 START = datetime(2026, 3, 2, 8, 0)
@@ -111,7 +111,7 @@ def test_skip_from_bronze_recomputes_only_chunks_whose_rows_changed_since_the_ve
 
     # Past a bound on the commits to read, recomputing is the cheaper way to be sure.
     monkeypatch.setattr(batch, "CHANGE_FEED_CHECK_LIMIT", 1)
-    caplog.set_level(logging.INFO, logger="lakehouse.batch")
+    caplog.set_level(logging.INFO, logger="lakehouse.layers.batch")
     for note in ("one commit since", "two commits since"):
         spark.sql(f"ALTER TABLE delta.`{bronze}` SET TBLPROPERTIES ('lakehouse.note' = '{note}')")
     bounded = layer.backfill(START, END, source="bronze", chunk="2m", reprocess="skip")
@@ -137,8 +137,8 @@ def test_bookkeeping_tables_created_before_their_newer_columns_gain_them(spark, 
     """Coverage and run rows are appended through delta-rs: a table from an older release, without
     input_fingerprint (coverage) or chunks_skipped and label (runs), gains the columns, keeps its old
     rows, and Spark reads both, timestamps exact."""
-    from lakehouse.catalog import BACKFILL_RUNS, ensure_table
-    from lakehouse.frames import literal_frame
+    from lakehouse.storage.catalog import BACKFILL_RUNS, ensure_table
+    from lakehouse.storage.frames import literal_frame
 
     newer = {BATCH_COVERAGE: ("input_fingerprint",), BACKFILL_RUNS: ("chunks_skipped", "label")}
     for table, added in newer.items():

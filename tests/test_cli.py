@@ -87,7 +87,7 @@ def test_unresolvable_jars_are_a_clear_error_naming_the_coordinates(cli_env, tmp
 
 @pytest.mark.slow
 def test_spark_submit_runs_a_backfill_job_from_the_raw_log(tmp_path, cli_env):
-    from lakehouse.spark import spark_submit_jars
+    from lakehouse.storage.spark import spark_submit_jars
 
     settings = make_settings(tmp_path / "home")
     generate(settings, GeneratorConfig(events=400, events_per_file=200, seed=4))

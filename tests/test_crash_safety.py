@@ -12,11 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.catalog import STREAM_PROGRESS, pipeline_tables
+from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.pipelines import get_pipeline
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import local_path
-from lakehouse.speed import run_speed_layer
+from lakehouse.layers.speed import run_speed_layer
 from tests.conftest import make_settings
 
 PIPELINE = get_pipeline("toll_traffic")
@@ -91,7 +91,7 @@ def test_a_micro_batch_that_failed_between_its_writes_writes_each_table_once_whe
     # batch that failed after bronze, quarantine and the pane log committed, but before the MERGE,
     # must not append them twice when the query runs it again (in the same process, as here, or
     # after a restart).
-    from lakehouse import speed
+    from lakehouse.layers import speed
     from tests.frames import inline_frame
 
     pipeline = get_pipeline("team_scores")

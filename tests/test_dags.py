@@ -16,13 +16,13 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.batch import parse_bronze_fingerprint
-from lakehouse.catalog import ALERTS, BACKFILL_RUNS, BATCH_COVERAGE, RECONCILIATIONS, pipeline_tables
+from lakehouse.layers.batch import parse_bronze_fingerprint
+from lakehouse.storage.catalog import ALERTS, BACKFILL_RUNS, BATCH_COVERAGE, RECONCILIATIONS, pipeline_tables
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.log import LocalLogWriter
-from lakehouse.pipelines import get_pipeline
+from lakehouse.storage.log import LocalLogWriter
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import local_path
-from lakehouse.speed import run_speed_layer
+from lakehouse.layers.speed import run_speed_layer
 from tests.airflow_env import PROJECT, airflow_env, dag_test, migrate_scratch_db
 from tests.conftest import make_settings
 from tests.oracle import run_oracle
@@ -229,7 +229,7 @@ def test_stream_health_dag_passes_for_a_fresh_stream_and_fails_once_it_goes_stal
 
 @pytest.mark.slow
 def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retractions(spark, airflow_home, home):
-    from lakehouse.catalog import CORRECTION_RUNS, CORRECTIONS
+    from lakehouse.storage.catalog import CORRECTION_RUNS, CORRECTIONS
 
     settings, _ = home
     # A straggler for the first minute, arriving after everything else: the stream marks it late.

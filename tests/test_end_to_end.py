@@ -11,12 +11,12 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.batch import BatchLayer
-from lakehouse.catalog import BATCH_COVERAGE, STREAM_PROGRESS, pipeline_tables, register_tables
+from lakehouse.layers.batch import BatchLayer
+from lakehouse.storage.catalog import BATCH_COVERAGE, STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.pipelines import get_pipeline
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import local_path
-from lakehouse.speed import run_speed_layer
+from lakehouse.layers.speed import run_speed_layer
 from tests.conftest import make_settings
 from tests.oracle import run_oracle
 

@@ -18,11 +18,11 @@ from datetime import datetime
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.batch import BatchLayer
-from lakehouse.catalog import CORRECTIONS, pipeline_tables, register_tables
-from lakehouse.corrections import CorrectionRun
-from lakehouse.pipelines import get_pipeline
-from lakehouse.replay import read_scenario, replay, replay_result
+from lakehouse.layers.batch import BatchLayer
+from lakehouse.storage.catalog import CORRECTIONS, pipeline_tables, register_tables
+from lakehouse.layers.corrections import CorrectionRun
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.layers.replay import read_scenario, replay, replay_result
 from tests.conftest import RESOURCES, make_settings
 
 TEAM_SCORES = get_pipeline("team_scores")
@@ -162,9 +162,9 @@ def test_speed_value_plus_corrections_equals_the_batch_value(spark, corrected, t
 
 
 def test_team_scores_audit_explains_the_late_9_and_the_corrected_serving_view_agrees(spark, corrected, tmp_path):
-    from lakehouse.audit import Auditor
-    from lakehouse.quality import validate_audit
-    from lakehouse.report import gather_inputs, render_report
+    from lakehouse.audit.reconcile import Auditor
+    from lakehouse.audit.quality import validate_audit
+    from lakehouse.audit.report import gather_inputs, render_report
 
     settings, _ = corrected
     auditor = Auditor(spark, settings, TEAM_SCORES)

@@ -17,11 +17,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings as hypothesis_settings, strategies as st
 from pyspark.sql import functions as F
 
-from lakehouse import transforms as tx
-from lakehouse.catalog import CORRECTIONS, pipeline_tables
-from lakehouse.corrections import CorrectionRun
-from lakehouse.pipelines import get_pipeline
-from lakehouse.speed import MICRO_BATCH_CONFS, SpeedLayer
+from lakehouse.dataflow import transforms as tx
+from lakehouse.storage.catalog import CORRECTIONS, pipeline_tables
+from lakehouse.layers.corrections import CorrectionRun
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.layers.speed import MICRO_BATCH_CONFS, SpeedLayer
 from tests.conftest import make_settings
 
 PIPELINE = get_pipeline("team_scores")

@@ -13,8 +13,8 @@ import pytest
 
 from lakehouse.errors import LakehouseError
 from lakehouse.generator import MALFORMED_KINDS, GeneratorConfig, generate, generate_records
-from lakehouse.log import partition_dir
-from lakehouse.pipelines import get_pipeline
+from lakehouse.storage.log import partition_dir
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import Settings, local_path
 
 # Crosses midnight (so both the ingest date and hour change) with plenty of every kind of record.

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 
-from lakehouse.catalog import BACKFILL_RUNS, ensure_table
-from lakehouse.maintenance import maintain
-from lakehouse.pipelines import get_pipeline
+from lakehouse.storage.catalog import BACKFILL_RUNS, ensure_table
+from lakehouse.storage.maintenance import maintain
+from lakehouse.dataflow.pipelines import get_pipeline
 
 
 def test_maintain_compacts_and_vacuums_a_small_table_in_a_few_hundred_tasks_at_most(spark, settings):
@@ -32,5 +32,5 @@ def test_maintain_compacts_and_vacuums_a_small_table_in_a_few_hundred_tasks_at_m
     assert {"OPTIMIZE", "VACUUM START", "VACUUM END"} <= set(operations)
     assert spark.read.format("delta").load(uri).count() == 3
     # VACUUM lists a table with one task per spark.sql.sources.parallelPartitionDiscovery.parallelism
-    # (Spark's default: 10000); the session keeps it at the shuffle partitions (see lakehouse.spark).
+    # (Spark's default: 10000); the session keeps it at the shuffle partitions (see lakehouse.storage.spark).
     assert tasks < 500, f"maintaining one small table ran {tasks} tasks"

@@ -8,9 +8,9 @@ import pytest
 from jsonschema import FormatChecker, ValidationError, validate
 
 from lakehouse.errors import LakehouseError
-from lakehouse.health import assess_stream_health
-from lakehouse.maintenance import expired_log_partitions, log_retention, vacuum_retention
-from lakehouse.orchestration import (
+from lakehouse.ops.health import assess_stream_health
+from lakehouse.storage.maintenance import expired_log_partitions, log_retention, vacuum_retention
+from lakehouse.ops.orchestration import (
     backfill_param_schemas, chunk_job_args, pipeline_names, session_pipeline_names, plan_chunks, request_from_params, summarise_backfill,
     validate_backfill_request,
 )
@@ -27,13 +27,13 @@ def params(**changes) -> dict:
 
 
 def test_pipeline_names_match_the_shipped_pipelines():
-    from lakehouse.pipelines import PIPELINES
+    from lakehouse.dataflow.pipelines import PIPELINES
 
     assert pipeline_names() == sorted(PIPELINES)
 
 
 def test_session_pipeline_names_match_the_shipped_session_pipelines():
-    from lakehouse.pipelines import PIPELINES
+    from lakehouse.dataflow.pipelines import PIPELINES
 
     assert session_pipeline_names() == sorted(n for n, p in PIPELINES.items() if p.window.is_session)
 
@@ -129,7 +129,7 @@ def test_a_lag_growing_at_every_recent_batch_is_falling_behind_but_a_large_stead
 
 
 def test_scheduled_dags_run_the_configured_pipelines_or_all_shipped_ones():
-    from lakehouse.orchestration import active_pipelines
+    from lakehouse.ops.orchestration import active_pipelines
 
     assert active_pipelines(SETTINGS) == pipeline_names()
     assert active_pipelines(SETTINGS.replace(pipelines=("toll_traffic",))) == ["toll_traffic"]

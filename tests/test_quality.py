@@ -11,15 +11,15 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse import transforms as tx
-from lakehouse.catalog import pipeline_tables
+from lakehouse.dataflow import transforms as tx
+from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.errors import LakehouseError
-from lakehouse.frames import literal_frame
-from lakehouse.pipelines import get_pipeline
-from lakehouse.pipelines.base import Pipeline
-from lakehouse.pipelines.toll_traffic import VEHICLE_TYPES
-from lakehouse.quality import gx_context, validate_frame
-from lakehouse.suites import BRONZE, EXPECTATIONS_DIR, GOLD, RAW_EVENTS, load_suite, row_rules, suite_path
+from lakehouse.storage.frames import literal_frame
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.dataflow.pipelines.toll_traffic import VEHICLE_TYPES
+from lakehouse.audit.quality import gx_context, validate_frame
+from lakehouse.dataflow.pipelines.row_rules import BRONZE, EXPECTATIONS_DIR, GOLD, RAW_EVENTS, load_suite, row_rules, suite_path
 
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)

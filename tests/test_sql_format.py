@@ -8,10 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from lakehouse.catalog import STREAM_PROGRESS, ensure_table
+from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_table
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
-from lakehouse.sql import format_rows, run_sql
+from lakehouse.serving.sql import format_rows, run_sql
 from tests.frames import inline_frame
 
 COLUMNS = ["bridge_id", "vehicles", "revenue"]

@@ -14,8 +14,8 @@ import pytest
 from pyspark.sql import functions as F, types as T
 from pyspark.testing import assertDataFrameEqual
 
-from lakehouse import transforms as tx
-from lakehouse.pipelines import get_pipeline
+from lakehouse.dataflow import transforms as tx
+from lakehouse.dataflow.pipelines import get_pipeline
 from tests.frames import inline_frame
 
 

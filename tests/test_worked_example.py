@@ -9,11 +9,11 @@ from decimal import Decimal
 
 from pyspark.sql import functions as F
 
-from lakehouse.batch import BatchLayer, parse_range
-from lakehouse.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
-from lakehouse.log import LocalLogWriter
-from lakehouse.pipelines import get_pipeline
-from lakehouse.speed import run_speed_layer
+from lakehouse.layers.batch import BatchLayer, parse_range
+from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
+from lakehouse.storage.log import LocalLogWriter
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.layers.speed import run_speed_layer
 from tests.conftest import RESOURCES
 
 PIPELINE = get_pipeline("toll_traffic")

@@ -10,9 +10,9 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from lakehouse.catalog import ensure_table, pipeline_tables
-from lakehouse.pipelines import get_pipeline
-from lakehouse.writers import append_stamped_once, replace_where, upsert_once
+from lakehouse.storage.catalog import ensure_table, pipeline_tables
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.storage.writers import append_stamped_once, replace_where, upsert_once
 from tests.conftest import make_settings
 from tests.frames import inline_frame
 
@@ -238,7 +238,7 @@ BATCH = GOLD + ", run_id string, updated_at timestamp"
 
 def _batch_layer_holding_two_days(spark, home):
     """A batch layer whose ``__batch`` holds two teams' hourly windows over two days, run ``old``."""
-    from lakehouse.batch import BatchLayer
+    from lakehouse.layers.batch import BatchLayer
 
     layer = BatchLayer(spark, make_settings(home), PIPELINE)
     old = [(hour(h), hour(h + 1), team, h, "old", hour(60)) for h in range(48) for team in ("red", "blue")]
@@ -301,7 +301,7 @@ def test_table_version_is_the_latest_commit_even_one_made_outside_this_jvm(spark
     from delta.tables import DeltaTable
     from deltalake import write_deltalake
 
-    from lakehouse.catalog import table_version
+    from lakehouse.storage.catalog import table_version
     from lakehouse.errors import LakehouseError
 
     uri = str(tmp_path / "table")

@@ -1,0 +1,1 @@
+"""Audits: stream-vs-batch reconciliation, data-quality suites, and the HTML report."""

@@ -1,0 +1,427 @@
+"""Stream-vs-batch reconciliation that explains every difference.
+
+For every window in the range that the speed layer's watermark has closed, the audit recomputes
+the truth from the raw retained log (the batch layer's transforms) and compares it with
+``gold.<p>__speed``. Each event of the truth gets a cause from the speed layer's own records:
+
+- ``on_time``: bronze holds it as on time, so the speed value must include it;
+- ``late``: bronze holds it as late: the stream left it out on purpose (explained);
+- ``not_yet_read``: its log file is not among the files the stream has processed (explained);
+- ``missing``: the stream read its file but bronze does not hold it (unexplained).
+
+``--target serving`` audits what SQL users see instead: the serving view ``gold.<p>`` (batch value
+where the batch layer recomputed the window, speed value elsewhere), built by the view's own
+definition over the pinned versions. A speed-served row is judged as above; a batch-served row is
+explained when it equals exactly the events that were in bronze (or in the log) when it was
+written, the rest having ``arrived_after_batch`` (the next correction run folds them in).
+
+A window and key is **matched** when speed equals the truth, **explained** when the speed value
+equals its on-time events and every other event has an explaining cause, and **unexplained**
+otherwise (or whenever an event is ``missing``), with the event ids that account for it. The audit pins what it read (Delta versions
+and the last log file), so re-running it with the same pins gives the same result.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import time
+import uuid
+from datetime import datetime, timezone
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.dataflow import transforms as tx
+from lakehouse.storage.catalog import (
+    BATCH_COVERAGE, CORRECTIONS, DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables,
+    require_table, serving_view_sql, table_exists, table_version,
+)
+from lakehouse.errors import LakehouseError
+from lakehouse.storage.frames import literal_frame
+from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write, read_log
+from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.settings import Settings, parse_duration
+
+ON_TIME, LATE, NOT_YET_READ, MISSING = "on_time", "late", "not_yet_read", "missing"
+# A late difference whose window a correction run has already recomputed: the served value is right.
+CORRECTED = "corrected"
+# A batch-served value computed before these events reached bronze or the log.
+AFTER_BATCH = "arrived_after_batch"
+EXPLAINING_CAUSES = (LATE, NOT_YET_READ, CORRECTED, AFTER_BATCH)
+# What an audit compares with the truth: the speed table, or the serving view SQL users query.
+SPEED_TARGET, SERVING_TARGET = "speed", "serving"
+TARGETS = (SPEED_TARGET, SERVING_TARGET)
+
+@dataclasses.dataclass(frozen=True)
+class Scope:
+    """Which closed windows an audit compares: all of the range, or those changed since ``since``."""
+
+    mode: str  # full | incremental
+    since: dict[str, str]  # the previous audit's table versions the changes are counted from
+    windows: Column  # true on the windows in scope
+    changed_windows: int | None
+    start: datetime  # the earliest window start in scope: the log is read from there on
+
+
+@dataclasses.dataclass
+class AuditResult:
+    run_id: str
+    pins: dict[str, str]
+    watermark: datetime | None
+    windows_compared: int
+    open_windows: int
+    matched: int
+    explained: dict[str, int]
+    unexplained: list[dict]
+    pipeline: str = ""
+    range_start: datetime | None = None
+    range_end: datetime | None = None
+    newest_event_time: datetime | None = None  # in the log, for the range: what fresh speed results reach
+    rows: list[dict] = dataclasses.field(default_factory=list, repr=False)  # every closed (window, key)
+    mode: str = "full"
+    changes_since: dict[str, str] = dataclasses.field(default_factory=dict)
+    changed_windows: int | None = None
+    target: str = SPEED_TARGET
+
+    @property
+    def ok(self) -> bool:
+        return not self.unexplained
+
+
+def current_pins(spark: SparkSession, settings: Settings, pipeline: Pipeline,
+                 arrived_from: datetime | None = None) -> dict[str, str]:
+    """The versions of what the audit reads: bronze, the speed table, stream progress, the log.
+
+    The log is pinned by the newest write time among the files the audit will read (those that
+    arrived from ``arrived_from``'s hour on), found by listing folders, never by reading files.
+    """
+    tables = pipeline_tables(pipeline)
+    pins = {}
+    for name, table in (("bronze", tables.bronze), ("speed", tables.speed), ("progress", STREAM_PROGRESS)):
+        uri = require_table(spark, table, settings, "run the speed layer first")
+        pins[name] = str(table_version(spark, uri))
+    if table_exists(spark, tables.batch.uri(settings)):  # incremental audits follow its changes too
+        pins["batch"] = str(table_version(spark, tables.batch.uri(settings)))
+    for name, table in (("corrections", CORRECTIONS), ("coverage", BATCH_COVERAGE)):
+        if table_exists(spark, table.uri(settings)):
+            pins[name] = str(table_version(spark, table.uri(settings)))
+    # Files are only ever added to the log: the latest write time pins its content.
+    newest = last_write(spark, settings, pipeline.topic, arrived_from)
+    pins["log_until"] = newest.isoformat() if newest else ""
+    return pins
+
+
+def _file_name(path):
+    """Log files are named uniquely by arrival; names, not paths, survive moving the log."""
+    return F.element_at(F.split(path, "/"), -1)
+
+
+def _at(spark: SparkSession, table: Table, settings: Settings, version: str) -> DataFrame:
+    return spark.read.format("delta").option("versionAsOf", int(version)).load(table.uri(settings))
+
+
+class Auditor:
+    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline):
+        self.spark, self.settings, self.pipeline = spark, settings, pipeline
+        self.tables = pipeline_tables(pipeline)
+
+    def reconcile(self, start: datetime, end: datetime, pins: dict[str, str] | None = None,
+                  record: bool = True, incremental: bool = False, target: str = SPEED_TARGET) -> AuditResult:
+        """Audit the closed windows starting in ``[start, end)``; ``incremental``: only those changed
+        since the previous audit (see :meth:`_changed_since_previous_audit`); ``target``: the speed
+        table or the serving view."""
+        if target not in TARGETS:
+            raise LakehouseError(f"unknown audit target {target!r}: one of {', '.join(TARGETS)}")
+        if self.pipeline.window.is_session:
+            raise LakehouseError(f"{self.pipeline.name} has session windows; the audit compares fixed windows "
+                                 "(audit the pipeline it is a variant of)")
+        started = time.time()
+        pins = pins or current_pins(self.spark, self.settings, self.pipeline, earliest_arrival_for(start))
+        missing_pins = {"bronze", "speed", "progress", "log_until"} - set(pins)
+        if missing_pins:
+            raise LakehouseError(f"pins lack {', '.join(sorted(missing_pins))}")
+        watermark, read_files = self._stream_position(pins)
+        scope = (self._changed_since_previous_audit(pins, start, end, watermark) if incremental
+                 else Scope("full", {}, F.lit(True), None, start))
+        truth_events = self._truth_events(scope.start, end, pins).where(scope.windows)
+        # Parsed once: the open-window count, the comparison and the recorded differences share it.
+        caused = self._with_causes(truth_events, pins, read_files, scope.start).persist()
+        closed = F.lit(watermark is not None) & (F.col("window_end") <= F.lit(watermark))
+        audited = self._audited_rows(target, pins)
+        per_key = self._compare(caused.where(closed), audited, pins, scope.start, end, watermark,
+                                scope.windows).persist()
+        open_windows = caused.where(~closed).select("window_start", *self.pipeline.keys).distinct().count()
+        rows = per_key.collect()
+        newest_event_time = caused.agg(F.max(self.pipeline.event_time)).first()[0]
+        result = AuditResult(
+            run_id=str(uuid.uuid4()), pins=pins, watermark=watermark, windows_compared=len(rows),
+            open_windows=open_windows, matched=sum(r.status == "matched" for r in rows),
+            explained={cause: sum(r.status == "explained" and cause in r.causes for r in rows)
+                       for cause in EXPLAINING_CAUSES},
+            unexplained=[r.asDict(recursive=True) for r in rows if r.status == "unexplained"],
+            pipeline=self.pipeline.name, range_start=start, range_end=end, newest_event_time=newest_event_time,
+            rows=[r.asDict(recursive=True) for r in rows], mode=scope.mode, changes_since=scope.since,
+            changed_windows=scope.changed_windows, target=target,
+        )
+        if record:
+            self._record(result, per_key.where(F.col("status") != "matched"), start, end, started)
+        per_key.unpersist()
+        caused.unpersist()
+        return result
+
+    def _previous_audit(self):
+        if not table_exists(self.spark, RECONCILIATIONS.uri(self.settings)):
+            return None
+        runs = self.spark.read.format("delta").load(RECONCILIATIONS.uri(self.settings))
+        return runs.where(F.col("pipeline") == self.pipeline.name).orderBy(F.col("started_at").desc()).first()
+
+    def _changed_windows(self, table: Table, since: str | None, until: str | None, start, end) -> set[datetime]:
+        """Window starts of the range whose rows changed in versions (since, until] (Change Data Feed)."""
+        if until is None:
+            return set()
+        first = int(since) + 1 if since is not None else 0
+        if first > int(until):
+            return set()
+        changes = (self.spark.read.format("delta").option("readChangeFeed", "true")
+                   .option("startingVersion", first).option("endingVersion", int(until)).load(table.uri(self.settings)))
+        return {row[0] for row in changes.where(tx.in_window_range(start, end)).select("window_start").distinct().collect()}
+
+    def _changed_since_previous_audit(self, pins, start: datetime, end: datetime, watermark) -> Scope:
+        """Windows whose speed or batch rows changed since the previous audit, plus those the watermark
+        closed since then (an unchanged window that was open then was never compared)."""
+        previous = self._previous_audit()
+        if previous is None:
+            return Scope("incremental", {}, F.lit(True), None, start)
+        since = dict(previous.pins)
+        changed = self._changed_windows(self.tables.speed, since.get("speed"), pins.get("speed"), start, end)
+        changed |= self._changed_windows(self.tables.batch, since.get("batch"), pins.get("batch"), start, end)
+        closed_since = F.lit(True) if previous.watermark is None else F.col("window_end") > F.lit(previous.watermark)
+        changed_in_range = F.col("window_start").isin(*sorted(changed)) if changed else F.lit(False)
+        windows = changed_in_range | closed_since
+        # The log holding those windows arrived no earlier than the earliest of them: read from there.
+        earliest = [*changed, *([previous.watermark - self.pipeline.window.size_delta] if previous.watermark else [])]
+        scoped_start = max(start, min(earliest)) if earliest and previous.watermark else start
+        return Scope("incremental", {k: since[k] for k in ("speed", "batch") if k in since}, windows,
+                     len(changed), scoped_start)
+
+    def _stream_position(self, pins) -> tuple[datetime | None, DataFrame]:
+        """The speed layer's watermark now, and the log files it has processed."""
+        progress = _at(self.spark, STREAM_PROGRESS, self.settings, pins["progress"]).where(
+            F.col("pipeline") == self.pipeline.name
+        )
+        max_event_time = progress.agg(F.max("max_event_time")).first()[0]
+        watermark = None
+        if max_event_time is not None:
+            delay = self.settings.watermark_delay or self.pipeline.watermark_delay
+            lateness = self.settings.allowed_lateness or self.pipeline.allowed_lateness
+            watermark = max_event_time - parse_duration(delay) - parse_duration(lateness)
+        files = progress.select(F.explode("source_files").alias("source_file"))
+        read_files = files.select(_file_name(F.col("source_file")).alias("file_name")).distinct()
+        return watermark, read_files
+
+    def _truth_events(self, start: datetime, end: datetime, pins) -> DataFrame:
+        """First copies of the valid events in windows starting in [start, end), from the pinned log."""
+        pipeline = self.pipeline
+        raw = read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(start))
+        pinned = raw.where(F.col("written_at") <= F.lit(pins["log_until"]).cast("timestamp"))
+        events = tx.first_copies(tx.valid_events(tx.parse_events(pinned, pipeline), pipeline), pipeline)
+        return tx.assign_windows(events, pipeline).where(tx.in_window_range(start, end))
+
+    def _with_causes(self, events: DataFrame, pins, read_files: DataFrame, start: datetime) -> DataFrame:
+        """Each event's cause, plus when it reached the log (``written_at``) and bronze (``ingested_at``)."""
+        pipeline = self.pipeline
+        bronze = _at(self.spark, self.tables.bronze, self.settings, pins["bronze"]).select(
+            pipeline.event_id, F.col("fate").alias("bronze_fate"), "ingested_at"
+        )
+        read = read_files.withColumn("file_read", F.lit(True))
+        written = literal_frame(self.spark, "file_name string, written_at timestamp", sorted(
+            file_write_times(self.spark, self.settings, pipeline.topic, earliest_arrival_for(start)).items()))
+        events = events.withColumn("file_name", _file_name(F.col("source_file"))).join(
+            written, on="file_name", how="left")
+        cause = (
+            F.when(F.col("bronze_fate").isNotNull(), F.col("bronze_fate"))
+            .when(F.coalesce(F.col("file_read"), F.lit(False)), F.lit(MISSING))
+            .otherwise(F.lit(NOT_YET_READ))
+        )
+        return (
+            events.join(bronze, on=pipeline.event_id, how="left")
+            .join(read, on="file_name", how="left")
+            .withColumn("cause", cause)
+        )
+
+    def _audited_rows(self, target: str, pins) -> DataFrame:
+        """What the audit checks, at the pins: gold columns plus ``source`` and ``updated_at``."""
+        speed = _at(self.spark, self.tables.speed, self.settings, pins["speed"])
+        if target == SPEED_TARGET:
+            return speed.select(*self.pipeline.gold_columns, F.lit("speed").alias("source"), "updated_at")
+        batch = (_at(self.spark, self.tables.batch, self.settings, pins["batch"]) if "batch" in pins
+                 else literal_frame(self.spark, self.tables.batch.columns, []))
+        coverage = (_at(self.spark, BATCH_COVERAGE, self.settings, pins["coverage"]) if "coverage" in pins
+                    else literal_frame(self.spark, BATCH_COVERAGE.columns, []))
+        # The serving view's own definition, over temporary views of the pinned versions.
+        names = {part: f"audit_{self.pipeline.name}_{part}" for part in ("speed", "batch", "coverage")}
+        for part, frame in (("speed", speed), ("batch", batch), ("coverage", coverage)):
+            frame.createOrReplaceTempView(names[part])
+        served = self.spark.sql(serving_view_sql(self.pipeline, **names))
+        return served.select(*self.pipeline.gold_columns, "source", "updated_at")
+
+    def _compare(self, caused: DataFrame, audited: DataFrame, pins, start, end, watermark,
+                 in_scope: Column) -> DataFrame:
+        """Per closed window and key: truth, the audited value, the part explained values come from,
+        and the status with causes.
+
+        The audited value (column ``speed`` in the output: the speed table's, or the serving view's)
+        is explained when it equals what its layer could have counted: a speed value its on-time
+        events, a batch value the events that had reached bronze (or the log) when it was written.
+        """
+        pipeline, keys, metrics = self.pipeline, list(self.pipeline.keys), self.pipeline.metric_names
+        grouping = ["window_start", "window_end", *keys]
+
+        def totals(events: DataFrame, prefix: str) -> DataFrame:
+            return tx.aggregate_metrics(events, pipeline).select(
+                *grouping, *[F.col(m).alias(f"{prefix}_{m}") for m in metrics])
+
+        closed_rows = audited.where(
+            tx.in_window_range(start, end) & in_scope
+            & (F.lit(watermark is not None) & (F.col("window_end") <= F.lit(watermark)))
+        ).select(*grouping, *[F.col(m).alias(f"speed_{m}") for m in metrics], "source",
+                 F.col("updated_at").alias("row_written_at"))
+        # A batch row was computed from bronze or from the log, before it was written.
+        batch_written = closed_rows.where(F.col("source") == "batch").select(*grouping, "row_written_at")
+        for_batch = caused.join(batch_written, on=grouping, how="inner")
+        in_bronze_before = F.col("ingested_at").isNotNull() & (F.col("ingested_at") <= F.col("row_written_at"))
+        in_log_before = F.col("written_at").isNotNull() & (F.col("written_at") <= F.col("row_written_at"))
+        counts = caused.groupBy(*grouping).agg(
+            F.count(F.when(F.col("cause") == LATE, 1)).alias("late_events"),
+            F.count(F.when(F.col("cause") == NOT_YET_READ, 1)).alias("not_yet_read_events"),
+            F.sort_array(F.collect_list(F.when(F.col("cause") == MISSING, F.col(pipeline.event_id))))
+            .alias("unexplained_event_ids"),
+        )
+        after_batch = for_batch.groupBy(*grouping).agg(
+            F.count(F.when(~in_bronze_before, 1)).alias("after_bronze_batch_events"),
+            F.count(F.when(~in_log_before, 1)).alias("after_log_batch_events"),
+        )
+        joined = (
+            totals(caused, "truth").join(closed_rows, on=grouping, how="full")
+            .join(totals(caused.where(F.col("cause") == ON_TIME), "on_time"), on=grouping, how="left")
+            .join(totals(for_batch.where(in_bronze_before), "bronze_before"), on=grouping, how="left")
+            .join(totals(for_batch.where(in_log_before), "log_before"), on=grouping, how="left")
+            .join(counts, on=grouping, how="left")
+            .join(after_batch, on=grouping, how="left")
+        )
+        joined = self._with_corrections(joined, pins)
+
+        def value(prefix: str, metric: str):
+            return F.coalesce(F.col(f"{prefix}_{metric}"), F.lit(0).cast(joined.schema[f"{prefix}_{metric}"].dataType))
+
+        def equals(prefix: str):
+            return functools.reduce(lambda a, b: a & b, [value("speed", m) == value(prefix, m) for m in metrics])
+
+        from_batch = F.coalesce(F.col("source") == "batch", F.lit(False))
+        explained_by_timing = (F.when(from_batch, equals("bronze_before") | equals("log_before"))
+                               .otherwise(equals("on_time")))
+        no_missing = F.size(F.coalesce(F.col("unexplained_event_ids"), F.array())) == 0
+        # An event the stream read but bronze lost is unexplained even where the totals still agree.
+        status = (F.when(~no_missing, F.lit("unexplained"))
+                  .when(equals("truth"), F.lit("matched"))
+                  .when(explained_by_timing, F.lit("explained"))
+                  .otherwise(F.lit("unexplained")))
+        late, unread = F.coalesce(F.col("late_events"), F.lit(0)), F.coalesce(F.col("not_yet_read_events"), F.lit(0))
+        after_batch_events = F.when(equals("bronze_before"), F.col("after_bronze_batch_events")).otherwise(
+            F.col("after_log_batch_events"))
+        after_batch_events = F.when(from_batch, F.coalesce(after_batch_events, F.lit(0))).otherwise(F.lit(0))
+        # Causes name what the speed layer left out; a batch row's events are judged by their timing.
+        batch_causes = F.when(explained_by_timing, F.array(F.lit(AFTER_BATCH))).otherwise(F.array().cast("array<string>"))
+        causes = F.when(from_batch, batch_causes).otherwise(F.filter(
+            F.array(
+                F.when(late > 0, F.lit(LATE)),
+                F.when(unread > 0, F.lit(NOT_YET_READ)),
+                F.when((late > 0) & F.col("corrected"), F.lit(CORRECTED)),
+            ),
+            lambda c: c.isNotNull(),
+        ))
+
+        def as_map(prefix: str):
+            return F.create_map(*[part for m in metrics for part in (F.lit(m), value(prefix, m).cast("string"))])
+
+        # By how much the value differs from what its layer counted: a hand-edited value shows here.
+        residual = F.create_map(*[part for m in metrics for part in (F.lit(m), F.when(
+            from_batch, value("speed", m) - value("bronze_before", m)).otherwise(
+            value("speed", m) - value("on_time", m)).cast("string"))])
+        return joined.select(
+            "window_start", "window_end",
+            F.create_map(*[part for k in keys for part in (F.lit(k), F.col(k))]).alias("key"),
+            status.alias("status"), F.when(status == "matched", F.array().cast("array<string>"))
+            .otherwise(causes).alias("causes"), as_map("truth").alias("truth"),
+            as_map("speed").alias("speed"), F.coalesce(F.col("source"), F.lit("speed")).alias("source"),
+            late.alias("late_events"), unread.alias("not_yet_read_events"),
+            after_batch_events.cast("long").alias("after_batch_events"),
+            F.coalesce("unexplained_event_ids", F.array().cast("array<string>")).alias("unexplained_event_ids"),
+            residual.alias("speed_minus_on_time"),
+        )
+
+    def _with_corrections(self, joined: DataFrame, pins) -> DataFrame:
+        """Flag the (window, key) rows a correction run has recomputed (as of the pinned log)."""
+        keys = list(self.pipeline.keys)
+        key_json = F.to_json(F.create_map(*[part for k in keys for part in (F.lit(k), F.col(k).cast("string"))]))
+        if "corrections" not in pins:
+            return joined.withColumn("corrected", F.lit(False))
+        corrected = (
+            _at(self.spark, CORRECTIONS, self.settings, pins["corrections"])
+            .where((F.col("pipeline") == self.pipeline.name) & (F.col("change") == "insert"))
+            .select("window_start", "window_end", F.to_json("key").alias("_key_json"))
+            .distinct().withColumn("corrected", F.lit(True))
+        )
+        return (joined.withColumn("_key_json", key_json)
+                .join(corrected, on=["window_start", "window_end", "_key_json"], how="left")
+                .withColumn("corrected", F.coalesce("corrected", F.lit(False))).drop("_key_json"))
+
+    def _record(self, result: AuditResult, differences: DataFrame, start, end, started: float) -> None:
+        for table in (RECONCILIATIONS, DIFFERENCES):
+            ensure_table(self.spark, table, self.settings)
+        run = {
+            "run_id": result.run_id, "pipeline": self.pipeline.name, "range_start": start, "range_end": end,
+            "pins": result.pins, "watermark": result.watermark, "windows_compared": result.windows_compared,
+            "open_windows": result.open_windows, "matched": result.matched,
+            "explained_late": result.explained[LATE], "explained_not_yet_read": result.explained[NOT_YET_READ],
+            "explained_corrected": result.explained[CORRECTED],
+            "explained_after_batch": result.explained[AFTER_BATCH], "target": result.target,
+            "unexplained": len(result.unexplained), "mode": result.mode, "changes_since": result.changes_since,
+            "changed_windows": result.changed_windows, "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
+            "duration_ms": int((time.time() - started) * 1000),
+        }
+        differences.withColumns({"run_id": F.lit(result.run_id), "pipeline": F.lit(self.pipeline.name)}) \
+            .select(DIFFERENCES.columns.fieldNames()).write.format("delta").mode("append") \
+            .option("mergeSchema", "true").save(DIFFERENCES.uri(self.settings))
+        # The summary row last: a reconciliation row means its differences are all recorded.
+        # mergeSchema: a table made before the incremental mode gains its columns on the first write.
+        literal_frame(self.spark, RECONCILIATIONS.columns, [run]).write.format("delta").mode("append") \
+            .option("mergeSchema", "true").save(
+            RECONCILIATIONS.uri(self.settings)
+        )
+
+
+AUDITED = {SPEED_TARGET: "the speed table", SERVING_TARGET: "the serving view"}
+
+
+def render_audit(result: AuditResult) -> str:
+    lines = [
+        f"audit {result.run_id} of {AUDITED[result.target]}: {result.windows_compared} closed (window, key) rows compared, "
+        f"{result.open_windows} still open (watermark {result.watermark})",
+        f"  matched          {result.matched}",
+        f"  explained late   {result.explained[LATE]}",
+        f"    of which already corrected {result.explained[CORRECTED]}",
+        f"  explained unread {result.explained[NOT_YET_READ]}",
+        *([f"  explained after batch {result.explained[AFTER_BATCH]}"] if result.target == SERVING_TARGET else []),
+        f"  unexplained      {len(result.unexplained)}",
+        f"  pins             {json.dumps(result.pins, sort_keys=True)}",
+    ]
+    for row in result.unexplained[:20]:
+        lines.append(
+            f"  UNEXPLAINED {row['window_start']} {row['key']}: truth {row['truth']} {row['source']} {row['speed']}; "
+            f"value - events its layer counted {row['speed_minus_on_time']}; "
+            f"events unaccounted: {row['unexplained_event_ids']}"
+        )
+    return "\n".join(lines)

@@ -1,0 +1,442 @@
+"""The batch layer: recompute ``gold.<p>__batch`` for an exact event-time range.
+
+Input is bronze (every accepted event, late ones included) or the raw retained log (after a parser
+fix, say). The plan uses the speed layer's transforms; the write replaces exactly the windows that
+start in each chunk of the range (``replaceWhere``), atomically, so a re-run or a retry after a
+crash leaves the same table.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import re
+import sys
+import time
+import uuid
+from collections.abc import Callable
+from datetime import datetime, timedelta, timezone
+
+from pyspark.errors import PySparkException
+from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
+from pyspark.sql import functions as F
+
+from lakehouse.dataflow import transforms as tx
+from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, require_table, table_version
+from lakehouse.errors import LakehouseError
+from lakehouse.storage.frames import literal_frame
+from lakehouse.storage.log import earliest_arrival_for, read_log
+from lakehouse.ops.tables import append_rows
+from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.settings import Settings, parse_duration
+from lakehouse.storage.writers import replace_where
+
+SOURCES = ("bronze", "log")
+REPROCESS = ("redo", "skip")
+EPOCH = datetime(1970, 1, 1)
+# A change-feed read opens every commit in its range, one after another on the driver: at the
+# stream's 5 s trigger a day of bronze is 17,280 commits, which costs more than recomputing a chunk
+# (a local commit file takes about a millisecond, one on object storage tens). Past this many
+# commits since a chunk's version, a skip run recomputes the chunk instead of reading the feed.
+CHANGE_FEED_CHECK_LIMIT = 1000
+log = logging.getLogger(__name__)
+
+
+def parse_instant(text: str, what: str) -> datetime:
+    """An ISO-8601 date or date-time; without a zone it is UTC. Returned as naive UTC."""
+    try:
+        moment = datetime.fromisoformat(str(text).strip())
+    except ValueError:
+        raise LakehouseError(f"cannot read {what} {text!r}: use ISO-8601, e.g. 2026-01-05T08:00:00Z") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment
+
+
+def parse_range(start_text: str, end_text: str, pipeline: Pipeline) -> tuple[datetime, datetime]:
+    """A non-empty event-time range whose ends fall on window boundaries."""
+    start, end = parse_instant(start_text, "start"), parse_instant(end_text, "end")
+    if end <= start:
+        raise LakehouseError(f"the range [{start_text}, {end_text}) is empty or reversed: end must be after start")
+    slide = pipeline.window.slide_delta
+    for name, moment in (("start", start), ("end", end)):
+        if (moment - EPOCH) % slide:
+            raise LakehouseError(
+                f"{name} {moment.isoformat()} is not on a window boundary of {pipeline.name} "
+                f"(windows slide by {pipeline.window.slide or pipeline.window.size})"
+            )
+    return start, end
+
+
+def split_range(start: datetime, end: datetime, chunk: timedelta) -> list[tuple[datetime, datetime]]:
+    chunks, cursor = [], start
+    while cursor < end:
+        chunks.append((cursor, min(cursor + chunk, end)))
+        cursor += chunk
+    return chunks
+
+
+def event_span(pipeline: Pipeline, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+    """The event times that can fall in windows starting in ``[start, end)``.
+
+    A session that starts in the range can run on past its end, and is only known to start there
+    if no event came less than a gap before: both sides reach ``session_lookback`` further.
+    """
+    window = pipeline.window
+    if window.is_session:
+        lookback = parse_duration(pipeline.session_lookback)
+        return start - lookback, end + lookback
+    return start, end - window.slide_delta + window.size_delta
+
+
+def events_between(pipeline: Pipeline, first_event: datetime, last_event: datetime) -> Column:
+    """Events with event times in ``[first_event, last_event)``."""
+    event_time = F.col(pipeline.event_time)
+    return (event_time >= F.lit(first_event)) & (event_time < F.lit(last_event))
+
+
+def sql_timestamp(moment: datetime) -> str:
+    return f"TIMESTAMP'{moment.isoformat(sep=' ')}'"
+
+
+Chunk = tuple[datetime, datetime]
+
+
+@dataclasses.dataclass(frozen=True)
+class ChunkInputs:
+    """What is known of a chunk's inputs before it is recomputed."""
+
+    unchanged: bool  # the chunk's last recomputation read the same inputs with the same code: skip it
+    fingerprint: str | None  # None: digest the inputs while recomputing them
+
+
+@dataclasses.dataclass
+class BackfillResult:
+    run_id: str
+    pipeline: str
+    source: str
+    range_start: datetime
+    range_end: datetime
+    chunks: int = 0
+    events_read: int = 0
+    quarantined: int = 0
+    duplicates: int = 0
+    events_used: int = 0
+    rows_written: int = 0
+    status: str = "running"
+    error: str | None = None
+    chunks_skipped: int = 0
+    label: str | None = None  # who asked: an Airflow run and chunk, say
+
+
+class ProgressBar:
+    """A one-line progress bar on a terminal; silent otherwise (logs, Airflow)."""
+
+    def __init__(self, total: int, label: str, stream=sys.stderr):
+        self.total, self.label, self.stream = total, label, stream
+        self.enabled = hasattr(stream, "isatty") and stream.isatty()
+
+    def update(self, done: int) -> None:
+        if not self.enabled:
+            return
+        width = 30
+        filled = int(width * done / max(self.total, 1))
+        self.stream.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {done}/{self.total} chunks")
+        if done == self.total:
+            self.stream.write("\n")
+        self.stream.flush()
+
+
+class BatchLayer:
+    def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline):
+        self.spark = spark
+        self.settings = settings
+        self.pipeline = pipeline
+        self.tables = ensure_pipeline_tables(spark, settings, pipeline)
+
+    def backfill(self, start: datetime, end: datetime, source: str = "bronze", chunk: str = "1d",
+                 on_chunk: Callable[[int, int], None] | None = None, reprocess: str = "redo",
+                 label: str | None = None) -> BackfillResult:
+        """Recompute each chunk of ``[start, end)``; with ``reprocess="skip"`` a chunk whose inputs have
+        the fingerprint its last recomputation recorded is left as it is."""
+        if source not in SOURCES:
+            raise LakehouseError(f"unknown source {source!r}: use one of {', '.join(SOURCES)}")
+        if reprocess not in REPROCESS:
+            raise LakehouseError(f"unknown reprocess {reprocess!r}: use one of {', '.join(REPROCESS)}")
+        chunk_size = parse_duration(chunk)
+        if chunk_size <= timedelta(0) or chunk_size % self.pipeline.window.slide_delta:
+            raise LakehouseError(f"chunk {chunk} must be a positive multiple of the window slide")
+        result = BackfillResult(str(uuid.uuid4()), self.pipeline.name, source, start, end, label=label)
+        started = time.time()
+        cached: list[DataFrame] = []
+        try:
+            events, bronze_version = self._events(source, start, end, result, cached)
+            chunks = split_range(start, end, chunk_size)
+            inputs = self._chunk_inputs(events, chunks, source, bronze_version, skip=reprocess == "skip")
+            for done, chunk in enumerate(chunks, start=1):
+                if inputs[chunk].unchanged:
+                    result.chunks_skipped += 1
+                else:
+                    self._recompute_chunk(events, chunk, result, inputs[chunk].fingerprint)
+                result.chunks = done - result.chunks_skipped
+                if on_chunk:
+                    on_chunk(done, len(chunks))
+            result.status = "succeeded"
+        except Exception as error:
+            result.status, result.error = "failed", f"{type(error).__name__}: {error}"[:2000]
+            raise
+        finally:
+            for frame in cached:  # the session may live on (Airflow worker, demo, tests): free the cache
+                frame.unpersist()
+            self._record_run(result, started)
+        return result
+
+    def _events(self, source: str, start: datetime, end: datetime, result: BackfillResult,
+                cached: list[DataFrame]) -> tuple[DataFrame, int | None]:
+        """Valid, de-duplicated events that can fall in windows starting in [start, end), and the
+        version of bronze they come from (None from the log)."""
+        pipeline = self.pipeline
+        first_event, last_event = event_span(pipeline, start, end)
+        if source == "bronze":
+            uri = require_table(self.spark, self.tables.bronze, self.settings,
+                                "run the speed layer first, or backfill with --source log")
+            # Read at a pinned version: a chunk's fingerprint names it (see bronze_fingerprint).
+            version = table_version(self.spark, uri)
+            bronze = self.spark.read.format("delta").option("versionAsOf", version).load(uri)
+            return bronze.where(self._in_bronze_span(first_event, last_event)).select(*pipeline.field_names), version
+        parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)),
+                                 pipeline)
+        # Counted while the log is read for the events, not in a second pass over the raw JSON.
+        log_counts = Observation("log_counts")
+        observed = parsed.observe(log_counts, F.count(F.lit(1)).alias("read"), F.count("reason").alias("quarantined"))
+        numbered = tx.number_copies(tx.valid_events(observed, pipeline), pipeline)
+        in_range_copies = numbered.where(events_between(pipeline, first_event, last_event)).persist()
+        cached.append(in_range_copies)
+        result.duplicates = in_range_copies.where(F.col("copy_number") > 1).count()
+        counted = log_counts.get
+        result.events_read, result.quarantined = counted["read"], counted["quarantined"]
+        return in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names), None
+
+    def _in_bronze_span(self, first_event: datetime, last_event: datetime) -> Column:
+        """Bronze rows with event times in ``[first_event, last_event)``, by partition and by value."""
+        on_dates = F.col("event_date").between(first_event.date(), last_event.date())
+        return on_dates & events_between(self.pipeline, first_event, last_event)
+
+    def _chunk_events(self, events: DataFrame, chunk: Chunk) -> DataFrame:
+        """Exactly the events that can reach the chunk's windows (see event_span)."""
+        return events.where(events_between(self.pipeline, *event_span(self.pipeline, *chunk)))
+
+    def _chunk_inputs(self, events: DataFrame, chunks: list[Chunk], source: str, bronze_version: int | None,
+                      skip: bool) -> dict[Chunk, ChunkInputs]:
+        """Each chunk's input fingerprint if it is known before recomputing, and whether it is the one
+        the chunk's last recomputation recorded (only asked with ``skip``)."""
+        pipeline = self.pipeline
+        if bronze_version is not None:
+            # From bronze, the version read and the code name the inputs (bronze_fingerprint).
+            fingerprint = bronze_fingerprint(pipeline, bronze_version)
+            unchanged = self._bronze_unchanged(chunks, bronze_version) if skip else set()
+            return {chunk: ChunkInputs(chunk in unchanged, fingerprint) for chunk in chunks}
+        if not skip:
+            return {chunk: ChunkInputs(False, None) for chunk in chunks}
+        # From the log, whether to recompute at all depends on the digest: a pass of its own per chunk
+        # (over the cached events).
+        last = self._last_fingerprints(chunks)
+        inputs = {}
+        for chunk in chunks:
+            fingerprint = input_fingerprint(self._chunk_events(events, chunk), pipeline, source)
+            inputs[chunk] = ChunkInputs(last.get(chunk) == fingerprint, fingerprint)
+        return inputs
+
+    def _recompute_chunk(self, events: DataFrame, chunk: Chunk, result: BackfillResult,
+                         fingerprint: str | None) -> None:
+        pipeline, settings = self.pipeline, self.settings
+        chunk_start, chunk_end = chunk
+        chunk_events = unobserved = self._chunk_events(events, chunk)
+        fingerprinted = None
+        if fingerprint is None:
+            # Digested while the recomputation reads the events: one pass over the input, not two (an
+            # A/B of the bench's one-day backfill is in the README).
+            fingerprinted = Observation(f"fingerprint_{uuid.uuid4().hex}")
+            chunk_events = chunk_events.observe(fingerprinted, *fingerprint_totals(chunk_events))
+        # Counted as the write computes the rows: a count of its own, on the rows cached, cost three
+        # Spark jobs (0.3 s of the bench's one-day backfill at 10M events).
+        written = Observation(f"written_{uuid.uuid4().hex}")
+        gold = tx.window_values(chunk_events, pipeline, with_event_count=True).where(
+            tx.in_window_range(chunk_start, chunk_end)
+        ).observe(written, F.count(F.lit(1)).alias("rows"), F.sum("events").alias("events"))
+        rows = gold.drop("events").withColumns({"run_id": F.lit(result.run_id), "updated_at": F.current_timestamp()})
+        replace_where(*self._chunk_replacement(rows.select(self.tables.batch.columns.fieldNames()), chunk))
+        totals = written.get
+        if fingerprinted and totals["rows"]:
+            fingerprint = fingerprint_digest(fingerprinted.get, pipeline, result.source)
+        elif fingerprinted:
+            # No windows, maybe no events: Spark drops the observation of an input it finds empty
+            # (adaptive execution's empty-relation propagation), so count again; it is little.
+            fingerprint = input_fingerprint(unobserved, pipeline, result.source)
+        result.rows_written += totals["rows"]
+        result.events_used += totals["events"] or 0
+        # One row, so through delta-rs rather than a Spark job (lakehouse.ops.tables).
+        append_rows(BATCH_COVERAGE.uri(settings), BATCH_COVERAGE.arrow_schema, [{
+            "pipeline": pipeline.name, "range_start": chunk_start, "range_end": chunk_end, "run_id": result.run_id,
+            "source": result.source, "written_at": datetime.now(timezone.utc), "input_fingerprint": fingerprint,
+        }])
+
+    def _chunk_replacement(self, rows: DataFrame, chunk: Chunk) -> tuple[DataFrame, str, str]:
+        """``rows`` as a write that replaces exactly the windows starting in ``chunk``: the rows, the
+        table and the ``replaceWhere`` condition.
+
+        The condition names whole ``window_date`` partitions, and the rows of those days outside the
+        chunk are written back with the chunk's. A condition on ``window_start`` would make Delta
+        delete row by row: find the files holding such rows, rewrite them, and write the deleted rows
+        to the change feed (three Spark jobs; 2.0 s against 1.1 s per write in the bench's one-day
+        backfill, measured side by side); whole partitions are removed from the log alone. The rows
+        kept are read inside the write's transaction (Delta scans the table it writes at the
+        transaction's snapshot), so a change to them that commits first fails the write and
+        ``replace_where`` runs it again, on the new rows. A chunk of whole days keeps none.
+        """
+        chunk_start, chunk_end = chunk
+        uri = self.tables.batch.uri(self.settings)
+        table = self.spark.read.format("delta").load(uri)
+        if "window_date" not in table.columns:  # a table from before the gold tables were partitioned
+            return rows, uri, (f"window_start >= {sql_timestamp(chunk_start)} "
+                               f"AND window_start < {sql_timestamp(chunk_end)}")
+        first_day, last_day = chunk_start.date(), (chunk_end - timedelta(microseconds=1)).date()
+        whole_days = chunk_start.time() == chunk_end.time() == datetime.min.time()
+        if not whole_days:
+            on_days = F.col("window_date").between(first_day, last_day)
+            kept = table.where(on_days & ~tx.in_window_range(chunk_start, chunk_end))
+            rows = rows.unionByName(kept.select(*rows.columns))
+        return rows, uri, f"window_date >= DATE'{first_day}' AND window_date <= DATE'{last_day}'"
+
+    def _bronze_unchanged(self, chunks: list[Chunk], version: int) -> set[Chunk]:
+        """The chunks whose rows in bronze at ``version`` are those their last recomputation read, by
+        the same code: bronze's change feed since then holds none of their events. Compaction changes
+        no data, so it leaves no trace there. One read of the feed answers for every chunk."""
+        code = _bronze_code_digest(self.pipeline)
+        since: dict[Chunk, int] = {}
+        for chunk, fingerprint in self._last_fingerprints(chunks).items():
+            recorded = parse_bronze_fingerprint(fingerprint)
+            if recorded is None or recorded[1] != code or recorded[0] > version:  # > : bronze was recreated
+                continue
+            if version - recorded[0] > CHANGE_FEED_CHECK_LIMIT:
+                log.info("bronze has %d commits since version %d, more than a change-feed check is worth: "
+                         "recomputing %s", version - recorded[0], recorded[0], _chunk_name(chunk))
+                continue
+            since[chunk] = recorded[0]
+        unchanged = {chunk for chunk, read in since.items() if read == version}
+        to_check = {chunk: read for chunk, read in since.items() if read < version}
+        if not to_check:
+            return unchanged
+        spans = {chunk: event_span(self.pipeline, *chunk) for chunk in to_check}
+        everywhere = self._in_bronze_span(min(first for first, _ in spans.values()),
+                                          max(last for _, last in spans.values()))
+        # A chunk changed if a commit after the version it read holds a row in its event span.
+        changed_rows = [F.count(F.when((F.col("_commit_version") > read) & events_between(self.pipeline, *spans[chunk]),
+                                       1)).alias(f"chunk_{index}")
+                        for index, (chunk, read) in enumerate(to_check.items())]
+        try:
+            changes = (self.spark.read.format("delta").option("readChangeFeed", "true")
+                       .option("startingVersion", min(to_check.values()) + 1).option("endingVersion", version)
+                       .load(self.tables.bronze.uri(self.settings)))
+            counts = changes.where(everywhere).agg(*changed_rows).first()
+        except PySparkException as error:
+            # Expired log entries or vacuumed change files: what changed cannot be known, so recompute.
+            log.warning("bronze's changes since version %d cannot be read (%s): recomputing %d chunks",
+                        min(to_check.values()), str(error).splitlines()[0] if str(error) else type(error).__name__,
+                        len(to_check))
+            return unchanged
+        return unchanged | {chunk for index, chunk in enumerate(to_check) if not counts[index]}
+
+    def _last_fingerprints(self, chunks: list[Chunk]) -> dict[Chunk, str]:
+        """The fingerprint of the latest recomputation touching each chunk, for the chunks it covered
+        exactly. A later overlapping run with other boundaries may have rewritten part of a chunk, so
+        only an exact match of the latest overlapping coverage row counts."""
+        coverage = self.spark.read.format("delta").load(BATCH_COVERAGE.uri(self.settings))
+        if "input_fingerprint" not in coverage.columns:
+            return {}
+        wanted = literal_frame(self.spark, "chunk_start timestamp, chunk_end timestamp", chunks)
+        overlapping = coverage.where(F.col("pipeline") == self.pipeline.name).join(
+            wanted, (F.col("range_start") < F.col("chunk_end")) & (F.col("range_end") > F.col("chunk_start")))
+        newest_first = Window.partitionBy("chunk_start").orderBy(F.col("written_at").desc())
+        latest = overlapping.withColumn("rank", F.row_number().over(newest_first)).where("rank = 1").collect()
+        return {(row.chunk_start, row.chunk_end): row.input_fingerprint for row in latest
+                if (row.range_start, row.range_end) == (row.chunk_start, row.chunk_end)}
+
+    def _record_run(self, result: BackfillResult, started: float) -> None:
+        finished = time.time()
+        row = {
+            **dataclasses.asdict(result),
+            "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
+            "finished_at": datetime.fromtimestamp(finished, tz=timezone.utc),
+            "duration_ms": int((finished - started) * 1000),
+        }
+        append_rows(BACKFILL_RUNS.uri(self.settings), BACKFILL_RUNS.arrow_schema, [row])
+
+
+def _chunk_name(chunk: Chunk) -> str:
+    return f"[{chunk[0].isoformat()}, {chunk[1].isoformat()})"
+
+
+def definition_fingerprint() -> str:
+    """The code that turns inputs into batch rows: the pipelines and transforms, by their source text."""
+    import hashlib
+    from pathlib import Path
+
+    dataflow = Path(__file__).parents[1] / "dataflow"
+    digest = hashlib.sha256()
+    for path in [dataflow / "transforms.py", Path(__file__), *sorted((dataflow / "pipelines").glob("*.py"))]:
+        digest.update(path.name.encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()
+
+
+def bronze_fingerprint(pipeline: Pipeline, version: int) -> str:
+    """The inputs of a chunk recomputed from bronze: the table's version and the code.
+
+    Bronze changes only by appends (and compaction, which changes no rows), so its change feed
+    since that version says whether a chunk's events changed, at the cost of reading the changes
+    only; hashing every row costs a pass over the chunk (4.3 s of a 9.5 s backfill of 10M events).
+    """
+    return f"bronze@{version}:{_bronze_code_digest(pipeline)}"
+
+
+def _bronze_code_digest(pipeline: Pipeline) -> str:
+    import hashlib
+
+    return hashlib.sha256(f"{pipeline.name}|bronze|{definition_fingerprint()}".encode()).hexdigest()
+
+
+def parse_bronze_fingerprint(fingerprint: str | None) -> tuple[int, str] | None:
+    match = re.fullmatch(r"bronze@(\d+):([0-9a-f]{64})", fingerprint or "")
+    return (int(match[1]), match[2]) if match else None
+
+
+def input_fingerprint(events: DataFrame, pipeline: Pipeline, source: str) -> str:
+    """A digest of exactly the inputs a chunk's result depends on: the events that can reach its
+    windows (parsed and de-duplicated), the source, and the code. Order-independent (the sum of a
+    64-bit hash of every row, and a count), and one aggregate over rows the recomputation reads
+    anyway: no extra writes."""
+    return fingerprint_digest(events.agg(*fingerprint_totals(events)).first(), pipeline, source)
+
+
+def fingerprint_totals(events: DataFrame) -> list[Column]:
+    """The aggregates a fingerprint digests (exact sums: the same rows in any order give the same).
+
+    The 64-bit row hash is summed as its two 32-bit halves in longs: exact up to 2^31 rows a chunk,
+    with no overflow (ANSI mode would fail a long sum of whole hashes) and none of the cost of
+    decimal sums. One hash, not two: hashing every column is most of the cost (measured on a one-day
+    backfill from bronze of 10M events: 12.4 s with a second, 32-bit hash and decimal sums, 9.5 s
+    like this, 5.2 s counting only), and 64 bits is ample for telling changed inputs from the same.
+    """
+    row_hash = F.xxhash64(*[F.col(name) for name in sorted(events.columns)])
+    return [
+        F.count(F.lit(1)).alias("rows"),
+        F.sum(F.shiftrightunsigned(row_hash, 32)).alias("high"),
+        F.sum(row_hash.bitwiseAND(F.lit(0xFFFFFFFF))).alias("low"),
+    ]
+
+
+def fingerprint_digest(totals, pipeline: Pipeline, source: str) -> str:
+    import hashlib
+
+    text = f"{pipeline.name}|{source}|{definition_fingerprint()}|{totals['rows']}|{totals['high']}|{totals['low']}"
+    return hashlib.sha256(text.encode()).hexdigest()

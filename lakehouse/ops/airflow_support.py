@@ -1,0 +1,106 @@
+"""What every lakehouse DAG shares: default arguments and the way Spark jobs are submitted.
+
+Imported by the DAG files at parse time, so only cheap imports at module level (Airflow's own, and
+the Spark provider's operator when a DAG is built). The Delta JARs are resolved when a task runs
+(a template), never while parsing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from lakehouse.ops.orchestration import SPARK_CONN_ID
+from lakehouse.settings import PROJECT_ROOT, Settings
+
+OWNER = "lakehouse"
+JOBS = Path(os.environ.get("LAKEHOUSE_JOBS_DIR", PROJECT_ROOT / "jobs"))
+
+
+def default_args(retries: int = 2, retry_delay: timedelta = timedelta(seconds=15)) -> dict:
+    return {"owner": OWNER, "retries": retries, "retry_delay": retry_delay}
+
+
+def delta_jars() -> str:
+    """Jinja macro for ``jars=``: the cached Delta JARs, resolved on the worker when the task runs."""
+    from lakehouse.storage.spark import spark_submit_jars
+
+    return spark_submit_jars(Settings.from_env())
+
+
+def spark_env() -> dict[str, str]:
+    """spark-submit finds Spark through SPARK_HOME (pip's pyspark folder, unless set) and runs the
+    Python side with PYSPARK_PYTHON: this interpreter, where lakehouse is installed."""
+    spark_home = os.environ.get("SPARK_HOME")
+    if not spark_home:
+        spec = importlib.util.find_spec("pyspark")  # locates, does not import
+        spark_home = str(Path(spec.origin).parent) if spec and spec.origin else ""
+    return {"SPARK_HOME": spark_home, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+
+
+USER_DEFINED_MACROS = {"lakehouse_delta_jars": delta_jars}
+
+
+def spark_job(task_id: str, job: str, application_args, **kwargs):
+    """A SparkSubmitOperator running ``jobs/<job>.py`` on the ``spark_default`` connection's master."""
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    return SparkSubmitOperator(task_id=task_id, **spark_job_kwargs(job), application_args=application_args, **kwargs)
+
+
+def spark_job_kwargs(job: str) -> dict:
+    """Arguments shared by every Spark job task (for ``SparkSubmitOperator.partial`` too)."""
+    return {
+        "application": str(JOBS / f"{job}.py"),
+        "conn_id": SPARK_CONN_ID,
+        "jars": "{{ lakehouse_delta_jars() }}",
+        "env_vars": spark_env(),
+        "name": f"lakehouse-{job}",
+        # The driver JVM starts before Python: give it UTC and the project's quiet log configuration here.
+        "conf": {"spark.driver.extraJavaOptions":
+                 f"-Duser.timezone=UTC -Dlog4j.configurationFile={PROJECT_ROOT / 'lakehouse' / 'log4j2.properties'}"},
+    }
+
+
+ALERT_WEBHOOK_CONN_ID = "lakehouse_alerts_webhook"
+
+
+def raise_alert(context) -> None:
+    """Failure callback: append a row to ``ops.alerts`` and post it to the webhook connection, if any."""
+    from lakehouse.ops.tables import append_alert
+
+    ti = context["ti"]
+    error = context.get("exception")
+    message = f"{ti.dag_id}.{ti.task_id} failed in run {ti.run_id}: {error or 'see the task log'}"
+    row = append_alert(Settings.from_env(), "airflow", message, ti.dag_id, ti.run_id, ti.task_id)
+    url = webhook_url()
+    if url:
+        post_json(url, {**row, "raised_at": row["raised_at"].isoformat()})
+
+
+def webhook_url() -> str | None:
+    """The alert webhook's URL from the ``lakehouse_alerts_webhook`` connection, or None if not configured."""
+    from airflow.sdk import BaseHook
+
+    try:
+        conn = BaseHook.get_connection(ALERT_WEBHOOK_CONN_ID)
+    except Exception:  # not configured: alerts go to ops.alerts only
+        return None
+    if conn.host and "://" in conn.host:
+        return conn.host
+    scheme = conn.schema or "https"
+    port = f":{conn.port}" if conn.port else ""
+    return f"{scheme}://{conn.host}{port}"
+
+
+def post_json(url: str, payload: dict, timeout: float = 10) -> None:
+    import json
+    import urllib.request
+
+    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        response.read()

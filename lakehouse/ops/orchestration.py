@@ -1,0 +1,211 @@
+"""What the Airflow DAGs decide, as small pure functions: trigger parameters, their validation and
+the chunk plan of a backfill.
+
+Nothing here imports Spark or Airflow: DAG files import this module at parse time (it must stay
+cheap), and tasks call it at run time. Spark work happens in ``jobs/`` under spark-submit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings, format_duration, parse_duration
+
+SOURCES = ("bronze", "log")
+REPROCESS = ("skip", "redo")
+CHUNK_CHOICES = ("15m", "1h", "6h", "1d")
+# ISO-8601 date-time with an optional zone: what the UI's date-time picker sends and what people type.
+# (jsonschema checks ``format: date-time`` only when rfc3339-validator is installed: spell it out.)
+DATE_TIME_PATTERN = r"^\d{4}-\d{2}-\d{2}[T ]\d{2}:\d{2}(:\d{2}(\.\d{1,6})?)?(Z|[+-]\d{2}:?\d{2})?$"
+DURATION_PATTERN = r"^\s*\d+\s*(s|m|h|d)\s*$"
+SPARK_CONN_ID = "spark_default"
+# Backfills run in this pool so they cannot take every worker slot from the scheduled layers.
+BACKFILL_POOL = "lakehouse_backfill"
+
+
+def _declared_pipelines() -> dict[str, bool]:
+    """Each shipped pipeline's name and whether it has session windows, read from
+    ``lakehouse/dataflow/pipelines/`` without importing it (a pipeline module imports pyspark, too slow for DAG
+    parsing): the ``name=`` of each ``Pipeline(...)``, the name of each ``.variant("...")``, and a
+    ``window=Window(gap=...)`` among their arguments. A test pins this to ``lakehouse.dataflow.pipelines``."""
+    import ast
+
+    def has_session_window(call: ast.Call) -> bool:
+        return any(k.arg == "window" and isinstance(k.value, ast.Call)
+                   and any(w.arg == "gap" for w in k.value.keywords) for k in call.keywords)
+
+    declared = {}
+    for path in (Path(__file__).parents[1] / "dataflow" / "pipelines").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            if called == "Pipeline":
+                declared.update({k.value.value: has_session_window(node) for k in node.keywords
+                                 if k.arg == "name" and isinstance(k.value, ast.Constant)})
+            elif called == "variant" and node.args and isinstance(node.args[0], ast.Constant):
+                declared[node.args[0].value] = has_session_window(node)
+    return declared
+
+
+def pipeline_names() -> list[str]:
+    """The shipped pipelines' names (see ``_declared_pipelines``)."""
+    return sorted(_declared_pipelines())
+
+
+def session_pipeline_names() -> list[str]:
+    """Shipped pipelines with session windows: the audit compares fixed windows and skips them."""
+    return sorted(name for name, is_session in _declared_pipelines().items() if is_session)
+
+
+DEFAULT_PIPELINE = "toll_traffic"
+
+
+def active_pipelines(settings: Settings) -> list[str]:
+    """The pipelines the scheduled DAGs run: ``LAKEHOUSE_PIPELINES``, or every shipped one."""
+    shipped = pipeline_names()
+    unknown = sorted(set(settings.pipelines) - set(shipped))
+    if unknown:
+        raise LakehouseError(f"LAKEHOUSE_PIPELINES names unknown pipelines {', '.join(unknown)}; "
+                             f"shipped: {', '.join(shipped)}")
+    return list(settings.pipelines) or shipped
+
+
+def backfill_param_schemas(settings: Settings) -> dict[str, dict]:
+    """JSON-schema of each backfill parameter, as the trigger form renders and Airflow validates them.
+
+    Airflow validates each Param on its own when a run is created (UI form and REST API alike), so
+    what a single value can break is caught there; rules across values or relative to now (end
+    after start, longest range, log retention) are checked by ``validate_backfill_request``.
+    """
+    return {
+        "pipeline": {"type": "string", "enum": pipeline_names(), "title": "Pipeline",
+                     "description": "Which pipeline's gold.<p>__batch to recompute."},
+        "start": {"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN, "title": "Start",
+                  "description": "First window start (UTC when no zone is given); on a window boundary."},
+        "end": {"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN, "title": "End",
+                "description": f"Exclusive; at most {settings.backfill_max_range} after start."},
+        "source": {"type": "string", "enum": list(SOURCES), "title": "Source",
+                   "description": "bronze: accepted events; log: re-parse the raw retained log."},
+        "chunk": {"type": "string", "enum": list(CHUNK_CHOICES), "title": "Chunk size",
+                  "description": "Each chunk is recomputed and committed atomically by its own task."},
+        "reprocess": {"type": "string", "enum": list(REPROCESS), "title": "Reprocess",
+                      "description": "skip: leave chunks already computed from the same inputs; redo: all."},
+        "dry_run": {"type": "boolean", "title": "Dry run", "description": "Plan and summarise, write nothing."},
+    }
+
+
+@dataclasses.dataclass(frozen=True)
+class BackfillRequest:
+    pipeline: str
+    start: datetime  # naive UTC, like the batch layer's
+    end: datetime
+    source: str = "bronze"
+    chunk: str = "1d"
+    reprocess: str = "skip"
+    dry_run: bool = False
+
+
+def parse_utc(text: str, what: str) -> datetime:
+    """An ISO-8601 date-time (``Z`` and offsets accepted; no zone is UTC) as naive UTC."""
+    try:
+        moment = datetime.fromisoformat(str(text).strip().replace(" ", "T", 1))
+    except ValueError:
+        raise LakehouseError(f"cannot read {what} {text!r}: use ISO-8601, e.g. 2026-01-05T08:00:00Z") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment
+
+
+def validate_backfill_request(params: dict, settings: Settings, now: datetime) -> BackfillRequest:
+    """Every rule a backfill's parameters must meet, with a message that says how to fix it."""
+    pipeline = params.get("pipeline")
+    if pipeline not in pipeline_names():
+        raise LakehouseError(f"unknown pipeline {pipeline!r}; shipped pipelines: {', '.join(pipeline_names())}")
+    for name, allowed in (("source", SOURCES), ("reprocess", REPROCESS)):
+        if params.get(name) not in allowed:
+            raise LakehouseError(f"{name} must be one of {', '.join(allowed)}, not {params.get(name)!r}")
+    start, end = parse_utc(params.get("start"), "start"), parse_utc(params.get("end"), "end")
+    if end <= start:
+        raise LakehouseError(f"end {end.isoformat()}Z must be after start {start.isoformat()}Z")
+    longest = parse_duration(settings.backfill_max_range)
+    if end - start > longest:
+        raise LakehouseError(
+            f"the range {format_duration(end - start)} is longer than the {settings.backfill_max_range} one "
+            "backfill may cover (LAKEHOUSE_BACKFILL_MAX_RANGE): split it into several backfills"
+        )
+    oldest = now.replace(tzinfo=None) - parse_duration(settings.log_retention)
+    if start < oldest:
+        raise LakehouseError(
+            f"start {start.isoformat()}Z is older than the log's retention of {settings.log_retention} "
+            f"(oldest start now: {oldest.replace(microsecond=0).isoformat()}Z): that input is gone"
+        )
+    chunk = str(params.get("chunk"))
+    if parse_duration(chunk) <= timedelta(0):
+        raise LakehouseError(f"chunk {chunk} must be positive")
+    return request_from_params(params)
+
+
+def request_from_params(params: dict) -> BackfillRequest:
+    """The request the parameters describe (``validate_backfill_request`` checks them first)."""
+    return BackfillRequest(str(params["pipeline"]), parse_utc(params["start"], "start"), parse_utc(params["end"], "end"),
+                           str(params["source"]), str(params["chunk"]), str(params["reprocess"]),
+                           bool(params.get("dry_run", False)))
+
+
+def plan_chunks(request: BackfillRequest) -> list[dict[str, str]]:
+    """One entry per chunk, aligned on the chunk size from the range start; the last may be shorter."""
+    size = parse_duration(request.chunk)
+    chunks, cursor = [], request.start
+    while cursor < request.end:
+        chunk_end = min(cursor + size, request.end)
+        chunks.append({"start": f"{cursor.isoformat()}Z", "end": f"{chunk_end.isoformat()}Z"})
+        cursor = chunk_end
+    return chunks
+
+
+def chunk_job_args(request: BackfillRequest, chunk: dict[str, str], run_label: str) -> list[str]:
+    """Arguments of ``jobs/backfill.py`` for one chunk (the job commits it in one transaction)."""
+    return [
+        "--pipeline", request.pipeline, "--start", chunk["start"], "--end", chunk["end"],
+        "--source", request.source, "--chunk", request.chunk, "--reprocess", request.reprocess,
+        "--label", run_label,
+    ]
+
+
+def summarise_backfill(request: BackfillRequest, chunks: list[dict[str, str]], runs: list[dict]) -> dict:
+    """What the run note shows: chunks done and skipped, rows written, events used, failures."""
+    done = [r for r in runs if r.get("status") == "succeeded"]
+    return {
+        "pipeline": request.pipeline,
+        "range": [f"{request.start.isoformat()}Z", f"{request.end.isoformat()}Z"],
+        "source": request.source,
+        "dry_run": request.dry_run,
+        "chunks_planned": len(chunks),
+        "chunks_recomputed": sum(int(r.get("chunks") or 0) for r in done),
+        "chunks_skipped": sum(int(r.get("chunks_skipped") or 0) for r in done),
+        "rows_written": sum(int(r.get("rows_written") or 0) for r in done),
+        "events_used": sum(int(r.get("events_used") or 0) for r in done),
+        "failed_attempts": sum(1 for r in runs if r.get("status") == "failed"),
+    }
+
+
+def render_summary_note(summary: dict) -> str:
+    """The run note (Markdown, shown on the run's page in the UI)."""
+    verb = "would recompute" if summary["dry_run"] else "recomputed"
+    return (
+        f"**Backfill {summary['pipeline']}** [{summary['range'][0]}, {summary['range'][1]}) from {summary['source']}\n\n"
+        f"| chunks planned | {verb} | skipped (same inputs) | rows written | events used | failed attempts |\n"
+        f"| --- | --- | --- | --- | --- | --- |\n"
+        f"| {summary['chunks_planned']} | {summary['chunks_recomputed']} | {summary['chunks_skipped']} "
+        f"| {summary['rows_written']} | {summary['events_used']} | {summary['failed_attempts']} |"
+    )
+
+
+def hourly_interval(start: datetime, end: datetime) -> dict[str, str]:
+    """The scheduled batch layer's range: exactly the run's data interval, as job arguments."""
+    return {"start": f"{start.astimezone(timezone.utc).replace(tzinfo=None).isoformat()}Z",
+            "end": f"{end.astimezone(timezone.utc).replace(tzinfo=None).isoformat()}Z"}

@@ -1,0 +1,1 @@
+"""What analysts read: SQL over the tables and views, and a pipeline's status."""

@@ -1,0 +1,73 @@
+"""Run SQL over the lakehouse's tables and views, and print results as a table, CSV or JSON."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import date, datetime
+from decimal import Decimal
+
+from pyspark.sql import SparkSession
+
+from lakehouse.storage.catalog import register_tables
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings
+
+FORMATS = ("table", "csv", "json")
+
+
+def _text(value) -> str:
+    if value is None:
+        return "NULL"
+    if isinstance(value, datetime):
+        return value.isoformat(sep=" ")
+    return str(value)
+
+
+def _json_value(value):
+    if isinstance(value, Decimal):
+        return str(value)  # exact to the cent; a float would not be
+    if isinstance(value, (datetime, date)):
+        return value.isoformat()
+    return value
+
+
+def format_rows(columns: list[str], rows: list[tuple], output: str, truncated: bool = False) -> str:
+    if output == "csv":
+        buffer = io.StringIO()
+        writer = csv.writer(buffer, lineterminator="\n")
+        writer.writerow(columns)
+        writer.writerows([["" if v is None else _text(v) for v in row] for row in rows])
+        return buffer.getvalue()
+    if output == "json":
+        return json.dumps([{c: _json_value(v) for c, v in zip(columns, row)} for row in rows], indent=1) + "\n"
+    cells = [[_text(v) for v in row] for row in rows]
+    widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
+    numeric = [bool(rows) and all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows)
+               for i in range(len(columns))]
+
+    def line(values):
+        return " | ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
+
+    out = [line(columns), "-+-".join("-" * w for w in widths)] + [line(row) for row in cells]
+    out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown' if truncated else ''})")
+    return "\n".join(out) + "\n"
+
+
+def run_sql(spark: SparkSession, settings: Settings, query: str, output: str = "table",
+            max_rows: int | None = 1000) -> str:
+    from pyspark.errors import PySparkException
+
+    if output not in FORMATS:
+        raise LakehouseError(f"unknown format {output!r}: use one of {', '.join(FORMATS)}")
+    register_tables(spark, settings)
+    try:
+        frame = spark.sql(query)
+        limited = frame.limit(max_rows + 1) if max_rows is not None else frame
+        rows = [tuple(row) for row in limited.collect()]
+    except PySparkException as error:  # analysis, parse and runtime errors (1/0, bad casts) alike
+        first_line = str(error).strip().splitlines()[0]
+        raise LakehouseError(f"SQL error: {first_line}") from None
+    truncated = max_rows is not None and len(rows) > max_rows
+    return format_rows(frame.columns, rows[:max_rows] if truncated else rows, output, truncated)

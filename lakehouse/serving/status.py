@@ -1,0 +1,71 @@
+"""What happened in a pipeline: event fates, quarantine reasons, rows per table."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.storage.catalog import BACKFILL_RUNS, STREAM_PROGRESS, all_tables, pipeline_tables, table_exists
+from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.settings import Settings
+
+FATES = ("quarantined", "duplicates", "on_time", "late")
+
+
+@dataclasses.dataclass
+class PipelineStatus:
+    pipeline: str
+    batches: int
+    read: int
+    fates: dict[str, int]
+    quarantine_reasons: dict[str, int]
+    table_rows: dict[str, int]
+    backfill_runs: int
+
+    @property
+    def balanced(self) -> bool:
+        """The event-fate identity: every record read has exactly one fate."""
+        return self.read == sum(self.fates.values())
+
+
+def pipeline_status(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> PipelineStatus:
+    def load(table):
+        uri = table.uri(settings)
+        return spark.read.format("delta").load(uri) if table_exists(spark, uri) else None
+
+    progress = load(STREAM_PROGRESS)
+    totals = {"batches": 0, "read": 0, **{fate: 0 for fate in FATES}}
+    if progress is not None:
+        row = progress.where(F.col("pipeline") == pipeline.name).agg(
+            F.count(F.lit(1)).alias("batches"), F.sum("input_rows").alias("read"),
+            *[F.sum(fate).alias(fate) for fate in FATES],
+        ).first()
+        totals.update({k: v or 0 for k, v in row.asDict().items()})
+    quarantine = load(pipeline_tables(pipeline).quarantine)
+    reasons = {}
+    if quarantine is not None:
+        reasons = {r["reason"]: r["count"] for r in quarantine.groupBy("reason").count().orderBy("reason").collect()}
+    table_rows = {t.qualified_name: frame.count() for t in all_tables(pipeline) if (frame := load(t)) is not None}
+    runs = load(BACKFILL_RUNS)
+    return PipelineStatus(
+        pipeline=pipeline.name, batches=totals["batches"], read=totals["read"],
+        fates={fate: totals[fate] for fate in FATES}, quarantine_reasons=reasons, table_rows=table_rows,
+        backfill_runs=runs.where(F.col("pipeline") == pipeline.name).count() if runs is not None else 0,
+    )
+
+
+def render_status(status: PipelineStatus) -> str:
+    lines = [f"pipeline {status.pipeline}: {status.batches} micro-batches, {status.read} records read"]
+    for fate in FATES:
+        lines.append(f"  {fate:<12}{status.fates[fate]:>10}")
+    identity = "holds" if status.balanced else "BROKEN"
+    lines.append(f"  read = quarantined + duplicates + on_time + late: {identity}")
+    if status.quarantine_reasons:
+        lines.append("quarantined by reason:")
+        lines += [f"  {reason:<36}{count:>8}" for reason, count in status.quarantine_reasons.items()]
+    lines.append("rows per table:")
+    lines += [f"  {name:<36}{count:>8}" for name, count in status.table_rows.items()]
+    lines.append(f"backfill runs: {status.backfill_runs}")
+    return "\n".join(lines)

@@ -1,0 +1,357 @@
+"""The Delta tables of a pipeline: names, schemas, locations, creation and SQL registration.
+
+Tables live at ``<warehouse>/<schema>/<name>``; every session registers them by location in its
+own in-memory catalog, so any number of JVMs (stream, batch, SQL) can use them at once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from pyspark.sql import SparkSession
+from pyspark.sql import types as T
+
+from lakehouse.errors import LakehouseError
+from lakehouse.dataflow.pipelines import PIPELINES
+from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.settings import Settings
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    schema: str
+    name: str
+    columns: T.StructType
+    partition_by: tuple[str, ...] = ()
+    change_data_feed: bool = False
+    # Columns Delta computes on every write: (name, type, SQL expression over ``columns``). Writers
+    # leave them out; readers may filter on them.
+    generated: tuple[tuple[str, T.DataType, str], ...] = ()
+
+    @property
+    def qualified_name(self) -> str:
+        return f"{self.schema}.{self.name}"
+
+    def uri(self, settings: Settings) -> str:
+        return settings.table_uri(self.schema, self.name)
+
+    @property
+    def arrow_schema(self):
+        """The columns as a pyarrow schema, for the one-row appends through delta-rs (lakehouse.ops.tables)."""
+        from pyspark.sql.pandas.types import to_arrow_schema
+
+        return to_arrow_schema(self.columns)
+
+
+def struct_of(*fields: tuple[str, T.DataType]) -> T.StructType:
+    return T.StructType([T.StructField(name, data_type) for name, data_type in fields])
+
+
+TS, STR, LONG = T.TimestampType(), T.StringType(), T.LongType()
+
+STREAM_PROGRESS = Table(
+    "ops", "stream_progress",
+    struct_of(
+        ("pipeline", STR), ("app_id", STR), ("batch_id", LONG), ("started_at", TS), ("duration_ms", LONG),
+        ("input_rows", LONG), ("quarantined", LONG), ("duplicates", LONG), ("on_time", LONG), ("late", LONG),
+        ("watermark", TS), ("max_event_time", TS), ("panes_emitted", LONG),
+        ("source_files", T.ArrayType(STR)),
+    ),
+)
+BACKFILL_RUNS = Table(
+    "ops", "backfill_runs",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("source", STR), ("range_start", TS), ("range_end", TS),
+        ("status", STR), ("error", STR), ("chunks", LONG), ("events_read", LONG), ("quarantined", LONG),
+        ("duplicates", LONG), ("events_used", LONG), ("rows_written", LONG), ("started_at", TS),
+        ("finished_at", TS), ("duration_ms", LONG),
+        # Orchestration: chunks left as they were (same inputs), and who asked (an Airflow run, say).
+        ("chunks_skipped", LONG), ("label", STR),
+    ),
+)
+# One row per chunk the batch layer has recomputed: the serving view trusts batch values there,
+# even for windows where the batch found no events at all. input_fingerprint digests the chunk's
+# inputs, so a backfill asked to skip unchanged chunks knows which it may leave as they are.
+BATCH_COVERAGE = Table(
+    "ops", "batch_coverage",
+    struct_of(("pipeline", STR), ("range_start", TS), ("range_end", TS), ("run_id", STR), ("source", STR),
+            ("written_at", TS), ("input_fingerprint", STR)),
+)
+STRING_MAP, STRINGS = T.MapType(STR, STR), T.ArrayType(STR)
+RECONCILIATIONS = Table(
+    "audit", "reconciliations",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("range_start", TS), ("range_end", TS), ("pins", STRING_MAP),
+        ("watermark", TS), ("windows_compared", LONG), ("open_windows", LONG), ("matched", LONG),
+        ("explained_late", LONG), ("explained_not_yet_read", LONG), ("explained_corrected", LONG),
+        ("unexplained", LONG), ("started_at", TS),
+        ("duration_ms", LONG),
+        # full | incremental; an incremental audit covers the changes after these versions up to ``pins``.
+        ("mode", STR), ("changes_since", STRING_MAP), ("changed_windows", LONG),
+        # speed | serving: the table the audit compared with the truth.
+        ("target", STR), ("explained_after_batch", LONG),
+    ),
+)
+# One row per (window, key) that did not match, with what explains it or the event ids that do not.
+DIFFERENCES = Table(
+    "audit", "reconciliation_differences",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("window_start", TS), ("window_end", TS), ("key", STRING_MAP),
+        ("status", STR), ("causes", STRINGS), ("truth", STRING_MAP), ("speed", STRING_MAP), ("late_events", LONG),
+        ("not_yet_read_events", LONG), ("unexplained_event_ids", STRINGS), ("speed_minus_on_time", STRING_MAP),
+        # ``speed`` holds the audited value; with target serving, ``source`` says which layer served it.
+        ("source", STR), ("after_batch_events", LONG),
+    ),
+)
+# The batch layer's corrections as a retraction log: per changed (window, key) of a pipeline, the
+# value withdrawn ('retract') and the value that replaces it ('insert').
+CORRECTIONS = Table(
+    "audit", "corrections",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("window_start", TS), ("window_end", TS), ("key", STRING_MAP),
+        ("change", STR), ("values", STRING_MAP), ("late_events", LONG), ("corrected_at", TS),
+    ),
+)
+# One row per correction run: the bronze versions it covered. A run that crashed is resumed
+# with the same versions, so its corrections are written once.
+CORRECTION_RUNS = Table(
+    "ops", "correction_runs",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("sequence", LONG), ("status", STR), ("bronze_from_version", LONG),
+        ("bronze_to_version", LONG), ("late_events", LONG), ("windows_recomputed", LONG), ("rows_changed", LONG),
+        ("started_at", TS), ("finished_at", TS),
+    ),
+)
+# One row per expectation per suite the audit validated (lakehouse.audit.quality); Data Docs render the same results.
+DATA_QUALITY = Table(
+    "audit", "data_quality",
+    struct_of(
+        ("run_id", STR), ("pipeline", STR), ("suite", STR), ("table_name", STR), ("table_version", LONG),
+        ("suite_success", T.BooleanType()), ("expectation", STR), ("expectation_type", STR),
+        ("success", T.BooleanType()), ("element_count", LONG), ("unexpected_count", LONG),
+        ("observed_value", STR), ("data_docs", STR), ("validated_at", TS),
+    ),
+)
+SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE, CORRECTION_RUNS)
+AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, CORRECTIONS, DATA_QUALITY)
+# Written by orchestration callbacks through delta-rs (see lakehouse.ops.tables), registered for SQL.
+ALERTS = Table("ops", "alerts", struct_of(
+    ("alert_id", STR), ("source", STR), ("dag_id", STR), ("run_id", STR), ("task_id", STR), ("message", STR),
+    ("raised_at", TS),
+))
+ORCHESTRATION_TABLES = (ALERTS,)
+
+
+@dataclasses.dataclass(frozen=True)
+class PipelineTables:
+    bronze: Table
+    quarantine: Table
+    speed: Table
+    batch: Table
+    panes: Table
+    serving_view: str
+
+    @property
+    def accumulation_views(self) -> dict[str, str]:
+        """The three accumulation modes of the pane log, by view name."""
+        base = self.serving_view
+        return {mode: f"{base}__{mode}" for mode in ACCUMULATION_MODES}
+
+
+ACCUMULATION_MODES = ("accumulating", "discarding", "retracting")
+
+# The gold tables change where windows are open: the speed layer's MERGE every few seconds, the batch
+# layer's replaceWhere every hour. A rewrite copies the untouched rows of every file it touches, and
+# without partitions a table's rows share a few files (the MERGE rewrites one file holding them all,
+# batch after batch), so the write grew with the table's age: the MERGE took 4.0 s at 30 days of
+# rows against 1.1 s partitioned (the README's profile). By the window's date, a write touches only
+# the days it changes, and Delta turns window_start filters into partition filters.
+BY_WINDOW_DATE = {
+    "partition_by": ("window_date",),
+    "generated": (("window_date", T.DateType(), "CAST(window_start AS DATE)"),),
+}
+
+
+def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
+    p = pipeline.name
+    event_fields = [(f.name, f.spark_type) for f in pipeline.fields]
+    gold_fields = [("window_start", TS), ("window_end", TS)]
+    gold_fields += [(key, pipeline.event_schema[key].dataType) for key in pipeline.keys]
+    gold_fields += [(m.name, m.spark_type) for m in pipeline.metrics]
+    return PipelineTables(
+        bronze=Table(
+            "bronze", f"{p}_events",
+            struct_of(*event_fields, ("event_date", T.DateType()), ("fate", STR), ("app_id", STR),
+                    ("batch_id", LONG), ("source_file", STR), ("ingested_at", TS)),
+            partition_by=("event_date",),
+            change_data_feed=True,  # correction runs read the late events added since their last run
+        ),
+        quarantine=Table(
+            "quarantine", f"{p}_events",
+            struct_of(("raw", STR), ("reason", STR), ("event_id", STR), ("source_file", STR), ("app_id", STR),
+                    ("batch_id", LONG), ("quarantined_at", TS)),
+        ),
+        speed=Table("gold", f"{p}__speed", struct_of(*gold_fields, ("last_batch_id", LONG), ("updated_at", TS)),
+                    change_data_feed=True, **BY_WINDOW_DATE),
+        batch=Table("gold", f"{p}__batch", struct_of(*gold_fields, ("run_id", STR), ("updated_at", TS)),
+                    change_data_feed=True, **BY_WINDOW_DATE),
+        # Every pane the speed layer emitted: the value after the pane, its timing and index.
+        panes=Table("gold", f"{p}__panes",
+                    struct_of(*gold_fields, ("pane_index", LONG), ("timing", STR), ("is_retraction", T.BooleanType()),
+                              ("app_id", STR), ("batch_id", LONG), ("emitted_at", TS))),
+        serving_view=f"gold.{p}",
+    )
+
+
+def all_tables(pipeline: Pipeline) -> list[Table]:
+    tables = pipeline_tables(pipeline)
+    return [tables.bronze, tables.quarantine, tables.speed, tables.batch, tables.panes, *SHARED_TABLES]
+
+
+def table_version(spark: SparkSession, uri: str) -> int:
+    """The Delta table's latest version.
+
+    Asked of the table's log on the driver (``DeltaLog.update``: a listing of ``_delta_log``, about
+    10 ms), not through ``history(1)``, which runs a Spark job (0.25-0.45 s, measured side by side on
+    the bench's bronze): the speed layer asks once per micro-batch. ``DeltaLog`` is Delta's internal
+    API, so the pinned Delta version matters; tests/test_writers.py checks it against the history.
+    """
+    delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
+    # Scala default arguments, spelled out for Py4J: a synchronous update, no timestamp check, no catalog table.
+    defaults = [getattr(delta_log, f"update$default${n}")() for n in (1, 2, 3)]
+    version = delta_log.update(*defaults).version()
+    if version < 0:
+        raise LakehouseError(f"{uri} is not a Delta table")
+    return version
+
+
+def table_exists(spark: SparkSession, uri: str) -> bool:
+    from delta.tables import DeltaTable
+
+    return DeltaTable.isDeltaTable(spark, uri)
+
+
+def ensure_table(spark: SparkSession, table: Table, settings: Settings) -> None:
+    """Create the table at its location unless it exists. Safe when two jobs race to create it."""
+    from delta.tables import DeltaTable
+
+    uri = table.uri(settings)
+    if table_exists(spark, uri):
+        return
+    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(table.columns)
+    for name, data_type, expression in table.generated:
+        builder = builder.addColumn(name, data_type, generatedAlwaysAs=expression)
+    if table.partition_by:
+        builder = builder.partitionedBy(*table.partition_by)
+    if table.change_data_feed:
+        builder = builder.property("delta.enableChangeDataFeed", "true")
+    try:
+        builder.execute()
+    except Exception:
+        # Another job created it between our check and our commit: fine if it now exists.
+        if not table_exists(spark, uri):
+            raise
+
+
+def ensure_pipeline_tables(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> PipelineTables:
+    for table in all_tables(pipeline):
+        ensure_table(spark, table, settings)
+    return pipeline_tables(pipeline)
+
+
+def serving_view_sql(pipeline: Pipeline, speed: str | None = None, batch: str | None = None,
+                     coverage: str | None = None) -> str:
+    """Batch value where the batch layer has recomputed the window, speed value otherwise.
+
+    The relations default to the registered tables; the audit passes views of pinned versions,
+    so what it checks is this very definition.
+    """
+    tables = pipeline_tables(pipeline)
+    speed = speed or tables.speed.qualified_name
+    batch = batch or tables.batch.qualified_name
+    coverage = coverage or BATCH_COVERAGE.qualified_name
+    columns = ", ".join(pipeline.gold_columns)
+    speed_columns = ", ".join(f"s.{c}" for c in pipeline.gold_columns)
+    return f"""
+        SELECT {columns}, 'batch' AS source, TRUE AS is_final, updated_at
+        FROM {batch}
+        UNION ALL
+        SELECT {speed_columns}, 'speed' AS source, FALSE AS is_final, s.updated_at
+        FROM {speed} AS s
+        LEFT ANTI JOIN (SELECT DISTINCT window_start FROM {batch}) AS b
+          ON s.window_start = b.window_start
+        LEFT ANTI JOIN (SELECT range_start, range_end FROM {coverage}
+                        WHERE pipeline = '{pipeline.name}') AS c
+          ON s.window_start >= c.range_start AND s.window_start < c.range_end
+    """
+
+
+def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
+    """One accumulation mode of Streaming 102 over the pane log.
+
+    - accumulating: each window's latest value (sessions a merge absorbed are gone);
+    - discarding: what each pane adds to the previous one (a withdrawn session: minus its value);
+    - retracting: per pane, the previous value withdrawn (``change = 'retract'``, negated) and the
+      new one added (``'insert'``); summed, every window nets to its accumulating value.
+    """
+    panes = pipeline_tables(pipeline).panes.qualified_name
+    window_key = ", ".join(["window_start", "window_end", *pipeline.keys])
+    metrics = pipeline.metric_names
+    lagged = ", ".join(f"LAG({m}) OVER w AS _prev_{m}" for m in metrics)
+    history = (f"SELECT *, {lagged}, LAG(is_retraction) OVER w AS _prev_retraction FROM {panes} "
+               f"WINDOW w AS (PARTITION BY {window_key} ORDER BY pane_index)")
+    pane_columns = "pane_index, timing, batch_id"
+    if mode == "accumulating":
+        values = ", ".join(metrics)
+        return (f"SELECT {window_key}, {values}, {pane_columns} FROM ("
+                f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {window_key} ORDER BY pane_index DESC) AS _newest "
+                f"FROM {panes}) WHERE _newest = 1 AND NOT is_retraction")
+    if mode == "discarding":
+        deltas = ", ".join(f"CASE WHEN is_retraction THEN -{m} ELSE {m} - COALESCE(_prev_{m}, 0) END AS {m}"
+                           for m in metrics)
+        return f"SELECT {window_key}, {deltas}, {pane_columns}, is_retraction FROM ({history})"
+    if mode == "retracting":
+        withdrawn = ", ".join(f"-(CASE WHEN is_retraction THEN {m} ELSE _prev_{m} END) AS {m}" for m in metrics)
+        added = ", ".join(metrics)
+        return (f"SELECT {window_key}, 'retract' AS change, {withdrawn}, {pane_columns} FROM ({history}) "
+                f"WHERE is_retraction OR (pane_index > 0 AND NOT COALESCE(_prev_retraction, TRUE)) "
+                f"UNION ALL SELECT {window_key}, 'insert' AS change, {added}, {pane_columns} FROM {panes} "
+                f"WHERE NOT is_retraction")
+    raise ValueError(f"unknown accumulation mode {mode!r}")
+
+
+def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pipeline] | None = None) -> list[str]:
+    """Register every existing table (and each pipeline's serving view) under ``schema.name``."""
+    pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
+    registered: list[str] = []
+    candidates = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES)
+    for pipeline in pipelines:
+        candidates += all_tables(pipeline)[:5]
+    for table in candidates:
+        uri = table.uri(settings)
+        if table.qualified_name in registered or not table_exists(spark, uri):
+            continue
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.schema}")
+        # Dropping an entry that has a LOCATION forgets the name only; the data stays. Re-creating it
+        # keeps the name pointing at this settings' location even if the session saw another one.
+        spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")
+        spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA LOCATION '{uri}'")
+        registered.append(table.qualified_name)
+    for pipeline in pipelines:
+        tables = pipeline_tables(pipeline)
+        needed = {tables.speed.qualified_name, tables.batch.qualified_name, BATCH_COVERAGE.qualified_name}
+        if needed <= set(registered):
+            spark.sql(f"CREATE OR REPLACE VIEW {tables.serving_view} AS {serving_view_sql(pipeline)}")
+            registered.append(tables.serving_view)
+        if tables.panes.qualified_name in registered:
+            for mode, view in tables.accumulation_views.items():
+                spark.sql(f"CREATE OR REPLACE VIEW {view} AS {accumulation_view_sql(pipeline, mode)}")
+                registered.append(view)
+    return registered
+
+
+def require_table(spark: SparkSession, table: Table, settings: Settings, hint: str) -> str:
+    uri = table.uri(settings)
+    if not table_exists(spark, uri):
+        raise LakehouseError(f"table {table.qualified_name} does not exist at {uri}: {hint}")
+    return uri

@@ -1,0 +1,145 @@
+"""The retained log: newline-delimited JSON files, partitioned by ingest hour.
+
+Layout: ``<log>/<pipeline>/ingest_date=YYYY-MM-DD/ingest_hour=HH/<arrival>-<seq>.jsonl``. File
+names start with the arrival time of their first record, so name order is arrival order, and a
+replay of an ingest-time range lists only the folders of that range. Files appear atomically
+(written beside, then renamed), so a reader never sees half a file.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.errors import AnalysisException
+
+from lakehouse.errors import LakehouseError
+from lakehouse.storage.frames import literal_frame
+from lakehouse.settings import Settings, local_path
+
+
+def log_glob(settings: Settings, pipeline: str) -> str:
+    return f"{settings.pipeline_log_uri(pipeline)}/ingest_date=*/ingest_hour=*/*.jsonl"
+
+
+def partition_dir(arrival: datetime) -> str:
+    return f"ingest_date={arrival:%Y-%m-%d}/ingest_hour={arrival:%H}"
+
+
+class LocalLogWriter:
+    """Appends files to a log on the local file system (temp file + rename)."""
+
+    def __init__(self, settings: Settings, pipeline: str):
+        try:
+            self.root = local_path(settings.pipeline_log_uri(pipeline))
+        except LakehouseError:
+            raise LakehouseError(
+                f"the generator writes to a local log; {settings.log_uri} is not local (set LAKEHOUSE_LOG_URI "
+                "to a file:// location, or produce into object storage with your own producer)"
+            ) from None
+        self.incoming = self.root / "_incoming"  # a leading underscore hides it from Spark's listing
+        self._last_mtime_ns = 0
+
+    def write(self, arrival: datetime, tag: str, lines: list[str]) -> Path:
+        target_dir = self.root / partition_dir(arrival)
+        target_dir.mkdir(parents=True, exist_ok=True)
+        self.incoming.mkdir(parents=True, exist_ok=True)
+        name = f"{arrival:%Y%m%dT%H%M%S%f}Z-{tag}.jsonl"
+        temp = self.incoming / f"{name}.{os.getpid()}.tmp"
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write("\n".join(lines) + "\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        # Spark's file source orders new files by modification time: keep it strictly increasing
+        # (in wall time, which its max-file-age check compares against) so files stay in arrival order.
+        mtime_ns = max(time.time_ns(), self._last_mtime_ns + 1_000_000)
+        os.utime(temp, ns=(mtime_ns, mtime_ns))
+        self._last_mtime_ns = mtime_ns
+        target = target_dir / name
+        os.replace(temp, target)
+        return target
+
+
+_EPOCH = datetime(1970, 1, 1)
+
+
+def _file_system(spark: SparkSession, uri: str):
+    """Hadoop's file system for a URI (local, s3a, ...) and the path in it: listings without reading files."""
+    path = spark._jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
+
+
+def _children(file_system, path, prefix: str) -> list:
+    if not file_system.exists(path):
+        return []
+    return [status for status in file_system.listStatus(path)
+            if status.isDirectory() and status.getPath().getName().startswith(prefix)]
+
+
+def partition_uris(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> list[str]:
+    """The ingest-hour folders that hold files arrived at or after ``arrived_from``'s hour, oldest first.
+
+    Only folder names are listed: a day folder before the cut-off is never opened.
+    """
+    file_system, base = _file_system(spark, settings.pipeline_log_uri(pipeline))
+    cut = f"{arrived_from:%Y-%m-%d}/{arrived_from:%H}" if arrived_from is not None else ""
+    uris = []
+    for day in sorted(_children(file_system, base, "ingest_date="), key=lambda s: s.getPath().getName()):
+        day_name = day.getPath().getName().removeprefix("ingest_date=")
+        if cut and day_name < cut[:10]:
+            continue
+        for hour in sorted(_children(file_system, day.getPath(), "ingest_hour="), key=lambda s: s.getPath().getName()):
+            if f"{day_name}/{hour.getPath().getName().removeprefix('ingest_hour=')}" >= cut:
+                uris.append(str(hour.getPath().toUri()))
+    return uris
+
+
+def file_write_times(spark: SparkSession, settings: Settings, pipeline: str,
+                     arrived_from: datetime | None = None) -> dict[str, datetime]:
+    """Each log file's name and when it was added to the log (UTC), from a listing alone."""
+    times = {}
+    for uri in partition_uris(spark, settings, pipeline, arrived_from):
+        file_system, path = _file_system(spark, uri)
+        for status in file_system.listStatus(path):
+            name = status.getPath().getName()
+            if status.isFile() and name.endswith(".jsonl"):
+                # exact: a float of seconds could round below the file's time
+                times[name] = _EPOCH + timedelta(milliseconds=status.getModificationTime())
+    return times
+
+
+def last_write(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> datetime | None:
+    """When the newest file of those partitions was added to the log (UTC), from a listing alone."""
+    return max(file_write_times(spark, settings, pipeline, arrived_from).values(), default=None)
+
+
+def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> DataFrame:
+    """Raw log lines (``value``, ``source_file``, ``written_at``) that arrived at or after ``arrived_from``'s hour.
+
+    ``written_at`` is the file's modification time: when it was added to the log. Spark is given
+    only the folders of those hours, so it neither lists nor reads the rest of the log.
+    """
+    base = settings.pipeline_log_uri(pipeline)
+    empty = literal_frame(spark, "value string, source_file string, written_at timestamp", [])
+    folders = partition_uris(spark, settings, pipeline, arrived_from)
+    if not folders:
+        return empty
+    try:
+        raw = spark.read.format("text").option("basePath", base).load(folders)
+    except AnalysisException as error:
+        if "PATH_NOT_FOUND" in str(error):  # a folder removed between the listing and the read
+            return empty
+        raise
+    return raw.where(F.col("_metadata.file_name").endswith(".jsonl")).select(
+        "value", F.col("_metadata.file_path").alias("source_file"),
+        F.col("_metadata.file_modification_time").alias("written_at"),
+    )
+
+
+def earliest_arrival_for(event_time_start: datetime, future_tolerance: timedelta = timedelta(days=1)) -> datetime:
+    """An event may be stamped up to a day ahead of its sending: it arrived no earlier than this."""
+    return event_time_start - future_tolerance

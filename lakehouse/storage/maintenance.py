@@ -1,0 +1,103 @@
+"""Daily upkeep: compact small files (OPTIMIZE), drop files no version needs any more (VACUUM), and
+expire the retained log.
+
+VACUUM's retention never goes below what the platform still needs: an audit re-run with ``--pins``
+reads the versions it pinned (time travel), so removed files must outlive the audit replay window,
+and Delta refuses less than its own 7-day safety margin for concurrent readers and writers.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import date, datetime, timedelta
+
+from lakehouse.settings import Settings, format_duration, parse_duration
+
+DELTA_SAFETY = timedelta(days=7)
+_PARTITION = re.compile(r"ingest_date=(\d{4}-\d{2}-\d{2})/ingest_hour=(\d{2})/?$")
+
+
+def vacuum_retention(settings: Settings) -> timedelta:
+    """The retention VACUUM uses: the one asked for, raised to every floor."""
+    return max(parse_duration(settings.vacuum_retention), parse_duration(settings.audit_replay_window), DELTA_SAFETY)
+
+
+def log_retention(settings: Settings) -> timedelta:
+    """How long the retained log is kept: as configured, but never less than audits replay."""
+    return max(parse_duration(settings.log_retention), parse_duration(settings.audit_replay_window))
+
+
+def expired_log_partitions(partitions: list[str], now: datetime, retention: timedelta) -> list[str]:
+    """Ingest-hour folders (``.../ingest_date=D/ingest_hour=H``) whose whole hour is older than the retention."""
+    oldest_kept = now.replace(tzinfo=None) - retention
+    expired = []
+    for folder in partitions:
+        match = _PARTITION.search(folder)
+        if not match:
+            continue
+        hour_start = datetime.combine(date.fromisoformat(match.group(1)), datetime.min.time()) + timedelta(
+            hours=int(match.group(2)))
+        if hour_start + timedelta(hours=1) <= oldest_kept:
+            expired.append(folder)
+    return expired
+
+
+def _hadoop_fs(spark, uri: str):
+    jvm = spark.sparkContext._jvm
+    path = jvm.org.apache.hadoop.fs.Path(uri)
+    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
+
+
+def log_partitions(spark, settings: Settings, pipeline: str) -> list[str]:
+    """Every ingest-hour folder of a pipeline's log (local or object storage, through Hadoop's FS)."""
+    fs, root = _hadoop_fs(spark, settings.pipeline_log_uri(pipeline))
+    if not fs.exists(root):
+        return []
+    folders = []
+    for day in fs.listStatus(root):
+        if day.isDirectory() and day.getPath().getName().startswith("ingest_date="):
+            folders += [h.getPath().toString() for h in fs.listStatus(day.getPath())
+                        if h.isDirectory() and h.getPath().getName().startswith("ingest_hour=")]
+    return sorted(folders)
+
+
+def _compact(delta, name: str) -> dict:
+    """OPTIMIZE one table. The stream and the batch jobs keep writing meanwhile: a compaction that
+    loses its commit to one of them runs again, and one that keeps losing is left for the next
+    day's run (reported, not raised), so that VACUUM and the log's expiry still happen."""
+    from lakehouse.storage.writers import COMPACTION_CONFLICTS, retry_on_conflict
+
+    try:
+        metrics = retry_on_conflict(lambda: delta.optimize().executeCompaction().first()["metrics"],
+                                    f"OPTIMIZE {name}")
+    except COMPACTION_CONFLICTS as conflict:
+        return {"files_added": 0, "files_removed": 0,
+                "skipped": f"lost every commit to concurrent writes: {type(conflict).__name__}"}
+    return {"files_added": metrics["numFilesAdded"], "files_removed": metrics["numFilesRemoved"]}
+
+
+def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
+    """OPTIMIZE and VACUUM every existing table of the pipeline, then expire its old log hours."""
+    from delta.tables import DeltaTable
+
+    from lakehouse.storage.catalog import ALERTS, AUDIT_TABLES, all_tables, table_exists
+
+    retention = vacuum_retention(settings)
+    report = {"pipeline": pipeline.name, "vacuum_retention": format_duration(retention), "tables": {},
+              "log_partitions_deleted": []}
+    for table in [*all_tables(pipeline), *AUDIT_TABLES, ALERTS]:
+        uri = table.uri(settings)
+        if table.qualified_name in report["tables"] or not table_exists(spark, uri):
+            continue
+        delta = DeltaTable.forPath(spark, uri)
+        report["tables"][table.qualified_name] = _compact(delta, table.qualified_name)
+        # VACUUM lists the table in spark.sql.sources.parallelPartitionDiscovery.parallelism tasks;
+        # the session keeps that at the shuffle partitions, not Spark's 10000 (see lakehouse.storage.spark).
+        delta.vacuum(retention.total_seconds() / 3600)
+    # Variants of a pipeline read their parent's log (its topic).
+    expired = expired_log_partitions(log_partitions(spark, settings, pipeline.topic), now, log_retention(settings))
+    for folder in expired:
+        fs, path = _hadoop_fs(spark, folder)
+        fs.delete(path, True)
+        report["log_partitions_deleted"].append(folder)
+    return report
