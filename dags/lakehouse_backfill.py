@@ -76,7 +76,7 @@ def lakehouse_backfill():
     @task(trigger_rule="none_failed")
     def summarise(params=None, run_id=None) -> dict:
         """Chunks recomputed and skipped, rows written: this task's XCom and log."""
-        from lakehouse.ops.tables import read_rows
+        from lakehouse.storage.ops_tables import read_rows
         from lakehouse.ops.orchestration import plan_chunks, render_summary_note, request_from_params, summarise_backfill
 
         request = request_from_params(dict(params))

@@ -10,7 +10,9 @@
 #   AIRFLOW_HOME, AIRFLOW_PORT (8080), AIRFLOW_PG_PORT (54329), LAKEHOUSE_HOME,
 #   LAKEHOUSE_SPARK_CONN: the spark_default connection as JSON (default local[2]; e.g.
 #   '{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}' for a cluster).
-set -euo pipefail
+set -Eeuo pipefail
+# Whatever fails, say which command it was: a silent exit 1 leaves a newcomer nowhere to look.
+trap 'echo "scripts/airflow.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
 VENV="$ROOT/.venv"
@@ -82,9 +84,11 @@ export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT=600
 export AIRFLOW__LOGGING__BASE_LOG_FOLDER='$AIRFLOW_HOME/logs'
 export AIRFLOW_CONN_SPARK_DEFAULT='$SPARK_CONN'
 EOF
-    # The lakehouse settings (LAKEHOUSE_*) of this shell reach every task.
-    env | grep '^LAKEHOUSE_' | grep -v '^LAKEHOUSE_SPARK_CONN=' | while IFS='=' read -r name value; do
-        printf "export %s=%q\n" "$name" "$value"
+    # The lakehouse settings (LAKEHOUSE_*) of this shell reach every task. A shell with none set is
+    # the usual case (the defaults apply), so an empty match is not a failure.
+    local name
+    for name in $(compgen -e | grep '^LAKEHOUSE_' | grep -v '^LAKEHOUSE_SPARK_CONN$' || true); do
+        printf "export %s=%q\n" "$name" "${!name}"
     done >> "$AIRFLOW_HOME/env.sh"
 }
 

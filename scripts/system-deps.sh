@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Debian packages the tests need: PostgreSQL (Airflow's metadata database; SQLite cannot run Airflow 3
 # backfills) and Chromium (the browser the UI tests drive). Installed only when absent.
-set -euo pipefail
+set -Eeuo pipefail
+trap 'echo "scripts/system-deps.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 missing=()
 ls -d /usr/lib/postgresql/*/bin >/dev/null 2>&1 || missing+=(postgresql)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)

@@ -26,7 +26,7 @@ from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipe
 from lakehouse.errors import LakehouseError
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, read_log
-from lakehouse.ops.tables import append_rows
+from lakehouse.storage.ops_tables import append_rows
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
 from lakehouse.storage.writers import replace_where
@@ -275,7 +275,7 @@ class BatchLayer:
             fingerprint = input_fingerprint(unobserved, pipeline, result.source)
         result.rows_written += totals["rows"]
         result.events_used += totals["events"] or 0
-        # One row, so through delta-rs rather than a Spark job (lakehouse.ops.tables).
+        # One row, so through delta-rs rather than a Spark job (lakehouse.storage.ops_tables).
         append_rows(BATCH_COVERAGE.uri(settings), BATCH_COVERAGE.arrow_schema, [{
             "pipeline": pipeline.name, "range_start": chunk_start, "range_end": chunk_end, "run_id": result.run_id,
             "source": result.source, "written_at": datetime.now(timezone.utc), "input_fingerprint": fingerprint,

@@ -20,7 +20,7 @@ from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
 from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_pipeline_tables, table_version
 from lakehouse.storage.log import log_glob
-from lakehouse.ops.tables import append_rows_stamped_once
+from lakehouse.storage.ops_tables import append_rows_stamped_once
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.settings import Settings, parse_duration
 from lakehouse.storage.spark import session_confs
@@ -173,7 +173,7 @@ class SpeedLayer:
             "panes_emitted": counts["speed_rows"], "source_files": summary["source_files"],
         }
         # Written last: a progress row means every write of its batch has committed. One row, so
-        # through delta-rs rather than a Spark job (lakehouse.ops.tables).
+        # through delta-rs rather than a Spark job (lakehouse.storage.ops_tables).
         append_rows_stamped_once(STREAM_PROGRESS.uri(self.settings), STREAM_PROGRESS.arrow_schema, [progress],
                                  app_id, batch_id, first_attempt=first_attempt)
         self._last_committed = (app_id, batch_id, max_through)

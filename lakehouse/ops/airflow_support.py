@@ -70,7 +70,7 @@ ALERT_WEBHOOK_CONN_ID = "lakehouse_alerts_webhook"
 
 def raise_alert(context) -> None:
     """Failure callback: append a row to ``ops.alerts`` and post it to the webhook connection, if any."""
-    from lakehouse.ops.tables import append_alert
+    from lakehouse.storage.ops_tables import append_alert
 
     ti = context["ti"]
     error = context.get("exception")

@@ -63,7 +63,7 @@ def assess_stream_health(pipeline: str, batches: list[dict], as_of: datetime, ma
 
 def check_stream_health(settings: Settings, pipeline: str, as_of: datetime) -> HealthVerdict:
     """Read the pipeline's progress rows (delta-rs, no JVM) and assess them."""
-    from lakehouse.ops.tables import read_rows
+    from lakehouse.storage.ops_tables import read_rows
 
     rows = read_rows(settings, "ops", "stream_progress", ["pipeline", "batch_id", "started_at", "max_event_time"],
                      [("pipeline", "=", pipeline)])

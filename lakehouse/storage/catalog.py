@@ -37,7 +37,7 @@ class Table:
 
     @property
     def arrow_schema(self):
-        """The columns as a pyarrow schema, for the one-row appends through delta-rs (lakehouse.ops.tables)."""
+        """The columns as a pyarrow schema, for the one-row appends through delta-rs (lakehouse.storage.ops_tables)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         return to_arrow_schema(self.columns)
@@ -134,7 +134,7 @@ DATA_QUALITY = Table(
 )
 SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE, CORRECTION_RUNS)
 AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, CORRECTIONS, DATA_QUALITY)
-# Written by orchestration callbacks through delta-rs (see lakehouse.ops.tables), registered for SQL.
+# Written by orchestration callbacks through delta-rs (see lakehouse.storage.ops_tables), registered for SQL.
 ALERTS = Table("ops", "alerts", struct_of(
     ("alert_id", STR), ("source", STR), ("dag_id", STR), ("run_id", STR), ("task_id", STR), ("message", STR),
     ("raised_at", TS),

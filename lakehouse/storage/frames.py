@@ -3,7 +3,7 @@
 ``spark.createDataFrame(list)`` ships the rows through Python worker processes, about a second per
 action on a 2-core machine; literals stay in the JVM and take milliseconds. Used for small lookup
 frames (the chunks a skip run asks about) and for tests' tiny inline data; one-row bookkeeping
-writes go through delta-rs instead (lakehouse.ops.tables).
+writes go through delta-rs instead (lakehouse.storage.ops_tables).
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from datetime import datetime, timezone
 
-from lakehouse.ops.table_names import ALERTS_COLUMNS, ALERTS_TABLE
+from lakehouse.storage.table_names import ALERTS_COLUMNS, ALERTS_TABLE
 from lakehouse.settings import Settings
 
 
