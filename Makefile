@@ -5,7 +5,8 @@ VENV := .venv
 UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-fast bench bench-smoke lock clean airflow airflow-stop system-deps test-airflow
+.PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke lock clean airflow airflow-stop \
+	system-deps test-airflow
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -25,13 +26,32 @@ $(STAMP): requirements.lock pyproject.toml
 demo: setup
 	$(VENV)/bin/lakehouse demo
 
-# --durations: the slowest tests' times, so each CI run shows where its minutes go.
-test: setup system-deps
-	$(VENV)/bin/python -m pytest --durations=30
+# Everything CI runs, tier by tier (docs/development.md gives each tier's budget): style and layering,
+# the JVM-free tests in parallel, then the tests that start a JVM or a service.
+test: setup system-deps lint test-unit test-rest
 
-# Unit tests only: no subprocess JVMs.
-test-fast: setup
-	$(VENV)/bin/python -m pytest -m "not slow"
+# No JVM and no service: both cores, in parallel. Under a minute.
+test-unit: setup
+	$(VENV)/bin/python -m pytest -m unit -n 2 -q
+
+# The in-process Spark tests only (no subprocess JVMs, no Airflow).
+test-spark: setup
+	$(VENV)/bin/python -m pytest -m "spark and not slow and not airflow"
+
+# Every test that starts a JVM or a service. --durations: each CI run shows where its minutes go.
+test-rest: setup system-deps
+	$(VENV)/bin/python -m pytest -m "not unit" --durations=15
+
+# ruff (format and lint, 120 columns) and the import contracts in pyproject.toml.
+lint: setup
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/lint-imports
+
+# Apply ruff's formatting and safe fixes.
+format: setup
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
 
 # Benchmarks against baselines (bench/README.md); results in bench/results/. Niced: the machine is shared.
 bench: setup

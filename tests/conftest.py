@@ -35,3 +35,16 @@ def settings(tmp_path) -> Settings:
 def cli_env(tmp_path) -> dict[str, str]:
     """Environment for running the `lakehouse` CLI as a subprocess against this test's home."""
     return {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+
+
+TIER_MARKERS = ("spark", "slow", "airflow", "services")
+
+
+def pytest_collection_modifyitems(items):
+    """Give each test its tier: ``spark`` when it uses the shared session, ``unit`` when it needs no
+    JVM and no service at all (the tier that runs in parallel, ``make test-unit``)."""
+    for item in items:
+        if "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+        if not any(item.get_closest_marker(name) for name in TIER_MARKERS):
+            item.add_marker(pytest.mark.unit)

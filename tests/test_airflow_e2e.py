@@ -29,7 +29,7 @@ from tests.conftest import make_settings
 from tests.oracle import run_oracle
 from tests.test_dags import HOUR0, gold_rows, iso, read, truth
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.services]
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
 # Generous: on a shared 2-core machine a Spark job under spark-submit takes from 30 s to several minutes.

@@ -27,6 +27,8 @@ from tests.airflow_env import PROJECT, airflow_env, dag_test, migrate_scratch_db
 from tests.conftest import make_settings
 from tests.oracle import run_oracle
 
+pytestmark = pytest.mark.airflow
+
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
 DAG_IDS = {"lakehouse_backfill", "lakehouse_batch_layer", "lakehouse_late_corrections", "lakehouse_audit",

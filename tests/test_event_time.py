@@ -261,6 +261,7 @@ def test_scenario_line_without_arrival_is_refused(tmp_path):
 # tests/resources/toll_straggler.jsonl: the README's straggler (e4, event time 08:00:20) arrives when
 # the watermark is 08:01:30.
 
+@pytest.mark.slow
 def test_replay_and_correct_from_the_command_line_on_toll_traffic(tmp_path):
     env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
 

@@ -1,0 +1,50 @@
+"""The project's scripts fail with a message that says why, never with a bare exit code."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from tests.airflow_env import PROJECT
+
+
+def run_script(root: Path, *args: str) -> subprocess.CompletedProcess:
+    scrubbed = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
+    return subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in scrubbed.items()), "bash", *args],
+                          cwd=root, capture_output=True, text=True, timeout=60)
+
+
+def test_airflow_script_in_a_checkout_without_setup_says_to_run_make_setup(tmp_path):
+    shutil.copytree(PROJECT / "scripts", tmp_path / "scripts")
+    failed = run_script(tmp_path, "scripts/airflow.sh", "start")
+    assert failed.returncode == 1 and "run 'make setup' first" in failed.stderr
+
+
+def test_airflow_script_with_an_unknown_command_prints_its_usage(tmp_path):
+    shutil.copytree(PROJECT / "scripts", tmp_path / "scripts")
+    wrong = run_script(tmp_path, "scripts/airflow.sh", "begin")
+    assert wrong.returncode == 2 and "usage:" in wrong.stderr
+
+
+def test_airflow_env_without_any_lakehouse_variable_writes_the_environment(tmp_path):
+    """The bug a newcomer met: no LAKEHOUSE_* variable made `make airflow` exit 1 without a word."""
+    shutil.copytree(PROJECT / "scripts", tmp_path / "scripts")
+    (tmp_path / ".venv").symlink_to(PROJECT / ".venv")
+    env = run_script(tmp_path, "scripts/airflow.sh", "env")
+    assert env.returncode == 0, env.stderr
+    assert f"export AIRFLOW__CORE__DAGS_FOLDER='{tmp_path}/dags'" in env.stdout
+    assert "LAKEHOUSE_" not in env.stdout.replace("LAKEHOUSE_SPARK_CONN", "")
+
+
+def test_a_failing_step_of_the_airflow_script_names_the_command(tmp_path):
+    shutil.copytree(PROJECT / "scripts", tmp_path / "scripts")
+    (tmp_path / ".venv" / "bin").mkdir(parents=True)
+    # An "airflow" that exists but whose interpreter is broken: the secrets step fails.
+    for tool in ("airflow", "python"):
+        (tmp_path / ".venv" / "bin" / tool).write_text("#!/bin/sh\nexit 3\n")
+        (tmp_path / ".venv" / "bin" / tool).chmod(0o755)
+    failed = run_script(tmp_path, "scripts/airflow.sh", "start")
+    assert failed.returncode != 0
+    assert "scripts/airflow.sh: failed (exit 3) at line" in failed.stderr, failed.stderr
