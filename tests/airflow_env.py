@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.airflow_harness import RESULT_PREFIX
+
 PROJECT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 
@@ -37,17 +39,42 @@ def migrate_scratch_db(airflow_home: Path) -> None:
                        timeout=600, cwd=PROJECT)
 
 
-def dag_test(airflow_home: Path, lakehouse_home: Path, dag_id: str, logical_date: str = "none",
-             conf: dict | None = None, **extra_env: str) -> dict:
-    """Run ``dag.test()`` of one DAG in a fresh process; its run state and task states."""
-    process = subprocess.run(
-        [sys.executable, "-m", "tests.airflow_harness", dag_id, logical_date, json.dumps(conf or {})],
-        env=airflow_env(airflow_home, lakehouse_home, **extra_env), capture_output=True, text=True,
-        timeout=900, cwd=PROJECT,
-    )
-    lines = process.stdout.strip().splitlines()
-    if process.returncode != 0 or not lines or not lines[-1].startswith("{"):
-        raise AssertionError(f"dag.test of {dag_id} crashed:\n{process.stdout[-4000:]}\n{process.stderr[-4000:]}")
-    result = json.loads(lines[-1])
-    result["output"] = process.stdout + process.stderr
-    return result
+class DagTestRunner:
+    """One ``tests.airflow_harness`` process for a module's DAG tests: Airflow imported and its JVM
+    started once, each DAG run with ``dag.test()`` against the lakehouse home a test names."""
+
+    def __init__(self, airflow_home: Path):
+        migrate_scratch_db(airflow_home)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "tests.airflow_harness"], env=airflow_env(airflow_home, airflow_home / "unused"),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT, bufsize=1,
+        )
+
+    def run(self, lakehouse_home: Path, dag_id: str, logical_date: str | None = None, conf: dict | None = None,
+            **extra_env: str) -> dict:
+        """Run ``dag_id`` once; its run state, task states and output.
+
+        Args:
+            lakehouse_home: the LAKEHOUSE_HOME the DAG's tasks work on.
+            dag_id: the DAG to run.
+            logical_date: ISO instant of the run (its data interval ends there), or None for a manual run.
+            conf: the run's parameters.
+            **extra_env: more environment variables for this run only (settings, Airflow connections).
+        """
+        request = {"dag_id": dag_id, "logical_date": logical_date, "conf": conf or {},
+                   "env": {"LAKEHOUSE_HOME": str(lakehouse_home), **extra_env}}
+        self.process.stdin.write(json.dumps(request) + "\n")
+        for line in self.process.stdout:
+            if line.startswith(RESULT_PREFIX):
+                result = json.loads(line[len(RESULT_PREFIX):])
+                if result["state"] == "crashed":
+                    raise AssertionError(f"dag.test of {dag_id} crashed:\n{result['output'][-4000:]}")
+                return result
+        raise AssertionError(f"the DAG test harness exited (code {self.process.wait()}) while running {dag_id}")
+
+    def close(self) -> None:
+        self.process.stdin.close()
+        try:
+            self.process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            self.process.kill()

@@ -1,6 +1,7 @@
 """The DAG files: they parse cleanly and fast, and each DAG, run once with ``dag.test()`` on a small
-generated log, changes exactly the Delta tables it should (Spark work really goes through
-spark-submit, as under the scheduler)."""
+generated log, changes exactly the Delta tables it should. The DAGs' Spark tasks run their job files
+with the arguments the DAG rendered, on one warm JVM (``tests/airflow_harness.py``); spark-submit
+itself is exercised on a real scheduler by ``tests/test_airflow_e2e.py``."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from lakehouse.storage.log import LocalLogWriter
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import local_path
 from lakehouse.layers.speed import run_speed_layer
-from tests.airflow_env import PROJECT, airflow_env, dag_test, migrate_scratch_db
+from tests.airflow_env import PROJECT, DagTestRunner, airflow_env
 from tests.conftest import make_settings
 from tests.oracle import run_oracle
 
@@ -74,10 +75,10 @@ print(json.dumps({
 
 
 @pytest.fixture(scope="module")
-def airflow_home(tmp_path_factory) -> Path:
-    home = tmp_path_factory.mktemp("airflow")
-    migrate_scratch_db(home)
-    return home
+def airflow(tmp_path_factory):
+    runner = DagTestRunner(tmp_path_factory.mktemp("airflow"))
+    yield runner
+    runner.close()
 
 
 @pytest.fixture(scope="module")
@@ -115,12 +116,12 @@ def truth(oracle, start: datetime, end: datetime) -> set[tuple]:
 
 
 @pytest.mark.slow
-def test_backfill_dag_recomputes_each_chunk_to_the_truth_and_summarises(spark, airflow_home, home):
+def test_backfill_dag_recomputes_each_chunk_to_the_truth_and_summarises(spark, airflow, home):
     settings, oracle = home
     start, end = HOUR0, HOUR0 + timedelta(hours=2)
     conf = {"pipeline": "toll_traffic", "start": iso(start), "end": iso(end), "source": "bronze", "chunk": "1h",
             "reprocess": "skip", "dry_run": False}
-    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_backfill", conf=conf)
+    run = airflow.run(local_path(settings.home), "lakehouse_backfill", conf=conf)
     assert run["state"] == "success", run["output"][-3000:]
     assert run["tasks"] == {"validate_and_plan": "success", "recompute_chunk[0]": "success",
                             "recompute_chunk[1]": "success", "summarise": "success"}
@@ -135,20 +136,20 @@ def test_backfill_dag_recomputes_each_chunk_to_the_truth_and_summarises(spark, a
 
 
 @pytest.mark.slow
-def test_backfill_dag_rejects_an_end_before_its_start_without_writing(spark, airflow_home, home):
+def test_backfill_dag_rejects_an_end_before_its_start_without_writing(spark, airflow, home):
     settings, _ = home
     conf = {"pipeline": "toll_traffic", "start": iso(HOUR0 + timedelta(hours=1)), "end": iso(HOUR0),
             "source": "bronze", "chunk": "1h", "reprocess": "redo", "dry_run": False}
-    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_backfill", conf=conf)
+    run = airflow.run(local_path(settings.home), "lakehouse_backfill", conf=conf)
     assert run["state"] == "failed" and run["tasks"]["validate_and_plan"] == "failed"
     assert "must be after start" in run["output"]
     assert read(spark, settings, TABLES.batch).count() == 0
 
 
 @pytest.mark.slow
-def test_batch_layer_dag_recomputes_exactly_its_data_interval(spark, airflow_home, home):
+def test_batch_layer_dag_recomputes_exactly_its_data_interval(spark, airflow, home):
     settings, oracle = home
-    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_batch_layer", logical_date=iso(FIRST_HOUR_RUN))
+    run = airflow.run(local_path(settings.home), "lakehouse_batch_layer", logical_date=iso(FIRST_HOUR_RUN))
     assert run["state"] == "success", run["output"][-3000:]
     assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=1))
     coverage = read(spark, settings, BATCH_COVERAGE).collect()
@@ -169,10 +170,10 @@ class _Webhook(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.slow
-def test_audit_dag_passes_on_a_consistent_stream_and_alerts_when_speed_was_tampered_with(spark, airflow_home, home):
+def test_audit_dag_passes_on_a_consistent_stream_and_alerts_when_speed_was_tampered_with(spark, airflow, home):
     settings, _ = home
     lakehouse_home = local_path(settings.home)
-    run = dag_test(airflow_home, lakehouse_home, "lakehouse_audit", logical_date=iso(FIRST_HOUR_RUN))
+    run = airflow.run(lakehouse_home, "lakehouse_audit", logical_date=iso(FIRST_HOUR_RUN))
     assert run["state"] == "success", run["output"][-3000:]
     assert read(spark, settings, RECONCILIATIONS).where("unexplained = 0").count() == 1
 
@@ -186,7 +187,7 @@ def test_audit_dag_passes_on_a_consistent_stream_and_alerts_when_speed_was_tampe
     threading.Thread(target=server.serve_forever, daemon=True).start()
     webhook = json.dumps({"conn_type": "http", "host": f"http://127.0.0.1:{server.server_port}/alerts"})
     try:
-        run = dag_test(airflow_home, lakehouse_home, "lakehouse_audit", logical_date=iso(FIRST_HOUR_RUN),
+        run = airflow.run(lakehouse_home, "lakehouse_audit", logical_date=iso(FIRST_HOUR_RUN),
                        AIRFLOW_CONN_LAKEHOUSE_ALERTS_WEBHOOK=webhook)
     finally:
         server.shutdown()
@@ -197,7 +198,7 @@ def test_audit_dag_passes_on_a_consistent_stream_and_alerts_when_speed_was_tampe
 
 
 @pytest.mark.slow
-def test_maintenance_dag_compacts_vacuums_and_expires_old_log_hours_without_changing_data(spark, airflow_home, home):
+def test_maintenance_dag_compacts_vacuums_and_expires_old_log_hours_without_changing_data(spark, airflow, home):
     settings, _ = home
     log_root = local_path(settings.pipeline_log_uri(PIPELINE.name))
     old = datetime.now(timezone.utc) - timedelta(days=60)
@@ -207,7 +208,7 @@ def test_maintenance_dag_compacts_vacuums_and_expires_old_log_hours_without_chan
     bronze_before = read(spark, settings, TABLES.bronze).count()
     speed_before = gold_rows(read(spark, settings, TABLES.speed))
 
-    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_maintenance")
+    run = airflow.run(local_path(settings.home), "lakehouse_maintenance")
     assert run["state"] == "success", run["output"][-3000:]
     assert not old_hour.exists() and any(log_root.glob("ingest_date=*/ingest_hour=*/*.jsonl"))
     from delta.tables import DeltaTable
@@ -219,18 +220,18 @@ def test_maintenance_dag_compacts_vacuums_and_expires_old_log_hours_without_chan
 
 
 @pytest.mark.slow
-def test_stream_health_dag_passes_for_a_fresh_stream_and_fails_once_it_goes_stale(airflow_home, home):
+def test_stream_health_dag_passes_for_a_fresh_stream_and_fails_once_it_goes_stale(airflow, home):
     settings, _ = home
     lakehouse_home = local_path(settings.home)
-    run = dag_test(airflow_home, lakehouse_home, "lakehouse_stream_health", LAKEHOUSE_STREAM_MAX_STALENESS="1d")
+    run = airflow.run(lakehouse_home, "lakehouse_stream_health", LAKEHOUSE_STREAM_MAX_STALENESS="1d")
     assert run["state"] == "success", run["output"][-3000:]
-    run = dag_test(airflow_home, lakehouse_home, "lakehouse_stream_health", LAKEHOUSE_STREAM_MAX_STALENESS="1s")
+    run = airflow.run(lakehouse_home, "lakehouse_stream_health", LAKEHOUSE_STREAM_MAX_STALENESS="1s")
     assert run["state"] == "failed"
     assert "speed layer for toll_traffic is stale" in run["output"]
 
 
 @pytest.mark.slow
-def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retractions(spark, airflow_home, home):
+def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retractions(spark, airflow, home):
     from lakehouse.storage.catalog import CORRECTION_RUNS, CORRECTIONS
 
     settings, _ = home
@@ -244,7 +245,7 @@ def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retrac
     late_windows = {r.window_start for r in read(spark, settings, TABLES.bronze).where("fate = 'late'")
                     .select(F.window(F.col("event_time"), "1 minute").start.alias("window_start")).collect()}
     assert late_windows, "the scenario has late events"
-    run = dag_test(airflow_home, local_path(settings.home), "lakehouse_late_corrections")
+    run = airflow.run(local_path(settings.home), "lakehouse_late_corrections")
     assert run["state"] == "success", run["output"][-3000:]
     runs = read(spark, settings, CORRECTION_RUNS).collect()
     # A run records its plan first ('planned'), then its outcome ('succeeded'), under one run id.
