@@ -1,5 +1,5 @@
 """SIGKILL the streaming process at several points, restart it, and get the tables an uninterrupted
-run gives: nothing lost, nothing duplicated (DESIGN.md, "Exactly-once effect")."""
+run gives: nothing lost, nothing duplicated (docs/design.md, "Exactly-once effect")."""
 
 from __future__ import annotations
 

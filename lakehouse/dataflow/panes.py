@@ -4,7 +4,7 @@ The pane log ``gold.<p>__panes`` is the speed layer's state: every (window, key)
 emitted, with a pane index and a timing. A micro-batch starts from the latest pane of each open
 window (handed on in memory by the batch before, read from the log after a restart), adds its
 on-time events and emits the next panes; ``gold.<p>__speed`` is the latest pane of each
-window. Timing follows DESIGN.md with ``on_time_watermark = max event time seen - watermark_delay``:
+window. Timing follows docs/design.md with ``on_time_watermark = max event time seen - watermark_delay``:
 EARLY while it is before the window's end, ON_TIME for the first pane at or after it, LATE after.
 A window the watermark passes without new events still gets its ON_TIME pane (same value).
 

@@ -235,7 +235,7 @@ def number_copies(events: DataFrame, pipeline: Pipeline) -> DataFrame:
 def label_fates(
     events: DataFrame, seen_event_ids: DataFrame, watermark: datetime | None, pipeline: Pipeline
 ) -> DataFrame:
-    """Give every valid event its fate: duplicate, late or on time (DESIGN.md, "Event fate").
+    """Give every valid event its fate: duplicate, late or on time (docs/design.md, "Event fate").
 
     ``seen_event_ids`` holds the ids accepted by earlier batches (one row per id). An event is
     late when a window it falls in has ended at or before the watermark this batch runs with:

@@ -2,7 +2,7 @@
 
 The events are written to the pipeline's retained log, one file per distinct arrival time, and the
 real streaming query reads them with one file per micro-batch, so the watermark advances exactly as
-DESIGN.md states. What the stream emitted (every pane) and the final speed values come back.
+docs/design.md states. What the stream emitted (every pane) and the final speed values come back.
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 ``__speed`` and ``ops.stream_progress``.
 
 Each micro-batch is handled by one ``foreachBatch`` function that gives every record its fate and
-writes all four tables idempotently. The watermark follows Spark's rule (DESIGN.md): during batch
+writes all four tables idempotently. The watermark follows Spark's rule (docs/design.md): during batch
 n it is the max event time of batches before n, less the watermark delay and allowed lateness.
 Its state lives in ``ops.stream_progress``, so a replayed batch sees exactly what it saw before.
 """
