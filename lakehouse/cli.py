@@ -8,7 +8,9 @@ import sys
 from datetime import datetime, timezone
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings, parse_duration
+from lakehouse.eventtime import parse_duration
+from lakehouse.settings import Settings
+from lakehouse.vocabulary import AuditTarget, OutputFormat, Reprocess, Source, choices
 
 
 def _spark(settings: Settings, app: str):
@@ -26,7 +28,7 @@ def _pipeline(name: str):
 def _start_time(text: str) -> datetime:
     if text == "now":
         return datetime.now(timezone.utc).replace(microsecond=0)
-    from lakehouse.layers.batch import parse_instant
+    from lakehouse.eventtime import parse_instant
 
     return parse_instant(text, "start").replace(tzinfo=timezone.utc)
 
@@ -224,16 +226,16 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--pipeline", default="toll_traffic")
     backfill.add_argument("--start", required=True, help="ISO-8601; without a zone it is UTC")
     backfill.add_argument("--end", required=True, help="exclusive")
-    backfill.add_argument("--source", default="bronze", choices=["bronze", "log"])
+    backfill.add_argument("--source", default=Source.BRONZE, choices=choices(Source))
     backfill.add_argument("--chunk", default="1d", help="recompute and commit this much at a time")
-    backfill.add_argument("--reprocess", default="redo", choices=["redo", "skip"],
+    backfill.add_argument("--reprocess", default=Reprocess.REDO, choices=choices(Reprocess),
                           help="skip: leave chunks whose inputs are unchanged since their last recomputation")
     backfill.add_argument("--label", help="recorded in ops.backfill_runs: who asked (an Airflow run, say)")
     backfill.set_defaults(run=cmd_backfill)
 
     sql = commands.add_parser("sql", help="query tables and views by schema.name (Delta time travel works)")
     sql.add_argument("query")
-    sql.add_argument("--format", default="table", choices=["table", "csv", "json"])
+    sql.add_argument("--format", default=OutputFormat.TABLE, choices=choices(OutputFormat))
     sql.add_argument("--max-rows", type=int, default=1000, help="rows shown in table format")
     sql.set_defaults(run=cmd_sql)
 
@@ -247,7 +249,7 @@ def build_parser() -> argparse.ArgumentParser:
     audit.add_argument("--end", required=True)
     audit.add_argument("--pins", help="JSON of an earlier audit's pins, to re-run it exactly as it read")
     audit.add_argument("--report", help="also write a self-contained HTML report to this path")
-    audit.add_argument("--target", choices=("speed", "serving"), default="speed",
+    audit.add_argument("--target", choices=choices(AuditTarget), default=AuditTarget.SPEED,
                        help="compare the speed table (default) or the serving view gold.<p> with the truth")
     audit.add_argument("--incremental", action="store_true",
                        help="compare only windows whose speed or batch rows changed since the previous audit")
@@ -264,7 +266,7 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("file", help="JSONL: one event per line, plus its \"arrival\" time")
     replay.add_argument("--watermark-delay")
     replay.add_argument("--allowed-lateness")
-    replay.add_argument("--format", default="table", choices=["table", "json"])
+    replay.add_argument("--format", default=OutputFormat.TABLE, choices=[OutputFormat.TABLE, OutputFormat.JSON])
     replay.set_defaults(run=cmd_replay)
 
     # --- Orchestration commands ---

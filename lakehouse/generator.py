@@ -22,7 +22,8 @@ from decimal import Decimal
 
 from lakehouse.storage.log import LocalLogWriter
 from lakehouse.dataflow.pipelines.toll_traffic import VEHICLE_TYPES
-from lakehouse.settings import Settings, parse_duration
+from lakehouse.eventtime import parse_duration
+from lakehouse.settings import Settings
 
 DEFAULT_START = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
 MALFORMED_KINDS = (

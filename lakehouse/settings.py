@@ -15,30 +15,10 @@ from datetime import timedelta
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
+from lakehouse.eventtime import parse_duration
+
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-# Whole seconds and up: event-time windows, watermarks and triggers here are never finer than that.
-_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
-_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
-
-
-def parse_duration(text: str) -> timedelta:
-    """Parse the durations used everywhere in the CLI and settings: ``0s``, ``90s``, ``5m``, ``1h``, ``1d``."""
-    match = _DURATION.match(str(text))
-    if not match:
-        raise LakehouseError(f"cannot read duration {text!r}: write it like 0s, 90s, 5m, 1h or 1d")
-    amount, unit = match.groups()
-    return timedelta(seconds=int(amount) * _UNIT_SECONDS[unit])
-
-
-def format_duration(value: timedelta) -> str:
-    seconds = int(value.total_seconds())
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
-        if seconds and seconds % size == 0:
-            return f"{seconds // size}{unit}"
-    return f"{seconds}s"
-
 
 def to_uri(location: str | os.PathLike) -> str:
     """A URI for a location: ``s3a://...`` and the like pass through, local paths become ``file:/...``.

@@ -7,7 +7,8 @@ from datetime import timedelta
 import pytest
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import PROJECT_ROOT, Settings, format_duration, local_path, parse_duration, to_uri
+from lakehouse.eventtime import format_duration, parse_duration
+from lakehouse.settings import PROJECT_ROOT, Settings, local_path, to_uri
 
 
 # --- parse_duration / format_duration -------------------------------------------------------------

@@ -30,7 +30,8 @@ from lakehouse.storage.catalog import DATA_QUALITY, ensure_table, pipeline_table
 from lakehouse.errors import LakehouseError
 from lakehouse.storage.frames import literal_frame
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.settings import PROJECT_ROOT, Settings, local_path, parse_duration
+from lakehouse.eventtime import parse_duration
+from lakehouse.settings import PROJECT_ROOT, Settings, local_path
 from lakehouse.dataflow.pipelines.row_rules import BRONZE, EXPECTATIONS_DIR, GOLD, RAW_EVENTS, load_suite, suite_path
 
 DATA_SOURCE = "lakehouse"

@@ -33,6 +33,7 @@ from datetime import datetime, timezone
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.vocabulary import EXPLAINING_CAUSES, AuditTarget, Cause, Layer, Verdict, choices
 from lakehouse.dataflow import transforms as tx
 from lakehouse.storage.catalog import (
     BATCH_COVERAGE, CORRECTIONS, DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables,
@@ -42,17 +43,10 @@ from lakehouse.errors import LakehouseError
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write, read_log
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.settings import Settings, parse_duration
+from lakehouse import eventtime
+from lakehouse.eventtime import parse_duration
+from lakehouse.settings import Settings
 
-ON_TIME, LATE, NOT_YET_READ, MISSING = "on_time", "late", "not_yet_read", "missing"
-# A late difference whose window a correction run has already recomputed: the served value is right.
-CORRECTED = "corrected"
-# A batch-served value computed before these events reached bronze or the log.
-AFTER_BATCH = "arrived_after_batch"
-EXPLAINING_CAUSES = (LATE, NOT_YET_READ, CORRECTED, AFTER_BATCH)
-# What an audit compares with the truth: the speed table, or the serving view SQL users query.
-SPEED_TARGET, SERVING_TARGET = "speed", "serving"
-TARGETS = (SPEED_TARGET, SERVING_TARGET)
 
 @dataclasses.dataclass(frozen=True)
 class Scope:
@@ -83,7 +77,7 @@ class AuditResult:
     mode: str = "full"
     changes_since: dict[str, str] = dataclasses.field(default_factory=dict)
     changed_windows: int | None = None
-    target: str = SPEED_TARGET
+    target: str = AuditTarget.SPEED
 
     @property
     def ok(self) -> bool:
@@ -128,12 +122,12 @@ class Auditor:
         self.tables = pipeline_tables(pipeline)
 
     def reconcile(self, start: datetime, end: datetime, pins: dict[str, str] | None = None,
-                  record: bool = True, incremental: bool = False, target: str = SPEED_TARGET) -> AuditResult:
+                  record: bool = True, incremental: bool = False, target: str = AuditTarget.SPEED) -> AuditResult:
         """Audit the closed windows starting in ``[start, end)``; ``incremental``: only those changed
         since the previous audit (see :meth:`_changed_since_previous_audit`); ``target``: the speed
         table or the serving view."""
-        if target not in TARGETS:
-            raise LakehouseError(f"unknown audit target {target!r}: one of {', '.join(TARGETS)}")
+        if target not in choices(AuditTarget):
+            raise LakehouseError(f"unknown audit target {target!r}: one of {', '.join(AuditTarget)}")
         if self.pipeline.window.is_session:
             raise LakehouseError(f"{self.pipeline.name} has session windows; the audit compares fixed windows "
                                  "(audit the pipeline it is a variant of)")
@@ -148,7 +142,7 @@ class Auditor:
         truth_events = self._truth_events(scope.start, end, pins).where(scope.windows)
         # Parsed once: the open-window count, the comparison and the recorded differences share it.
         caused = self._with_causes(truth_events, pins, read_files, scope.start).persist()
-        closed = F.lit(watermark is not None) & (F.col("window_end") <= F.lit(watermark))
+        closed = tx.closed_by(watermark)
         audited = self._audited_rows(target, pins)
         per_key = self._compare(caused.where(closed), audited, pins, scope.start, end, watermark,
                                 scope.windows).persist()
@@ -157,16 +151,16 @@ class Auditor:
         newest_event_time = caused.agg(F.max(self.pipeline.event_time)).first()[0]
         result = AuditResult(
             run_id=str(uuid.uuid4()), pins=pins, watermark=watermark, windows_compared=len(rows),
-            open_windows=open_windows, matched=sum(r.status == "matched" for r in rows),
-            explained={cause: sum(r.status == "explained" and cause in r.causes for r in rows)
+            open_windows=open_windows, matched=sum(r.status == Verdict.MATCHED for r in rows),
+            explained={cause: sum(r.status == Verdict.EXPLAINED and cause in r.causes for r in rows)
                        for cause in EXPLAINING_CAUSES},
-            unexplained=[r.asDict(recursive=True) for r in rows if r.status == "unexplained"],
+            unexplained=[r.asDict(recursive=True) for r in rows if r.status == Verdict.UNEXPLAINED],
             pipeline=self.pipeline.name, range_start=start, range_end=end, newest_event_time=newest_event_time,
             rows=[r.asDict(recursive=True) for r in rows], mode=scope.mode, changes_since=scope.since,
             changed_windows=scope.changed_windows, target=target,
         )
         if record:
-            self._record(result, per_key.where(F.col("status") != "matched"), start, end, started)
+            self._record(result, per_key.where(F.col("status") != Verdict.MATCHED), start, end, started)
         per_key.unpersist()
         caused.unpersist()
         return result
@@ -212,14 +206,12 @@ class Auditor:
             F.col("pipeline") == self.pipeline.name
         )
         max_event_time = progress.agg(F.max("max_event_time")).first()[0]
-        watermark = None
-        if max_event_time is not None:
-            delay = self.settings.watermark_delay or self.pipeline.watermark_delay
-            lateness = self.settings.allowed_lateness or self.pipeline.allowed_lateness
-            watermark = max_event_time - parse_duration(delay) - parse_duration(lateness)
+        delay = self.settings.watermark_delay or self.pipeline.watermark_delay
+        lateness = self.settings.allowed_lateness or self.pipeline.allowed_lateness
+        current = eventtime.watermark(max_event_time, parse_duration(delay), parse_duration(lateness))
         files = progress.select(F.explode("source_files").alias("source_file"))
         read_files = files.select(_file_name(F.col("source_file")).alias("file_name")).distinct()
-        return watermark, read_files
+        return current, read_files
 
     def _truth_events(self, start: datetime, end: datetime, pins) -> DataFrame:
         """First copies of the valid events in windows starting in [start, end), from the pinned log."""
@@ -242,8 +234,8 @@ class Auditor:
             written, on="file_name", how="left")
         cause = (
             F.when(F.col("bronze_fate").isNotNull(), F.col("bronze_fate"))
-            .when(F.coalesce(F.col("file_read"), F.lit(False)), F.lit(MISSING))
-            .otherwise(F.lit(NOT_YET_READ))
+            .when(F.coalesce(F.col("file_read"), F.lit(False)), F.lit(Cause.MISSING))
+            .otherwise(F.lit(Cause.NOT_YET_READ))
         )
         return (
             events.join(bronze, on=pipeline.event_id, how="left")
@@ -254,8 +246,8 @@ class Auditor:
     def _audited_rows(self, target: str, pins) -> DataFrame:
         """What the audit checks, at the pins: gold columns plus ``source`` and ``updated_at``."""
         speed = _at(self.spark, self.tables.speed, self.settings, pins["speed"])
-        if target == SPEED_TARGET:
-            return speed.select(*self.pipeline.gold_columns, F.lit("speed").alias("source"), "updated_at")
+        if target == AuditTarget.SPEED:
+            return speed.select(*self.pipeline.gold_columns, F.lit(Layer.SPEED).alias("source"), "updated_at")
         batch = (_at(self.spark, self.tables.batch, self.settings, pins["batch"]) if "batch" in pins
                  else literal_frame(self.spark, self.tables.batch.columns, []))
         coverage = (_at(self.spark, BATCH_COVERAGE, self.settings, pins["coverage"]) if "coverage" in pins
@@ -285,18 +277,18 @@ class Auditor:
 
         closed_rows = audited.where(
             tx.in_window_range(start, end) & in_scope
-            & (F.lit(watermark is not None) & (F.col("window_end") <= F.lit(watermark)))
+            & tx.closed_by(watermark)
         ).select(*grouping, *[F.col(m).alias(f"speed_{m}") for m in metrics], "source",
                  F.col("updated_at").alias("row_written_at"))
         # A batch row was computed from bronze or from the log, before it was written.
-        batch_written = closed_rows.where(F.col("source") == "batch").select(*grouping, "row_written_at")
+        batch_written = closed_rows.where(F.col("source") == Layer.BATCH).select(*grouping, "row_written_at")
         for_batch = caused.join(batch_written, on=grouping, how="inner")
         in_bronze_before = F.col("ingested_at").isNotNull() & (F.col("ingested_at") <= F.col("row_written_at"))
         in_log_before = F.col("written_at").isNotNull() & (F.col("written_at") <= F.col("row_written_at"))
         counts = caused.groupBy(*grouping).agg(
-            F.count(F.when(F.col("cause") == LATE, 1)).alias("late_events"),
-            F.count(F.when(F.col("cause") == NOT_YET_READ, 1)).alias("not_yet_read_events"),
-            F.sort_array(F.collect_list(F.when(F.col("cause") == MISSING, F.col(pipeline.event_id))))
+            F.count(F.when(F.col("cause") == Cause.LATE, 1)).alias("late_events"),
+            F.count(F.when(F.col("cause") == Cause.NOT_YET_READ, 1)).alias("not_yet_read_events"),
+            F.sort_array(F.collect_list(F.when(F.col("cause") == Cause.MISSING, F.col(pipeline.event_id))))
             .alias("unexplained_event_ids"),
         )
         after_batch = for_batch.groupBy(*grouping).agg(
@@ -305,7 +297,7 @@ class Auditor:
         )
         joined = (
             totals(caused, "truth").join(closed_rows, on=grouping, how="full")
-            .join(totals(caused.where(F.col("cause") == ON_TIME), "on_time"), on=grouping, how="left")
+            .join(totals(caused.where(F.col("cause") == Cause.ON_TIME), "on_time"), on=grouping, how="left")
             .join(totals(for_batch.where(in_bronze_before), "bronze_before"), on=grouping, how="left")
             .join(totals(for_batch.where(in_log_before), "log_before"), on=grouping, how="left")
             .join(counts, on=grouping, how="left")
@@ -319,26 +311,26 @@ class Auditor:
         def equals(prefix: str):
             return functools.reduce(lambda a, b: a & b, [value("speed", m) == value(prefix, m) for m in metrics])
 
-        from_batch = F.coalesce(F.col("source") == "batch", F.lit(False))
+        from_batch = F.coalesce(F.col("source") == Layer.BATCH, F.lit(False))
         explained_by_timing = (F.when(from_batch, equals("bronze_before") | equals("log_before"))
                                .otherwise(equals("on_time")))
         no_missing = F.size(F.coalesce(F.col("unexplained_event_ids"), F.array())) == 0
         # An event the stream read but bronze lost is unexplained even where the totals still agree.
-        status = (F.when(~no_missing, F.lit("unexplained"))
-                  .when(equals("truth"), F.lit("matched"))
-                  .when(explained_by_timing, F.lit("explained"))
-                  .otherwise(F.lit("unexplained")))
+        status = (F.when(~no_missing, F.lit(Verdict.UNEXPLAINED))
+                  .when(equals("truth"), F.lit(Verdict.MATCHED))
+                  .when(explained_by_timing, F.lit(Verdict.EXPLAINED))
+                  .otherwise(F.lit(Verdict.UNEXPLAINED)))
         late, unread = F.coalesce(F.col("late_events"), F.lit(0)), F.coalesce(F.col("not_yet_read_events"), F.lit(0))
         after_batch_events = F.when(equals("bronze_before"), F.col("after_bronze_batch_events")).otherwise(
             F.col("after_log_batch_events"))
         after_batch_events = F.when(from_batch, F.coalesce(after_batch_events, F.lit(0))).otherwise(F.lit(0))
         # Causes name what the speed layer left out; a batch row's events are judged by their timing.
-        batch_causes = F.when(explained_by_timing, F.array(F.lit(AFTER_BATCH))).otherwise(F.array().cast("array<string>"))
+        batch_causes = F.when(explained_by_timing, F.array(F.lit(Cause.ARRIVED_AFTER_BATCH))).otherwise(F.array().cast("array<string>"))
         causes = F.when(from_batch, batch_causes).otherwise(F.filter(
             F.array(
-                F.when(late > 0, F.lit(LATE)),
-                F.when(unread > 0, F.lit(NOT_YET_READ)),
-                F.when((late > 0) & F.col("corrected"), F.lit(CORRECTED)),
+                F.when(late > 0, F.lit(Cause.LATE)),
+                F.when(unread > 0, F.lit(Cause.NOT_YET_READ)),
+                F.when((late > 0) & F.col("corrected"), F.lit(Cause.CORRECTED)),
             ),
             lambda c: c.isNotNull(),
         ))
@@ -353,9 +345,9 @@ class Auditor:
         return joined.select(
             "window_start", "window_end",
             F.create_map(*[part for k in keys for part in (F.lit(k), F.col(k))]).alias("key"),
-            status.alias("status"), F.when(status == "matched", F.array().cast("array<string>"))
+            status.alias("status"), F.when(status == Verdict.MATCHED, F.array().cast("array<string>"))
             .otherwise(causes).alias("causes"), as_map("truth").alias("truth"),
-            as_map("speed").alias("speed"), F.coalesce(F.col("source"), F.lit("speed")).alias("source"),
+            as_map("speed").alias("speed"), F.coalesce(F.col("source"), F.lit(Layer.SPEED)).alias("source"),
             late.alias("late_events"), unread.alias("not_yet_read_events"),
             after_batch_events.cast("long").alias("after_batch_events"),
             F.coalesce("unexplained_event_ids", F.array().cast("array<string>")).alias("unexplained_event_ids"),
@@ -385,9 +377,9 @@ class Auditor:
             "run_id": result.run_id, "pipeline": self.pipeline.name, "range_start": start, "range_end": end,
             "pins": result.pins, "watermark": result.watermark, "windows_compared": result.windows_compared,
             "open_windows": result.open_windows, "matched": result.matched,
-            "explained_late": result.explained[LATE], "explained_not_yet_read": result.explained[NOT_YET_READ],
-            "explained_corrected": result.explained[CORRECTED],
-            "explained_after_batch": result.explained[AFTER_BATCH], "target": result.target,
+            "explained_late": result.explained[Cause.LATE], "explained_not_yet_read": result.explained[Cause.NOT_YET_READ],
+            "explained_corrected": result.explained[Cause.CORRECTED],
+            "explained_after_batch": result.explained[Cause.ARRIVED_AFTER_BATCH], "target": result.target,
             "unexplained": len(result.unexplained), "mode": result.mode, "changes_since": result.changes_since,
             "changed_windows": result.changed_windows, "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
             "duration_ms": int((time.time() - started) * 1000),
@@ -403,7 +395,7 @@ class Auditor:
         )
 
 
-AUDITED = {SPEED_TARGET: "the speed table", SERVING_TARGET: "the serving view"}
+AUDITED = {AuditTarget.SPEED: "the speed table", AuditTarget.SERVING: "the serving view"}
 
 
 def render_audit(result: AuditResult) -> str:
@@ -411,10 +403,10 @@ def render_audit(result: AuditResult) -> str:
         f"audit {result.run_id} of {AUDITED[result.target]}: {result.windows_compared} closed (window, key) rows compared, "
         f"{result.open_windows} still open (watermark {result.watermark})",
         f"  matched          {result.matched}",
-        f"  explained late   {result.explained[LATE]}",
-        f"    of which already corrected {result.explained[CORRECTED]}",
-        f"  explained unread {result.explained[NOT_YET_READ]}",
-        *([f"  explained after batch {result.explained[AFTER_BATCH]}"] if result.target == SERVING_TARGET else []),
+        f"  explained late   {result.explained[Cause.LATE]}",
+        f"    of which already corrected {result.explained[Cause.CORRECTED]}",
+        f"  explained unread {result.explained[Cause.NOT_YET_READ]}",
+        *([f"  explained after batch {result.explained[Cause.ARRIVED_AFTER_BATCH]}"] if result.target == AuditTarget.SERVING else []),
         f"  unexplained      {len(result.unexplained)}",
         f"  pins             {json.dumps(result.pins, sort_keys=True)}",
     ]

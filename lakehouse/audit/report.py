@@ -18,13 +18,14 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.audit.reconcile import AFTER_BATCH, CORRECTED, LATE, NOT_YET_READ, SERVING_TARGET, AuditResult
+from lakehouse.audit.reconcile import AuditResult
+from lakehouse.vocabulary import AuditTarget, Cause, Fate, Layer
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, table_exists
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.audit.quality import QualityResult, failure_text
 from lakehouse.settings import Settings
 
-CAUSE_COLOURS = {LATE: "#d97706", NOT_YET_READ: "#2563eb", AFTER_BATCH: "#7c3aed", "unexplained": "#dc2626"}
+CAUSE_COLOURS = {Cause.LATE: "#d97706", Cause.NOT_YET_READ: "#2563eb", Cause.ARRIVED_AFTER_BATCH: "#7c3aed", "unexplained": "#dc2626"}
 DELAY_BUCKETS = ((60, "< 1 min"), (120, "1-2 min"), (300, "2-5 min"), (600, "5-10 min"), (1800, "10-30 min"),
                  (None, ">= 30 min"))
 
@@ -48,7 +49,7 @@ def gather_inputs(spark: SparkSession, settings: Settings, pipeline: Pipeline, r
         return spark.read.format("delta").option("versionAsOf", int(result.pins[pin])).load(table.uri(settings))
 
     in_range = F.col(pipeline.event_time).between(result.range_start, result.range_end)
-    late = at(tables.bronze, "bronze").where((F.col("fate") == "late") & in_range)
+    late = at(tables.bronze, "bronze").where((F.col("fate") == Fate.LATE) & in_range)
     frontier = at(STREAM_PROGRESS, "progress").select(
         "app_id", (F.col("batch_id") + 1).alias("batch_id"), F.col("max_event_time").alias("frontier"))
     delays = [
@@ -114,7 +115,7 @@ def _cause_of(window: dict) -> str | None:
         return "unexplained"
     if window["truth"] == window["speed"]:
         return None
-    return next(cause for cause in (LATE, AFTER_BATCH, NOT_YET_READ) if cause in window["causes"])
+    return next(cause for cause in (Cause.LATE, Cause.ARRIVED_AFTER_BATCH, Cause.NOT_YET_READ) if cause in window["causes"])
 
 
 def _difference_chart(windows: list[dict], metric: str, width: int = 960, height: int = 200) -> str:
@@ -170,7 +171,7 @@ def _delay_histogram(delays: list[float]) -> list[tuple[str, int]]:
 def _accounted_by(row: dict) -> str:
     if row["unexplained_event_ids"]:
         return ", ".join(row["unexplained_event_ids"])
-    counted = "the events in bronze when it was written" if row.get("source") == "batch" else "its on-time events"
+    counted = "the events in bronze when it was written" if row.get("source") == Layer.BATCH else "its on-time events"
     return f"no event: the {row.get('source') or 'speed'} value differs from {counted} by {row['speed_minus_on_time']}"
 
 
@@ -202,7 +203,7 @@ def _quality_section(quality: QualityResult | None, report_dir: Path | None) -> 
 
 def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None = None,
                   quality: QualityResult | None = None, report_dir: Path | None = None) -> str:
-    audited = "serving view" if result.target == SERVING_TARGET else "speed layer"
+    audited = "serving view" if result.target == AuditTarget.SERVING else "speed layer"
     metric = metric or (next(iter(result.rows[0]["truth"])) if result.rows else "")
     verdict = ("All differences explained" if result.ok
                else f"{len(result.unexplained)} unexplained difference{'s' if len(result.unexplained) != 1 else ''}")
@@ -250,10 +251,10 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
 <table class="counts">
  <tr><td>closed (window, key) rows compared</td><td class="num">{result.windows_compared}</td></tr>
  <tr><td>matched</td><td class="num">{result.matched}</td></tr>
- <tr><td>explained by late events</td><td class="num">{result.explained[LATE]}</td></tr>
- <tr><td>&nbsp;&nbsp;of which a correction run has already fixed</td><td class="num">{result.explained[CORRECTED]}</td></tr>
- <tr><td>explained by events that reached the log after the batch value was computed</td><td class="num">{result.explained[AFTER_BATCH]}</td></tr>
- <tr><td>explained by files not yet read</td><td class="num">{result.explained[NOT_YET_READ]}</td></tr>
+ <tr><td>explained by late events</td><td class="num">{result.explained[Cause.LATE]}</td></tr>
+ <tr><td>&nbsp;&nbsp;of which a correction run has already fixed</td><td class="num">{result.explained[Cause.CORRECTED]}</td></tr>
+ <tr><td>explained by events that reached the log after the batch value was computed</td><td class="num">{result.explained[Cause.ARRIVED_AFTER_BATCH]}</td></tr>
+ <tr><td>explained by files not yet read</td><td class="num">{result.explained[Cause.NOT_YET_READ]}</td></tr>
  <tr><td>unexplained</td><td class="num">{len(result.unexplained)}</td></tr>
  <tr><td>still open (after the watermark)</td><td class="num">{result.open_windows}</td></tr>
 </table>
@@ -267,7 +268,7 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
 {_quality_section(quality, report_dir)}
 {"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>{audited}</th><th>event ids</th></tr>" + unexplained_rows + "</table>" if unexplained_rows else ""}
 <h2>Late events by how far they lagged the stream's newest event time when read</h2>
-{_bars(_delay_histogram(inputs.late_delays_seconds), CAUSE_COLOURS[LATE])}
+{_bars(_delay_histogram(inputs.late_delays_seconds), CAUSE_COLOURS[Cause.LATE])}
 <h2>Quarantine reasons</h2>
 {_bars(sorted(inputs.quarantine_reasons.items(), key=lambda kv: -kv[1]), "#64748b")}
 <p><small>Pins: <code>{html.escape(str(result.pins))}</code></small></p>

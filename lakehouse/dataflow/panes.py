@@ -20,10 +20,10 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
+from lakehouse.vocabulary import PaneTiming
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
 
-EARLY, ON_TIME, LATE = "EARLY", "ON_TIME", "LATE"
 PANE_STATE = ("pane_index", "fired")  # per window and key: index of the latest pane, ON_TIME emitted yet
 
 
@@ -36,7 +36,7 @@ def latest_panes(panes: DataFrame, pipeline: Pipeline) -> DataFrame:
     by_window = W.partitionBy(*window_key(pipeline))
     newest = W.partitionBy(*window_key(pipeline)).orderBy(F.col("pane_index").desc())
     return (
-        panes.withColumn("fired", F.max((F.col("timing") != EARLY).cast("int")).over(by_window) == 1)
+        panes.withColumn("fired", F.max((F.col("timing") != PaneTiming.EARLY).cast("int")).over(by_window) == 1)
         .withColumn("_newest", F.row_number().over(newest))
         .where((F.col("_newest") == 1) & ~F.col("is_retraction"))
         .select(*pipeline.gold_columns, *PANE_STATE)
@@ -53,7 +53,7 @@ def advance_state(state: DataFrame, panes: DataFrame, pipeline: Pipeline) -> Dat
     fired_before = state.select(*keys, F.col("fired").alias("_fired_before"))
     emitted = panes.join(fired_before, on=keys, how="left").select(
         *pipeline.gold_columns, "pane_index",
-        ((F.col("timing") != EARLY) | F.coalesce(F.col("_fired_before"), F.lit(False))).alias("fired"),
+        ((F.col("timing") != PaneTiming.EARLY) | F.coalesce(F.col("_fired_before"), F.lit(False))).alias("fired"),
         "is_retraction",
     )
     kept = state.join(panes.select(*keys), on=keys, how="left_anti")
@@ -61,8 +61,8 @@ def advance_state(state: DataFrame, panes: DataFrame, pipeline: Pipeline) -> Dat
 
 
 def pane_timing(on_time_watermark: datetime | None, fired_before: Column) -> Column:
-    passed = F.lit(on_time_watermark is not None) & (F.col("window_end") <= F.lit(on_time_watermark))
-    return F.when(~passed, F.lit(EARLY)).when(fired_before, F.lit(LATE)).otherwise(F.lit(ON_TIME))
+    passed = tx.closed_by(on_time_watermark)
+    return F.when(~passed, F.lit(PaneTiming.EARLY)).when(fired_before, F.lit(PaneTiming.LATE)).otherwise(F.lit(PaneTiming.ON_TIME))
 
 
 def _renamed(state: DataFrame, pipeline: Pipeline) -> DataFrame:
@@ -95,7 +95,7 @@ def next_panes(state: DataFrame, partials: DataFrame, on_time_watermark: datetim
 def _watermark_panes(state: DataFrame, touched: DataFrame, on_time_watermark: datetime | None,
                      pipeline: Pipeline) -> DataFrame:
     """ON_TIME panes of windows the watermark has passed that this batch did not touch."""
-    passed = F.lit(on_time_watermark is not None) & (F.col("window_end") <= F.lit(on_time_watermark))
+    passed = tx.closed_by(on_time_watermark)
     return (
         state.join(touched.select(*window_key(pipeline)), on=window_key(pipeline), how="left_anti")
         .where(passed & ~F.col("fired"))

@@ -16,6 +16,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
+from lakehouse.vocabulary import Fate
 from lakehouse.dataflow.pipelines.base import INTEGER, MONEY, STRING, TIMESTAMP, Field, Pipeline
 
 # ISO-8601 with an explicit zone: a timestamp without one would silently take the reader's zone.
@@ -24,7 +25,6 @@ _INTEGER_JSON_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 # A JSON number with at most two decimals ("12.5" is DECIMAL(3,1) in a variant).
 _CENT_DECIMAL = r"^DECIMAL\(\d+,[0-2]\)$"
 
-ON_TIME, LATE, DUPLICATE, QUARANTINED = "on_time", "late", "duplicate", "quarantined"
 
 
 def _json_value(name: str) -> Column:
@@ -151,7 +151,7 @@ def quarantined_records(parsed: DataFrame) -> DataFrame:
 
 def interval(duration: str) -> str:
     """A Spark interval string for one of our durations."""
-    from lakehouse.settings import parse_duration
+    from lakehouse.eventtime import parse_duration
 
     return f"{int(parse_duration(duration).total_seconds())} seconds"
 
@@ -232,6 +232,13 @@ def number_copies(events: DataFrame, pipeline: Pipeline) -> DataFrame:
     return events.withColumn("copy_number", F.row_number().over(arrival_order))
 
 
+def closed_by(watermark: datetime | None, window_end: Column | None = None) -> Column:
+    """:func:`lakehouse.eventtime.is_closed` as a column: the window (``window_end`` unless given) ended
+    at or before the watermark. With no watermark yet, nothing is closed."""
+    end = F.col("window_end") if window_end is None else window_end
+    return F.lit(False) if watermark is None else end <= F.lit(watermark)
+
+
 def label_fates(
     events: DataFrame, seen_event_ids: DataFrame, watermark: datetime | None, pipeline: Pipeline
 ) -> DataFrame:
@@ -243,8 +250,8 @@ def label_fates(
     """
     seen = seen_event_ids.select(pipeline.event_id, F.lit(True).alias("_seen_before"))
     is_duplicate = F.coalesce(F.col("_seen_before"), F.lit(False)) | (F.col("copy_number") > 1)
-    is_late = first_window_end(pipeline) <= F.lit(watermark) if watermark is not None else F.lit(False)
-    fate = F.when(is_duplicate, F.lit(DUPLICATE)).when(is_late, F.lit(LATE)).otherwise(F.lit(ON_TIME))
+    is_late = closed_by(watermark, first_window_end(pipeline))
+    fate = F.when(is_duplicate, F.lit(Fate.DUPLICATE)).when(is_late, F.lit(Fate.LATE)).otherwise(F.lit(Fate.ON_TIME))
     return (
         number_copies(events, pipeline)
         .join(seen, on=pipeline.event_id, how="left")

@@ -21,6 +21,7 @@ from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
+from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
 from lakehouse.dataflow import transforms as tx
 from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, require_table, table_version
 from lakehouse.errors import LakehouseError
@@ -28,29 +29,16 @@ from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, read_log
 from lakehouse.storage.ops_tables import append_rows
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.settings import Settings, parse_duration
+from lakehouse.eventtime import is_on_boundary, parse_duration, parse_instant
+from lakehouse.settings import Settings
 from lakehouse.storage.writers import replace_where
 
-SOURCES = ("bronze", "log")
-REPROCESS = ("redo", "skip")
-EPOCH = datetime(1970, 1, 1)
 # A change-feed read opens every commit in its range, one after another on the driver: at the
 # stream's 5 s trigger a day of bronze is 17,280 commits, which costs more than recomputing a chunk
 # (a local commit file takes about a millisecond, one on object storage tens). Past this many
 # commits since a chunk's version, a skip run recomputes the chunk instead of reading the feed.
 CHANGE_FEED_CHECK_LIMIT = 1000
 log = logging.getLogger(__name__)
-
-
-def parse_instant(text: str, what: str) -> datetime:
-    """An ISO-8601 date or date-time; without a zone it is UTC. Returned as naive UTC."""
-    try:
-        moment = datetime.fromisoformat(str(text).strip())
-    except ValueError:
-        raise LakehouseError(f"cannot read {what} {text!r}: use ISO-8601, e.g. 2026-01-05T08:00:00Z") from None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
-    return moment
 
 
 def parse_range(start_text: str, end_text: str, pipeline: Pipeline) -> tuple[datetime, datetime]:
@@ -60,7 +48,7 @@ def parse_range(start_text: str, end_text: str, pipeline: Pipeline) -> tuple[dat
         raise LakehouseError(f"the range [{start_text}, {end_text}) is empty or reversed: end must be after start")
     slide = pipeline.window.slide_delta
     for name, moment in (("start", start), ("end", end)):
-        if (moment - EPOCH) % slide:
+        if not is_on_boundary(moment, slide):
             raise LakehouseError(
                 f"{name} {moment.isoformat()} is not on a window boundary of {pipeline.name} "
                 f"(windows slide by {pipeline.window.slide or pipeline.window.size})"
@@ -123,7 +111,7 @@ class BackfillResult:
     duplicates: int = 0
     events_used: int = 0
     rows_written: int = 0
-    status: str = "running"
+    status: str = RunStatus.RUNNING
     error: str | None = None
     chunks_skipped: int = 0
     label: str | None = None  # who asked: an Airflow run and chunk, say
@@ -159,10 +147,10 @@ class BatchLayer:
                  label: str | None = None) -> BackfillResult:
         """Recompute each chunk of ``[start, end)``; with ``reprocess="skip"`` a chunk whose inputs have
         the fingerprint its last recomputation recorded is left as it is."""
-        if source not in SOURCES:
-            raise LakehouseError(f"unknown source {source!r}: use one of {', '.join(SOURCES)}")
-        if reprocess not in REPROCESS:
-            raise LakehouseError(f"unknown reprocess {reprocess!r}: use one of {', '.join(REPROCESS)}")
+        if source not in choices(Source):
+            raise LakehouseError(f"unknown source {source!r}: use one of {', '.join(Source)}")
+        if reprocess not in choices(Reprocess):
+            raise LakehouseError(f"unknown reprocess {reprocess!r}: use one of {', '.join(Reprocess)}")
         chunk_size = parse_duration(chunk)
         if chunk_size <= timedelta(0) or chunk_size % self.pipeline.window.slide_delta:
             raise LakehouseError(f"chunk {chunk} must be a positive multiple of the window slide")
@@ -181,9 +169,9 @@ class BatchLayer:
                 result.chunks = done - result.chunks_skipped
                 if on_chunk:
                     on_chunk(done, len(chunks))
-            result.status = "succeeded"
+            result.status = RunStatus.SUCCEEDED
         except Exception as error:
-            result.status, result.error = "failed", f"{type(error).__name__}: {error}"[:2000]
+            result.status, result.error = RunStatus.FAILED, f"{type(error).__name__}: {error}"[:2000]
             raise
         finally:
             for frame in cached:  # the session may live on (Airflow worker, demo, tests): free the cache

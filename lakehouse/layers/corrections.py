@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.vocabulary import Fate, RunStatus
 from lakehouse.dataflow import transforms as tx
 from lakehouse.layers.batch import event_span, sql_timestamp
 from lakehouse.storage.catalog import (
@@ -31,7 +32,6 @@ from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.settings import Settings
 from lakehouse.storage.writers import append_once, replace_where
 
-PLANNED, SUCCEEDED = "planned", "succeeded"
 
 
 @dataclasses.dataclass
@@ -45,7 +45,7 @@ class CorrectionResult:
     windows_recomputed: int = 0
     rows_changed: int = 0
     resumed: bool = False
-    status: str = PLANNED
+    status: str = RunStatus.PLANNED
 
     def summary(self) -> str:
         if self.bronze_from_version > self.bronze_to_version:
@@ -109,7 +109,7 @@ class CorrectionRun:
             self._correct(late, result)
         finally:
             late.unpersist()
-        result.status = SUCCEEDED
+        result.status = RunStatus.SUCCEEDED
         self._record(result)
         return result
 
@@ -119,7 +119,7 @@ class CorrectionRun:
         runs = self.spark.read.format("delta").load(CORRECTION_RUNS.uri(self.settings)).where(
             F.col("pipeline") == self.pipeline.name)
         latest = runs.groupBy("sequence", "run_id", "bronze_from_version", "bronze_to_version").agg(
-            F.max((F.col("status") == SUCCEEDED).cast("int")).alias("done")).orderBy(F.col("sequence").desc()).first()
+            F.max((F.col("status") == RunStatus.SUCCEEDED).cast("int")).alias("done")).orderBy(F.col("sequence").desc()).first()
         if latest is not None and not latest["done"]:
             return CorrectionResult(latest["run_id"], self.pipeline.name, latest["sequence"],
                                     latest["bronze_from_version"], latest["bronze_to_version"], resumed=True)
@@ -133,7 +133,7 @@ class CorrectionRun:
 
     def _record(self, result: CorrectionResult) -> None:
         now = datetime.now(timezone.utc)
-        row = {**dataclasses.asdict(result), "started_at": now, "finished_at": now if result.status == SUCCEEDED else None}
+        row = {**dataclasses.asdict(result), "started_at": now, "finished_at": now if result.status == RunStatus.SUCCEEDED else None}
         literal_frame(self.spark, CORRECTION_RUNS.columns, [row]).write.format("delta").mode("append").save(
             CORRECTION_RUNS.uri(self.settings))
 
@@ -145,7 +145,7 @@ class CorrectionRun:
             .option("startingVersion", result.bronze_from_version).option("endingVersion", result.bronze_to_version)
             .load(self.tables.bronze.uri(self.settings))
         )
-        return changes.where((F.col("_change_type") == "insert") & (F.col("fate") == tx.LATE)).select(
+        return changes.where((F.col("_change_type") == "insert") & (F.col("fate") == Fate.LATE)).select(
             *self.pipeline.field_names)
 
     def _correct(self, late: DataFrame, result: CorrectionResult) -> None:

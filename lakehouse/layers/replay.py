@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from lakehouse.layers.batch import parse_instant
+from lakehouse.eventtime import parse_instant
 from lakehouse.storage.catalog import pipeline_tables, table_exists
 from lakehouse.errors import LakehouseError
 from lakehouse.storage.log import LocalLogWriter

@@ -16,22 +16,23 @@ from datetime import datetime, timedelta, timezone
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.vocabulary import Fate
 from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
 from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_pipeline_tables, table_version
 from lakehouse.storage.log import log_glob
 from lakehouse.storage.ops_tables import append_rows_stamped_once
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.settings import Settings, parse_duration
+from lakehouse import eventtime
+from lakehouse.eventtime import parse_duration
+from lakehouse.settings import Settings
 from lakehouse.storage.spark import session_confs
 from lakehouse.storage.writers import append_stamped_once, upsert_once
 
 
 def watermark_for(max_event_time_before: datetime | None, watermark_delay: str, allowed_lateness: str) -> datetime | None:
-    """Spark's watermark rule: nothing is late until some earlier batch has seen event time."""
-    if max_event_time_before is None:
-        return None
-    return max_event_time_before - parse_duration(watermark_delay) - parse_duration(allowed_lateness)
+    """The speed layer's watermark for a batch (the rule: :func:`lakehouse.eventtime.watermark`)."""
+    return eventtime.watermark(max_event_time_before, parse_duration(watermark_delay), parse_duration(allowed_lateness))
 
 
 # Set for each micro-batch and restored after it (process_batch), so they leave backfills and SQL
@@ -168,8 +169,8 @@ class SpeedLayer:
             "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
             "duration_ms": int((time.time() - started) * 1000),
             "input_rows": summary["input_rows"], "quarantined": summary["quarantined"],
-            "duplicates": counts.get(tx.DUPLICATE, 0), "on_time": counts.get(tx.ON_TIME, 0),
-            "late": counts.get(tx.LATE, 0), "watermark": watermark, "max_event_time": max_through,
+            "duplicates": counts.get(Fate.DUPLICATE, 0), "on_time": counts.get(Fate.ON_TIME, 0),
+            "late": counts.get(Fate.LATE, 0), "watermark": watermark, "max_event_time": max_through,
             "panes_emitted": counts["speed_rows"], "source_files": summary["source_files"],
         }
         # Written last: a progress row means every write of its batch has committed. One row, so
@@ -183,7 +184,7 @@ class SpeedLayer:
 
     def _count_fates(self, fates: DataFrame) -> dict[str, int]:
         row = fates.agg(
-            *[F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in (tx.ON_TIME, tx.LATE, tx.DUPLICATE)],
+            *[F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in (Fate.ON_TIME, Fate.LATE, Fate.DUPLICATE)],
         ).first()
         return row.asDict()
 
@@ -229,8 +230,8 @@ class SpeedLayer:
         """
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
         stamp = {"app_id": F.lit(app_id), "batch_id": F.lit(batch_id).cast("long")}
-        if counts[tx.ON_TIME] + counts[tx.LATE]:
-            accepted = fates.where(F.col("fate") != tx.DUPLICATE).withColumns(
+        if counts[Fate.ON_TIME] + counts[Fate.LATE]:
+            accepted = fates.where(F.col("fate") != Fate.DUPLICATE).withColumns(
                 {"event_date": F.to_date(pipeline.event_time), **stamp, "ingested_at": F.current_timestamp()}
             )
             append_stamped_once(accepted.select(tables.bronze.columns.fieldNames()), tables.bronze.uri(settings),
@@ -239,9 +240,9 @@ class SpeedLayer:
             quarantined = tx.quarantined_records(parsed).withColumns({**stamp, "quarantined_at": F.current_timestamp()})
             append_stamped_once(quarantined.select(tables.quarantine.columns.fieldNames()),
                                 tables.quarantine.uri(settings), app_id, batch_id, first_attempt=first_attempt)
-        on_time_watermark = max_through - parse_duration(self.watermark_delay) if max_through else None
+        on_time_watermark = eventtime.on_time_watermark(max_through, parse_duration(self.watermark_delay))
         state = self._state_before(spark, app_id, batch_id, watermark)
-        panes = self._next_panes(state, fates.where(F.col("fate") == tx.ON_TIME), on_time_watermark).persist()
+        panes = self._next_panes(state, fates.where(F.col("fate") == Fate.ON_TIME), on_time_watermark).persist()
         try:
             extent = panes.agg(F.count(F.lit(1)).alias("rows"), F.min("window_end").alias("first"),
                                F.max("window_end").alias("last")).first()

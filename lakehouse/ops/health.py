@@ -11,7 +11,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import datetime, timedelta
 
-from lakehouse.settings import Settings, format_duration, parse_duration
+from lakehouse.eventtime import format_duration, parse_duration
+from lakehouse.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True)

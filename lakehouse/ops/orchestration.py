@@ -11,11 +11,11 @@ import dataclasses
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings, format_duration, parse_duration
+from lakehouse.eventtime import format_duration, parse_duration
+from lakehouse.settings import Settings
 
-SOURCES = ("bronze", "log")
-REPROCESS = ("skip", "redo")
 CHUNK_CHOICES = ("15m", "1h", "6h", "1d")
 # ISO-8601 date-time with an optional zone: what the UI's date-time picker sends and what people type.
 # (jsonschema checks ``format: date-time`` only when rfc3339-validator is installed: spell it out.)
@@ -88,11 +88,11 @@ def backfill_param_schemas(settings: Settings) -> dict[str, dict]:
                   "description": "First window start (UTC when no zone is given); on a window boundary."},
         "end": {"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN, "title": "End",
                 "description": f"Exclusive; at most {settings.backfill_max_range} after start."},
-        "source": {"type": "string", "enum": list(SOURCES), "title": "Source",
+        "source": {"type": "string", "enum": choices(Source), "title": "Source",
                    "description": "bronze: accepted events; log: re-parse the raw retained log."},
         "chunk": {"type": "string", "enum": list(CHUNK_CHOICES), "title": "Chunk size",
                   "description": "Each chunk is recomputed and committed atomically by its own task."},
-        "reprocess": {"type": "string", "enum": list(REPROCESS), "title": "Reprocess",
+        "reprocess": {"type": "string", "enum": choices(Reprocess), "title": "Reprocess",
                       "description": "skip: leave chunks already computed from the same inputs; redo: all."},
         "dry_run": {"type": "boolean", "title": "Dry run", "description": "Plan and summarise, write nothing."},
     }
@@ -103,9 +103,9 @@ class BackfillRequest:
     pipeline: str
     start: datetime  # naive UTC, like the batch layer's
     end: datetime
-    source: str = "bronze"
+    source: str = Source.BRONZE
     chunk: str = "1d"
-    reprocess: str = "skip"
+    reprocess: str = Reprocess.SKIP
     dry_run: bool = False
 
 
@@ -125,7 +125,7 @@ def validate_backfill_request(params: dict, settings: Settings, now: datetime) -
     pipeline = params.get("pipeline")
     if pipeline not in pipeline_names():
         raise LakehouseError(f"unknown pipeline {pipeline!r}; shipped pipelines: {', '.join(pipeline_names())}")
-    for name, allowed in (("source", SOURCES), ("reprocess", REPROCESS)):
+    for name, allowed in (("source", choices(Source)), ("reprocess", choices(Reprocess))):
         if params.get(name) not in allowed:
             raise LakehouseError(f"{name} must be one of {', '.join(allowed)}, not {params.get(name)!r}")
     start, end = parse_utc(params.get("start"), "start"), parse_utc(params.get("end"), "end")
@@ -178,7 +178,7 @@ def chunk_job_args(request: BackfillRequest, chunk: dict[str, str], run_label: s
 
 def summarise_backfill(request: BackfillRequest, chunks: list[dict[str, str]], runs: list[dict]) -> dict:
     """What the run note shows: chunks done and skipped, rows written, events used, failures."""
-    done = [r for r in runs if r.get("status") == "succeeded"]
+    done = [r for r in runs if r.get("status") == RunStatus.SUCCEEDED]
     return {
         "pipeline": request.pipeline,
         "range": [f"{request.start.isoformat()}Z", f"{request.end.isoformat()}Z"],
@@ -189,7 +189,7 @@ def summarise_backfill(request: BackfillRequest, chunks: list[dict[str, str]], r
         "chunks_skipped": sum(int(r.get("chunks_skipped") or 0) for r in done),
         "rows_written": sum(int(r.get("rows_written") or 0) for r in done),
         "events_used": sum(int(r.get("events_used") or 0) for r in done),
-        "failed_attempts": sum(1 for r in runs if r.get("status") == "failed"),
+        "failed_attempts": sum(1 for r in runs if r.get("status") == RunStatus.FAILED),
     }
 
 

@@ -10,11 +10,11 @@ from decimal import Decimal
 
 from pyspark.sql import SparkSession
 
+from lakehouse.vocabulary import OutputFormat, choices
 from lakehouse.storage.catalog import register_tables
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
-FORMATS = ("table", "csv", "json")
 
 
 def _text(value) -> str:
@@ -59,8 +59,8 @@ def run_sql(spark: SparkSession, settings: Settings, query: str, output: str = "
             max_rows: int | None = 1000) -> str:
     from pyspark.errors import PySparkException
 
-    if output not in FORMATS:
-        raise LakehouseError(f"unknown format {output!r}: use one of {', '.join(FORMATS)}")
+    if output not in choices(OutputFormat):
+        raise LakehouseError(f"unknown format {output!r}: use one of {', '.join(OutputFormat)}")
     register_tables(spark, settings)
     try:
         frame = spark.sql(query)

@@ -11,7 +11,8 @@ from lakehouse.storage.catalog import BACKFILL_RUNS, STREAM_PROGRESS, all_tables
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.settings import Settings
 
-FATES = ("quarantined", "duplicates", "on_time", "late")
+# The per-batch fate counts of ops.stream_progress, by column.
+FATE_COUNT_COLUMNS = ("quarantined", "duplicates", "on_time", "late")
 
 
 @dataclasses.dataclass
@@ -36,11 +37,11 @@ def pipeline_status(spark: SparkSession, settings: Settings, pipeline: Pipeline)
         return spark.read.format("delta").load(uri) if table_exists(spark, uri) else None
 
     progress = load(STREAM_PROGRESS)
-    totals = {"batches": 0, "read": 0, **{fate: 0 for fate in FATES}}
+    totals = {"batches": 0, "read": 0, **{fate: 0 for fate in FATE_COUNT_COLUMNS}}
     if progress is not None:
         row = progress.where(F.col("pipeline") == pipeline.name).agg(
             F.count(F.lit(1)).alias("batches"), F.sum("input_rows").alias("read"),
-            *[F.sum(fate).alias(fate) for fate in FATES],
+            *[F.sum(fate).alias(fate) for fate in FATE_COUNT_COLUMNS],
         ).first()
         totals.update({k: v or 0 for k, v in row.asDict().items()})
     quarantine = load(pipeline_tables(pipeline).quarantine)
@@ -51,14 +52,14 @@ def pipeline_status(spark: SparkSession, settings: Settings, pipeline: Pipeline)
     runs = load(BACKFILL_RUNS)
     return PipelineStatus(
         pipeline=pipeline.name, batches=totals["batches"], read=totals["read"],
-        fates={fate: totals[fate] for fate in FATES}, quarantine_reasons=reasons, table_rows=table_rows,
+        fates={fate: totals[fate] for fate in FATE_COUNT_COLUMNS}, quarantine_reasons=reasons, table_rows=table_rows,
         backfill_runs=runs.where(F.col("pipeline") == pipeline.name).count() if runs is not None else 0,
     )
 
 
 def render_status(status: PipelineStatus) -> str:
     lines = [f"pipeline {status.pipeline}: {status.batches} micro-batches, {status.read} records read"]
-    for fate in FATES:
+    for fate in FATE_COUNT_COLUMNS:
         lines.append(f"  {fate:<12}{status.fates[fate]:>10}")
     identity = "holds" if status.balanced else "BROKEN"
     lines.append(f"  read = quarantined + duplicates + on_time + late: {identity}")

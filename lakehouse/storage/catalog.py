@@ -11,6 +11,7 @@ import dataclasses
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
+from lakehouse.vocabulary import AccumulationMode, Layer
 from lakehouse.errors import LakehouseError
 from lakehouse.dataflow.pipelines import PIPELINES
 from lakehouse.dataflow.pipelines.base import Pipeline
@@ -155,10 +156,9 @@ class PipelineTables:
     def accumulation_views(self) -> dict[str, str]:
         """The three accumulation modes of the pane log, by view name."""
         base = self.serving_view
-        return {mode: f"{base}__{mode}" for mode in ACCUMULATION_MODES}
+        return {mode: f"{base}__{mode}" for mode in AccumulationMode}
 
 
-ACCUMULATION_MODES = ("accumulating", "discarding", "retracting")
 
 # The gold tables change where windows are open: the speed layer's MERGE every few seconds, the batch
 # layer's replaceWhere every hour. A rewrite copies the untouched rows of every file it touches, and
@@ -273,10 +273,10 @@ def serving_view_sql(pipeline: Pipeline, speed: str | None = None, batch: str | 
     columns = ", ".join(pipeline.gold_columns)
     speed_columns = ", ".join(f"s.{c}" for c in pipeline.gold_columns)
     return f"""
-        SELECT {columns}, 'batch' AS source, TRUE AS is_final, updated_at
+        SELECT {columns}, '{Layer.BATCH}' AS source, TRUE AS is_final, updated_at
         FROM {batch}
         UNION ALL
-        SELECT {speed_columns}, 'speed' AS source, FALSE AS is_final, s.updated_at
+        SELECT {speed_columns}, '{Layer.SPEED}' AS source, FALSE AS is_final, s.updated_at
         FROM {speed} AS s
         LEFT ANTI JOIN (SELECT DISTINCT window_start FROM {batch}) AS b
           ON s.window_start = b.window_start

@@ -11,7 +11,8 @@ from __future__ import annotations
 import re
 from datetime import date, datetime, timedelta
 
-from lakehouse.settings import Settings, format_duration, parse_duration
+from lakehouse.eventtime import format_duration, parse_duration
+from lakehouse.settings import Settings
 
 DELTA_SAFETY = timedelta(days=7)
 _PARTITION = re.compile(r"ingest_date=(\d{4}-\d{2}-\d{2})/ingest_hour=(\d{2})/?$")

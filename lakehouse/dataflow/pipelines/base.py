@@ -9,7 +9,7 @@ from datetime import timedelta
 from pyspark.sql import Column
 from pyspark.sql import types as T
 
-from lakehouse.settings import parse_duration
+from lakehouse.eventtime import parse_duration
 
 # JSON value kinds a field may hold, checked against the type the JSON text actually carries.
 STRING, INTEGER, MONEY, TIMESTAMP = "string", "integer", "money", "timestamp"

@@ -1,0 +1,77 @@
+"""Event time, written once: durations, instants, ranges and the watermark rule.
+
+Stream, batch, audit, CLI and DAGs all read time through this module (stdlib only: the DAG files
+import it at parse time). Instants are naive UTC ``datetime``s, the form PySpark hands back in a
+UTC session; windows are half-open ``[start, end)``.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import datetime, timedelta, timezone
+
+from lakehouse.errors import LakehouseError
+
+EPOCH = datetime(1970, 1, 1)
+# Whole seconds and up: event-time windows, watermarks and triggers here are never finer than that.
+_DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
+_UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse the durations used everywhere in the CLI and settings: ``0s``, ``90s``, ``5m``, ``1h``, ``1d``."""
+    match = _DURATION.match(str(text))
+    if not match:
+        raise LakehouseError(f"cannot read duration {text!r}: write it like 0s, 90s, 5m, 1h or 1d")
+    amount, unit = match.groups()
+    return timedelta(seconds=int(amount) * _UNIT_SECONDS[unit])
+
+
+def format_duration(value: timedelta) -> str:
+    """The inverse of :func:`parse_duration`, in the largest unit that divides the duration."""
+    seconds = int(value.total_seconds())
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds and seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+def parse_instant(text: str, what: str) -> datetime:
+    """An ISO-8601 date or date-time; without a zone it is UTC. Returned as naive UTC."""
+    try:
+        moment = datetime.fromisoformat(str(text).strip())
+    except ValueError:
+        raise LakehouseError(f"cannot read {what} {text!r}: use ISO-8601, e.g. 2026-01-05T08:00:00Z") from None
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+    return moment
+
+
+def format_instant(moment: datetime) -> str:
+    """A naive UTC instant as ISO-8601 with its ``Z``."""
+    return f"{moment.isoformat()}Z"
+
+
+def is_on_boundary(moment: datetime, step: timedelta) -> bool:
+    """Whether ``moment`` starts a window of a grid of ``step`` aligned on the epoch (Spark's alignment)."""
+    return (moment - EPOCH) % step == timedelta(0)
+
+
+def watermark(max_event_time_before: datetime | None, watermark_delay: timedelta,
+              allowed_lateness: timedelta = timedelta(0)) -> datetime | None:
+    """Spark's watermark during micro-batch n: the max event time of batches before n, less the delay
+    and the allowed lateness. Nothing is late until some earlier batch has seen event time."""
+    if max_event_time_before is None:
+        return None
+    return max_event_time_before - watermark_delay - allowed_lateness
+
+
+def on_time_watermark(max_event_time_seen: datetime | None, watermark_delay: timedelta) -> datetime | None:
+    """The watermark that labels panes (Streaming 102): the max event time seen through this batch less
+    the delay. A pane is ON_TIME for the first emission at or after it passes the window's end."""
+    return watermark(max_event_time_seen, watermark_delay)
+
+
+def is_closed(window_end: datetime, current_watermark: datetime | None) -> bool:
+    """A window is closed, and an event of it late, when its end is at or before the watermark."""
+    return current_watermark is not None and window_end <= current_watermark

@@ -1,0 +1,106 @@
+"""The platform's words, defined once. Each value is the string stored in the tables and accepted on
+the command line and in Airflow's forms; the CLI's choices and the DAG Params' enums are built from
+these classes. Standard library only: DAG files import it at parse time."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+def choices(vocabulary: type[StrEnum]) -> list[str]:
+    """The values of a vocabulary, in declaration order (for argparse choices and JSON-schema enums)."""
+    return [member.value for member in vocabulary]
+
+
+class Fate(StrEnum):
+    """What became of a record the speed layer read: every record gets exactly one."""
+
+    QUARANTINED = "quarantined"
+    DUPLICATE = "duplicate"
+    LATE = "late"
+    ON_TIME = "on_time"
+
+
+class PaneTiming(StrEnum):
+    """When a pane fired relative to the on-time watermark (Streaming 102)."""
+
+    EARLY = "EARLY"
+    ON_TIME = "ON_TIME"
+    LATE = "LATE"
+
+
+class AccumulationMode(StrEnum):
+    """How successive panes of a window relate (Streaming 102), one view each over the pane log."""
+
+    ACCUMULATING = "accumulating"
+    DISCARDING = "discarding"
+    RETRACTING = "retracting"
+
+
+class Layer(StrEnum):
+    """Which layer computed a served value (the serving view's ``source`` column)."""
+
+    SPEED = "speed"
+    BATCH = "batch"
+
+
+class Source(StrEnum):
+    """What a backfill reads: bronze (every accepted event) or the raw retained log, parsed again."""
+
+    BRONZE = "bronze"
+    LOG = "log"
+
+
+class Reprocess(StrEnum):
+    """A backfill chunk whose inputs did not change: skipped, or recomputed anyway."""
+
+    SKIP = "skip"
+    REDO = "redo"
+
+
+class RunStatus(StrEnum):
+    """The life of a batch run (backfill or correction) in its ops table."""
+
+    PLANNED = "planned"
+    RUNNING = "running"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class AuditTarget(StrEnum):
+    """What an audit compares with the truth: the speed table, or the serving view SQL users read."""
+
+    SPEED = "speed"
+    SERVING = "serving"
+
+
+class Verdict(StrEnum):
+    """An audited (window, key): equal to the truth, different for named reasons, or not explained."""
+
+    MATCHED = "matched"
+    EXPLAINED = "explained"
+    UNEXPLAINED = "unexplained"
+
+
+class Cause(StrEnum):
+    """Why one event of the truth is, or is not, in the audited value."""
+
+    ON_TIME = "on_time"
+    LATE = "late"
+    NOT_YET_READ = "not_yet_read"
+    MISSING = "missing"
+    # A late difference whose window a correction run has already recomputed: the served value is right.
+    CORRECTED = "corrected"
+    # A batch-served value computed before these events reached bronze or the log.
+    ARRIVED_AFTER_BATCH = "arrived_after_batch"
+
+
+EXPLAINING_CAUSES = (Cause.LATE, Cause.NOT_YET_READ, Cause.CORRECTED, Cause.ARRIVED_AFTER_BATCH)
+
+
+class OutputFormat(StrEnum):
+    """How ``lakehouse sql`` prints rows."""
+
+    TABLE = "table"
+    CSV = "csv"
+    JSON = "json"
