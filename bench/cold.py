@@ -9,7 +9,7 @@ import argparse
 
 from bench import baselines
 from bench.data import PIPELINE, scratch_home
-from lakehouse.layers.batch import parse_instant
+from lakehouse.eventtime import parse_instant
 from lakehouse.storage.log import log_glob
 from lakehouse.settings import Settings
 

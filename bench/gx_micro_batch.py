@@ -17,6 +17,16 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def timed(action, repeat: int) -> list[float]:
+    """Wall seconds of each of ``repeat`` runs of ``action``."""
+    times = []
+    for _ in range(repeat):
+        started = time.perf_counter()
+        action()
+        times.append(time.perf_counter() - started)
+    return times
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--events", type=int, default=500)
@@ -41,15 +51,7 @@ def main() -> None:
     parsed = tx.parse_events(raw, pipeline).persist()
     parsed.count()
 
-    def timed(action) -> list[float]:
-        times = []
-        for _ in range(args.repeat):
-            started = time.perf_counter()
-            action()
-            times.append(time.perf_counter() - started)
-        return times
-
-    spark_rules = timed(lambda: parsed.groupBy("reason").count().collect())
+    spark_rules = timed(lambda: parsed.groupBy("reason").count().collect(), args.repeat)
     started = time.perf_counter()
     from lakehouse.audit.quality import gx_context, validate_frame
 
@@ -57,7 +59,7 @@ def main() -> None:
     gx_setup = time.perf_counter() - started
     valid = tx.valid_events(parsed, pipeline)
     gx_validation = timed(lambda: validate_frame(context, suite_path(pipeline.name, RAW_EVENTS),
-                                                 "bench.raw_events", valid))
+                                                 "bench.raw_events", valid), args.repeat)
     result = {
         "events": args.events, "repeat": args.repeat,
         "spark_rules_seconds_median": statistics.median(spark_rules),

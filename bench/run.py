@@ -196,14 +196,18 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
         "mode": mode, "finished_at": datetime.now(timezone.utc).isoformat(), "wall_s": round(time.time() - began),
         "machine": {**machine(), "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()},
         "plan": dataclasses.asdict(plan), "data": {"events": plan.events, **log_info},
-        "results": results,
+        "results": results, "summary": headline(results),
     }
-    report["summary"] = headline(results)
+    save_report(report, mode, results_dir)
+    return report
+
+
+def save_report(report: dict, mode: str, results_dir: Path) -> None:
+    """The run's JSON, under its time and as ``latest-<mode>.json``."""
     results_dir.mkdir(parents=True, exist_ok=True)
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     for name in (f"{stamp}-{mode}.json", f"latest-{mode}.json"):
         (results_dir / name).write_text(json.dumps(report, indent=1, default=str))
-    return report
 
 
 def main(argv: list[str] | None = None) -> None:

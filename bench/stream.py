@@ -34,7 +34,7 @@ from lakehouse.storage.catalog import ensure_pipeline_tables, pipeline_tables, r
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.storage.log import LocalLogWriter, log_glob
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.settings import parse_duration
+from lakehouse.eventtime import parse_duration
 from lakehouse.layers.speed import SpeedLayer
 from lakehouse.dataflow.transforms import interval
 

@@ -193,10 +193,8 @@ def cmd_demo(args, settings: Settings) -> None:
     run_demo(settings, events=args.events)
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
-    commands = parser.add_subparsers(dest="command", required=True)
-
+def _add_generate(commands) -> None:
+    """The producer: deterministic events into the retained log."""
     generate = commands.add_parser("generate", help="write deterministic toll events into the retained log")
     generate.add_argument("--pipeline", default="toll_traffic", choices=["toll_traffic"])
     generate.add_argument("--events", type=int, default=10_000)
@@ -213,6 +211,9 @@ def build_parser() -> argparse.ArgumentParser:
     generate.add_argument("--events-per-file", type=int, default=500)
     generate.set_defaults(run=cmd_generate)
 
+
+def _add_layers(commands) -> None:
+    """The two layers: the stream and backfills."""
     stream = commands.add_parser("stream", help="run the speed layer (continuously, or drain and stop)")
     stream.add_argument("--pipeline", default="toll_traffic")
     stream.add_argument("--available-now", action="store_true", help="process what the log holds, then stop")
@@ -233,6 +234,9 @@ def build_parser() -> argparse.ArgumentParser:
     backfill.add_argument("--label", help="recorded in ops.backfill_runs: who asked (an Airflow run, say)")
     backfill.set_defaults(run=cmd_backfill)
 
+
+def _add_reading(commands) -> None:
+    """Reading what the layers wrote: SQL, status, audits."""
     sql = commands.add_parser("sql", help="query tables and views by schema.name (Delta time travel works)")
     sql.add_argument("query")
     sql.add_argument("--format", default=OutputFormat.TABLE, choices=choices(OutputFormat))
@@ -257,6 +261,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="reconcile only: do not validate the expectation suites (no GX, no Data Docs)")
     audit.set_defaults(run=cmd_audit)
 
+
+def _add_corrections_and_replay(commands) -> None:
+    """Late-data corrections and scenario replay."""
     correct = commands.add_parser("correct", help="fold late events into gold.<p>__batch, logging retractions")
     correct.add_argument("--pipeline", default="toll_traffic")
     correct.set_defaults(run=cmd_correct)
@@ -269,6 +276,9 @@ def build_parser() -> argparse.ArgumentParser:
     replay.add_argument("--format", default=OutputFormat.TABLE, choices=[OutputFormat.TABLE, OutputFormat.JSON])
     replay.set_defaults(run=cmd_replay)
 
+
+def _add_operations(commands) -> None:
+    """What Airflow runs besides the layers: plans, maintenance, health; and the demo."""
     # --- Orchestration commands ---
     plan = commands.add_parser("plan-backfill", help="validate backfill parameters (JSON) and print its chunks")
     plan.add_argument("params", help='e.g. {"pipeline": "toll_traffic", "start": ..., "end": ..., '
@@ -287,6 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
     demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")
     demo.add_argument("--events", type=int, default=20_000)
     demo.set_defaults(run=cmd_demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    for add_commands in (_add_generate, _add_layers, _add_reading, _add_corrections_and_replay, _add_operations):
+        add_commands(commands)
     return parser
 
 

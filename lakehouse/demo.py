@@ -64,6 +64,24 @@ def _write_report(spark, settings: Settings, pipeline, audit) -> str:
     return str(path)
 
 
+def _what_happened(spark, settings: Settings, pipeline, generated) -> None:
+    """The generator's mix, the fates and tables, and the demo's SQL queries with their answers."""
+    from lakehouse.serving.sql import run_sql
+    from lakehouse.serving.status import pipeline_status, render_status
+
+    _step("What happened")
+    print(f"events generated: {generated.records} records in {generated.files} files "
+          f"({generated.kinds['valid']} valid events, {generated.kinds['delayed']} of them delayed, "
+          f"{generated.kinds['duplicate_copies']} extra copies, "
+          f"{sum(v for k, v in generated.kinds.items() if k.startswith('malformed'))} malformed)")
+    print(render_status(pipeline_status(spark, settings, pipeline)))
+
+    for title, query in DEMO_QUERIES:
+        _step(f"SQL: {title}")
+        print(f"lakehouse sql \"{query}\"\n")
+        print(run_sql(spark, settings, query), end="")
+
+
 def run_demo(settings: Settings, events: int = 20_000) -> None:
     from lakehouse.audit.reconcile import Auditor, render_audit
     from lakehouse.layers.batch import BatchLayer
@@ -72,9 +90,6 @@ def run_demo(settings: Settings, events: int = 20_000) -> None:
     from lakehouse.layers.corrections import CorrectionRun
     from lakehouse.storage.spark import build_spark_session
     from lakehouse.layers.speed import run_speed_layer
-    from lakehouse.serving.sql import run_sql
-    from lakehouse.serving.status import pipeline_status, render_status
-
     pipeline = get_pipeline("toll_traffic")
     _fresh_home(settings)
     config = GeneratorConfig(events=events, seed=7, rate=20.0, late_fraction=0.03, late_delay="4m",
@@ -108,16 +123,6 @@ def run_demo(settings: Settings, events: int = 20_000) -> None:
     report = _write_report(spark, settings, pipeline, audit)
     print(f"the speed layer's audit as a page: {report}")
 
-    _step("What happened")
-    print(f"events generated: {generated.records} records in {generated.files} files "
-          f"({generated.kinds['valid']} valid events, {generated.kinds['delayed']} of them delayed, "
-          f"{generated.kinds['duplicate_copies']} extra copies, "
-          f"{sum(v for k, v in generated.kinds.items() if k.startswith('malformed'))} malformed)")
-    print(render_status(pipeline_status(spark, settings, pipeline)))
-
-    for title, query in DEMO_QUERIES:
-        _step(f"SQL: {title}")
-        print(f"lakehouse sql \"{query}\"\n")
-        print(run_sql(spark, settings, query), end="")
+    _what_happened(spark, settings, pipeline, generated)
     print(f"\nDone in {time.time() - began:.0f}s. Query it yourself: .venv/bin/lakehouse sql \"SHOW TABLES IN gold\"")
     spark.stop()

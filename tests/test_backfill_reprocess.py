@@ -13,7 +13,8 @@ from delta.tables import DeltaTable
 from pyspark.sql import types as T
 
 from lakehouse.layers import batch
-from lakehouse.layers.batch import BatchLayer, parse_bronze_fingerprint
+from lakehouse.dataflow.fingerprints import parse_bronze_fingerprint
+from lakehouse.layers.batch import BatchLayer
 from lakehouse.storage.catalog import BATCH_COVERAGE, pipeline_tables
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.storage.log import LocalLogWriter

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.layers.batch import parse_bronze_fingerprint
+from lakehouse.dataflow.fingerprints import parse_bronze_fingerprint
 from lakehouse.storage.catalog import ALERTS, BACKFILL_RUNS, BATCH_COVERAGE, RECONCILIATIONS, pipeline_tables
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.storage.log import LocalLogWriter

@@ -24,7 +24,6 @@ and the last log file), so re-running it with the same pins gives the same resul
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import time
 import uuid
@@ -34,6 +33,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.vocabulary import EXPLAINING_CAUSES, AuditTarget, Cause, Layer, Verdict, choices
+from lakehouse.audit import compare
 from lakehouse.dataflow import transforms as tx
 from lakehouse.storage.catalog import (
     BATCH_COVERAGE, CORRECTIONS, DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables,
@@ -116,6 +116,26 @@ def _at(spark: SparkSession, table: Table, settings: Settings, version: str) -> 
     return spark.read.format("delta").option("versionAsOf", int(version)).load(table.uri(settings))
 
 
+def _previous_audit(spark: SparkSession, settings: Settings, pipeline: Pipeline):
+    if not table_exists(spark, RECONCILIATIONS.uri(settings)):
+        return None
+    runs = spark.read.format("delta").load(RECONCILIATIONS.uri(settings))
+    return runs.where(F.col("pipeline") == pipeline.name).orderBy(F.col("started_at").desc()).first()
+
+
+def _changed_windows(spark: SparkSession, table_uri: str, since: str | None, until: str | None,
+                     window_range: Column) -> set[datetime]:
+    """Window starts in ``window_range`` whose rows changed in versions (since, until] (Change Data Feed)."""
+    if until is None:
+        return set()
+    first = int(since) + 1 if since is not None else 0
+    if first > int(until):
+        return set()
+    changes = (spark.read.format("delta").option("readChangeFeed", "true")
+               .option("startingVersion", first).option("endingVersion", int(until)).load(table_uri))
+    return {row[0] for row in changes.where(window_range).select("window_start").distinct().collect()}
+
+
 class Auditor:
     def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline):
         self.spark, self.settings, self.pipeline = spark, settings, pipeline
@@ -160,37 +180,21 @@ class Auditor:
             changed_windows=scope.changed_windows, target=target,
         )
         if record:
-            self._record(result, per_key.where(F.col("status") != Verdict.MATCHED), start, end, started)
+            record_audit(self.spark, self.settings, result, per_key.where(F.col("status") != Verdict.MATCHED), started)
         per_key.unpersist()
         caused.unpersist()
         return result
 
-    def _previous_audit(self):
-        if not table_exists(self.spark, RECONCILIATIONS.uri(self.settings)):
-            return None
-        runs = self.spark.read.format("delta").load(RECONCILIATIONS.uri(self.settings))
-        return runs.where(F.col("pipeline") == self.pipeline.name).orderBy(F.col("started_at").desc()).first()
-
-    def _changed_windows(self, table: Table, since: str | None, until: str | None, start, end) -> set[datetime]:
-        """Window starts of the range whose rows changed in versions (since, until] (Change Data Feed)."""
-        if until is None:
-            return set()
-        first = int(since) + 1 if since is not None else 0
-        if first > int(until):
-            return set()
-        changes = (self.spark.read.format("delta").option("readChangeFeed", "true")
-                   .option("startingVersion", first).option("endingVersion", int(until)).load(table.uri(self.settings)))
-        return {row[0] for row in changes.where(tx.in_window_range(start, end)).select("window_start").distinct().collect()}
-
     def _changed_since_previous_audit(self, pins, start: datetime, end: datetime, watermark) -> Scope:
         """Windows whose speed or batch rows changed since the previous audit, plus those the watermark
         closed since then (an unchanged window that was open then was never compared)."""
-        previous = self._previous_audit()
+        previous = _previous_audit(self.spark, self.settings, self.pipeline)
         if previous is None:
             return Scope("incremental", {}, F.lit(True), None, start)
-        since = dict(previous.pins)
-        changed = self._changed_windows(self.tables.speed, since.get("speed"), pins.get("speed"), start, end)
-        changed |= self._changed_windows(self.tables.batch, since.get("batch"), pins.get("batch"), start, end)
+        since, in_range = dict(previous.pins), tx.in_window_range(start, end)
+        changed = set()
+        for part, table in (("speed", self.tables.speed), ("batch", self.tables.batch)):
+            changed |= _changed_windows(self.spark, table.uri(self.settings), since.get(part), pins.get(part), in_range)
         closed_since = F.lit(True) if previous.watermark is None else F.col("window_end") > F.lit(previous.watermark)
         changed_in_range = F.col("window_start").isin(*sorted(changed)) if changed else F.lit(False)
         windows = changed_in_range | closed_since
@@ -261,138 +265,60 @@ class Auditor:
 
     def _compare(self, caused: DataFrame, audited: DataFrame, pins, start, end, watermark,
                  in_scope: Column) -> DataFrame:
-        """Per closed window and key: truth, the audited value, the part explained values come from,
-        and the status with causes.
+        """Per closed window and key: truth, the audited value (column ``speed``: the speed table's or
+        the serving view's), the status and its causes (``lakehouse.audit.compare``)."""
+        closed_rows = compare.closed_audited_rows(audited, self.pipeline, start, end, in_scope, watermark)
+        joined = compare.joined_totals(caused, closed_rows, self.pipeline)
+        return compare.per_window_verdicts(compare.with_corrections(joined, self._corrected(pins), self.pipeline),
+                                           self.pipeline)
 
-        The audited value (column ``speed`` in the output: the speed table's, or the serving view's)
-        is explained when it equals what its layer could have counted: a speed value its on-time
-        events, a batch value the events that had reached bronze (or the log) when it was written.
-        """
-        pipeline, keys, metrics = self.pipeline, list(self.pipeline.keys), self.pipeline.metric_names
-        grouping = ["window_start", "window_end", *keys]
-
-        def totals(events: DataFrame, prefix: str) -> DataFrame:
-            return tx.aggregate_metrics(events, pipeline).select(
-                *grouping, *[F.col(m).alias(f"{prefix}_{m}") for m in metrics])
-
-        closed_rows = audited.where(
-            tx.in_window_range(start, end) & in_scope
-            & tx.closed_by(watermark)
-        ).select(*grouping, *[F.col(m).alias(f"speed_{m}") for m in metrics], "source",
-                 F.col("updated_at").alias("row_written_at"))
-        # A batch row was computed from bronze or from the log, before it was written.
-        batch_written = closed_rows.where(F.col("source") == Layer.BATCH).select(*grouping, "row_written_at")
-        for_batch = caused.join(batch_written, on=grouping, how="inner")
-        in_bronze_before = F.col("ingested_at").isNotNull() & (F.col("ingested_at") <= F.col("row_written_at"))
-        in_log_before = F.col("written_at").isNotNull() & (F.col("written_at") <= F.col("row_written_at"))
-        counts = caused.groupBy(*grouping).agg(
-            F.count(F.when(F.col("cause") == Cause.LATE, 1)).alias("late_events"),
-            F.count(F.when(F.col("cause") == Cause.NOT_YET_READ, 1)).alias("not_yet_read_events"),
-            F.sort_array(F.collect_list(F.when(F.col("cause") == Cause.MISSING, F.col(pipeline.event_id))))
-            .alias("unexplained_event_ids"),
-        )
-        after_batch = for_batch.groupBy(*grouping).agg(
-            F.count(F.when(~in_bronze_before, 1)).alias("after_bronze_batch_events"),
-            F.count(F.when(~in_log_before, 1)).alias("after_log_batch_events"),
-        )
-        joined = (
-            totals(caused, "truth").join(closed_rows, on=grouping, how="full")
-            .join(totals(caused.where(F.col("cause") == Cause.ON_TIME), "on_time"), on=grouping, how="left")
-            .join(totals(for_batch.where(in_bronze_before), "bronze_before"), on=grouping, how="left")
-            .join(totals(for_batch.where(in_log_before), "log_before"), on=grouping, how="left")
-            .join(counts, on=grouping, how="left")
-            .join(after_batch, on=grouping, how="left")
-        )
-        joined = self._with_corrections(joined, pins)
-
-        def value(prefix: str, metric: str):
-            return F.coalesce(F.col(f"{prefix}_{metric}"), F.lit(0).cast(joined.schema[f"{prefix}_{metric}"].dataType))
-
-        def equals(prefix: str):
-            return functools.reduce(lambda a, b: a & b, [value("speed", m) == value(prefix, m) for m in metrics])
-
-        from_batch = F.coalesce(F.col("source") == Layer.BATCH, F.lit(False))
-        explained_by_timing = (F.when(from_batch, equals("bronze_before") | equals("log_before"))
-                               .otherwise(equals("on_time")))
-        no_missing = F.size(F.coalesce(F.col("unexplained_event_ids"), F.array())) == 0
-        # An event the stream read but bronze lost is unexplained even where the totals still agree.
-        status = (F.when(~no_missing, F.lit(Verdict.UNEXPLAINED))
-                  .when(equals("truth"), F.lit(Verdict.MATCHED))
-                  .when(explained_by_timing, F.lit(Verdict.EXPLAINED))
-                  .otherwise(F.lit(Verdict.UNEXPLAINED)))
-        late, unread = F.coalesce(F.col("late_events"), F.lit(0)), F.coalesce(F.col("not_yet_read_events"), F.lit(0))
-        after_batch_events = F.when(equals("bronze_before"), F.col("after_bronze_batch_events")).otherwise(
-            F.col("after_log_batch_events"))
-        after_batch_events = F.when(from_batch, F.coalesce(after_batch_events, F.lit(0))).otherwise(F.lit(0))
-        # Causes name what the speed layer left out; a batch row's events are judged by their timing.
-        batch_causes = F.when(explained_by_timing, F.array(F.lit(Cause.ARRIVED_AFTER_BATCH))).otherwise(F.array().cast("array<string>"))
-        causes = F.when(from_batch, batch_causes).otherwise(F.filter(
-            F.array(
-                F.when(late > 0, F.lit(Cause.LATE)),
-                F.when(unread > 0, F.lit(Cause.NOT_YET_READ)),
-                F.when((late > 0) & F.col("corrected"), F.lit(Cause.CORRECTED)),
-            ),
-            lambda c: c.isNotNull(),
-        ))
-
-        def as_map(prefix: str):
-            return F.create_map(*[part for m in metrics for part in (F.lit(m), value(prefix, m).cast("string"))])
-
-        # By how much the value differs from what its layer counted: a hand-edited value shows here.
-        residual = F.create_map(*[part for m in metrics for part in (F.lit(m), F.when(
-            from_batch, value("speed", m) - value("bronze_before", m)).otherwise(
-            value("speed", m) - value("on_time", m)).cast("string"))])
-        return joined.select(
-            "window_start", "window_end",
-            F.create_map(*[part for k in keys for part in (F.lit(k), F.col(k))]).alias("key"),
-            status.alias("status"), F.when(status == Verdict.MATCHED, F.array().cast("array<string>"))
-            .otherwise(causes).alias("causes"), as_map("truth").alias("truth"),
-            as_map("speed").alias("speed"), F.coalesce(F.col("source"), F.lit(Layer.SPEED)).alias("source"),
-            late.alias("late_events"), unread.alias("not_yet_read_events"),
-            after_batch_events.cast("long").alias("after_batch_events"),
-            F.coalesce("unexplained_event_ids", F.array().cast("array<string>")).alias("unexplained_event_ids"),
-            residual.alias("speed_minus_on_time"),
-        )
-
-    def _with_corrections(self, joined: DataFrame, pins) -> DataFrame:
-        """Flag the (window, key) rows a correction run has recomputed (as of the pinned log)."""
-        keys = list(self.pipeline.keys)
-        key_json = F.to_json(F.create_map(*[part for k in keys for part in (F.lit(k), F.col(k).cast("string"))]))
+    def _corrected(self, pins) -> DataFrame | None:
+        """The (window, key) rows a correction run has recomputed, as of the pins; None before any."""
         if "corrections" not in pins:
-            return joined.withColumn("corrected", F.lit(False))
-        corrected = (
+            return None
+        return (
             _at(self.spark, CORRECTIONS, self.settings, pins["corrections"])
             .where((F.col("pipeline") == self.pipeline.name) & (F.col("change") == "insert"))
             .select("window_start", "window_end", F.to_json("key").alias("_key_json"))
-            .distinct().withColumn("corrected", F.lit(True))
+            .distinct()
         )
-        return (joined.withColumn("_key_json", key_json)
-                .join(corrected, on=["window_start", "window_end", "_key_json"], how="left")
-                .withColumn("corrected", F.coalesce("corrected", F.lit(False))).drop("_key_json"))
 
-    def _record(self, result: AuditResult, differences: DataFrame, start, end, started: float) -> None:
-        for table in (RECONCILIATIONS, DIFFERENCES):
-            ensure_table(self.spark, table, self.settings)
-        run = {
-            "run_id": result.run_id, "pipeline": self.pipeline.name, "range_start": start, "range_end": end,
-            "pins": result.pins, "watermark": result.watermark, "windows_compared": result.windows_compared,
-            "open_windows": result.open_windows, "matched": result.matched,
-            "explained_late": result.explained[Cause.LATE], "explained_not_yet_read": result.explained[Cause.NOT_YET_READ],
-            "explained_corrected": result.explained[Cause.CORRECTED],
-            "explained_after_batch": result.explained[Cause.ARRIVED_AFTER_BATCH], "target": result.target,
-            "unexplained": len(result.unexplained), "mode": result.mode, "changes_since": result.changes_since,
-            "changed_windows": result.changed_windows, "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
-            "duration_ms": int((time.time() - started) * 1000),
-        }
-        differences.withColumns({"run_id": F.lit(result.run_id), "pipeline": F.lit(self.pipeline.name)}) \
-            .select(DIFFERENCES.columns.fieldNames()).write.format("delta").mode("append") \
-            .option("mergeSchema", "true").save(DIFFERENCES.uri(self.settings))
-        # The summary row last: a reconciliation row means its differences are all recorded.
-        # mergeSchema: a table made before the incremental mode gains its columns on the first write.
-        literal_frame(self.spark, RECONCILIATIONS.columns, [run]).write.format("delta").mode("append") \
-            .option("mergeSchema", "true").save(
-            RECONCILIATIONS.uri(self.settings)
-        )
+
+
+def record_audit(spark: SparkSession, settings: Settings, result: AuditResult, differences: DataFrame,
+             started: float) -> None:
+    """Append the run's differences, then its summary row (so a summary row means every difference of
+    its run is recorded).
+
+    Args:
+        spark: the session.
+        settings: where the audit tables live.
+        result: the audit's outcome (its pipeline, range and counts).
+        differences: the per-window rows that are not matched.
+        started: when the audit started (``time.time()``), for its duration.
+    """
+    for table in (RECONCILIATIONS, DIFFERENCES):
+        ensure_table(spark, table, settings)
+    run = {
+        "run_id": result.run_id, "pipeline": result.pipeline, "range_start": result.range_start, "range_end": result.range_end,
+        "pins": result.pins, "watermark": result.watermark, "windows_compared": result.windows_compared,
+        "open_windows": result.open_windows, "matched": result.matched,
+        "explained_late": result.explained[Cause.LATE], "explained_not_yet_read": result.explained[Cause.NOT_YET_READ],
+        "explained_corrected": result.explained[Cause.CORRECTED],
+        "explained_after_batch": result.explained[Cause.ARRIVED_AFTER_BATCH], "target": result.target,
+        "unexplained": len(result.unexplained), "mode": result.mode, "changes_since": result.changes_since,
+        "changed_windows": result.changed_windows, "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
+        "duration_ms": int((time.time() - started) * 1000),
+    }
+    differences.withColumns({"run_id": F.lit(result.run_id), "pipeline": F.lit(result.pipeline)}) \
+        .select(DIFFERENCES.columns.fieldNames()).write.format("delta").mode("append") \
+        .option("mergeSchema", "true").save(DIFFERENCES.uri(settings))
+    # The summary row last: a reconciliation row means its differences are all recorded.
+    # mergeSchema: a table made before the incremental mode gains its columns on the first write.
+    literal_frame(spark, RECONCILIATIONS.columns, [run]).write.format("delta").mode("append") \
+        .option("mergeSchema", "true").save(
+        RECONCILIATIONS.uri(settings)
+    )
 
 
 AUDITED = {AuditTarget.SPEED: "the speed table", AuditTarget.SERVING: "the serving view"}

@@ -201,19 +201,23 @@ def _quality_section(quality: QualityResult | None, report_dir: Path | None) -> 
             f'<p><a href="{href}">Open the Great Expectations Data Docs</a> (every validation, expectation by expectation)</p>')
 
 
-def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None = None,
-                  quality: QualityResult | None = None, report_dir: Path | None = None) -> str:
-    audited = "serving view" if result.target == AuditTarget.SERVING else "speed layer"
-    metric = metric or (next(iter(result.rows[0]["truth"])) if result.rows else "")
+_STYLE = """
+ body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #0f172a; max-width: 1000px; }
+ .verdict { font-size: 22px; font-weight: 600; padding: 10px 14px; border-radius: 6px; color: white;
+            display: inline-block; margin: 0 8px 8px 0; }
+ .good { background: #16a34a; } .alarm { background: #dc2626; } .ok { color: #16a34a; } .bad { color: #dc2626; font-weight: 600; }
+ th { text-align: left; font-weight: 600; padding-right: 10px; }
+ .why { color: #b91c1c; font-weight: 600; margin: 4px 0; }
+ .counts td, table td { padding: 2px 10px 2px 0; } .num { text-align: right; }
+ .bar { height: 12px; border-radius: 2px; } svg { width: 100%; height: auto; background: #f8fafc; }
+ code { font-size: 12px; }
+"""
+
+
+def _verdicts(result: AuditResult, quality: QualityResult | None, report_dir: Path | None) -> str:
+    """The two verdicts, the reasons behind a failing one, and the link to the Data Docs."""
     verdict = ("All differences explained" if result.ok
                else f"{len(result.unexplained)} unexplained difference{'s' if len(result.unexplained) != 1 else ''}")
-    unexplained_rows = "".join(
-        f"<tr><td>{r['window_start']:%Y-%m-%d %H:%M}</td><td>{html.escape(str(r['key']))}</td>"
-        f"<td>{html.escape(str(r['truth']))}</td><td>{html.escape(str(r['speed']))}</td>"
-        f"<td>{html.escape(_accounted_by(r))}</td></tr>"
-        for r in result.unexplained
-    )
-    windows = _per_window(result, metric) if metric else []
     quality_verdict = ("" if quality is None else
                        f'<div class="verdict {"good" if quality.ok else "alarm"}">'
                        f'{"Data quality: all suites pass" if quality.ok else "Data quality: suite failed"}</div>')
@@ -224,40 +228,67 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
     docs_link = ("" if quality is None else
                  f'<p><a href="{html.escape(_docs_href(quality.data_docs, report_dir))}">Data Docs</a> '
                  "(Great Expectations: every validation, expectation by expectation)</p>")
-    scope = ("" if result.mode != "incremental" else
-             f"<p>Incremental: {result.changed_windows if result.changed_windows is not None else 'all'} windows changed "
-             f"since versions <code>{html.escape(json.dumps(result.changes_since))}</code>, plus windows closed since "
-             "the previous audit.</p>")
+    return f"""<div class="verdict {'good' if result.ok else 'alarm'}">{verdict}</div>{quality_verdict}
+{why_list}{docs_link}"""
+
+
+def _scope(result: AuditResult) -> str:
+    if result.mode != "incremental":
+        return ""
+    return (f"<p>Incremental: {result.changed_windows if result.changed_windows is not None else 'all'} windows changed "
+            f"since versions <code>{html.escape(json.dumps(result.changes_since))}</code>, plus windows closed since "
+            "the previous audit.</p>")
+
+
+def _counts(result: AuditResult) -> str:
+    rows = [("closed (window, key) rows compared", result.windows_compared), ("matched", result.matched),
+            ("explained by late events", result.explained[Cause.LATE]),
+            ("&nbsp;&nbsp;of which a correction run has already fixed", result.explained[Cause.CORRECTED]),
+            ("explained by events that reached the log after the batch value was computed",
+             result.explained[Cause.ARRIVED_AFTER_BATCH]),
+            ("explained by files not yet read", result.explained[Cause.NOT_YET_READ]),
+            ("unexplained", len(result.unexplained)), ("still open (after the watermark)", result.open_windows)]
+    cells = "".join(f'\n <tr><td>{label}</td><td class="num">{count}</td></tr>' for label, count in rows)
+    return f'<table class="counts">{cells}\n</table>'
+
+
+def _unexplained(result: AuditResult, audited: str) -> str:
+    rows = "".join(
+        f"<tr><td>{r['window_start']:%Y-%m-%d %H:%M}</td><td>{html.escape(str(r['key']))}</td>"
+        f"<td>{html.escape(str(r['truth']))}</td><td>{html.escape(str(r['speed']))}</td>"
+        f"<td>{html.escape(_accounted_by(r))}</td></tr>"
+        for r in result.unexplained
+    )
+    if not rows:
+        return ""
+    return (f"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>{audited}</th>"
+            f"<th>event ids</th></tr>{rows}</table>")
+
+
+def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None = None,
+                  quality: QualityResult | None = None, report_dir: Path | None = None) -> str:
+    """The audit as one self-contained HTML page.
+
+    Args:
+        result: the audit's outcome.
+        inputs: what the page shows beyond the audit (late-event delays, quarantine reasons).
+        metric: the metric charted per window; the first of the pipeline's when None.
+        quality: the data-quality suites' outcome, if they ran.
+        report_dir: where the page is written, so the Data Docs link is relative to it.
+    """
+    audited = "serving view" if result.target == AuditTarget.SERVING else "speed layer"
+    metric = metric or (next(iter(result.rows[0]["truth"])) if result.rows else "")
+    windows = _per_window(result, metric) if metric else []
     legend = " ".join(f'<span style="color:{c}">&#9679; {k.replace("_", " ")}</span>' for k, c in CAUSE_COLOURS.items())
     return f"""<!doctype html>
 <html lang="en"><head><meta charset="utf-8">
 <title>Audit {html.escape(result.pipeline)} {result.range_start} - {result.range_end}</title>
-<style>
- body {{ font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #0f172a; max-width: 1000px; }}
- .verdict {{ font-size: 22px; font-weight: 600; padding: 10px 14px; border-radius: 6px; color: white;
-            display: inline-block; margin: 0 8px 8px 0; }}
- .good {{ background: #16a34a; }} .alarm {{ background: #dc2626; }} .ok {{ color: #16a34a; }} .bad {{ color: #dc2626; font-weight: 600; }}
- th {{ text-align: left; font-weight: 600; padding-right: 10px; }}
- .why {{ color: #b91c1c; font-weight: 600; margin: 4px 0; }}
- .counts td, table td {{ padding: 2px 10px 2px 0; }} .num {{ text-align: right; }}
- .bar {{ height: 12px; border-radius: 2px; }} svg {{ width: 100%; height: auto; background: #f8fafc; }}
- code {{ font-size: 12px; }}
-</style></head><body>
+<style>{_STYLE}</style></head><body>
 <h1>Audit of {html.escape(result.pipeline)}: {audited}</h1>
 <p>Event-time range [{result.range_start}, {result.range_end}), watermark {result.watermark}. Run <code>{result.run_id}</code>.</p>
-{scope}
-<div class="verdict {'good' if result.ok else 'alarm'}">{verdict}</div>{quality_verdict}
-{why_list}{docs_link}
-<table class="counts">
- <tr><td>closed (window, key) rows compared</td><td class="num">{result.windows_compared}</td></tr>
- <tr><td>matched</td><td class="num">{result.matched}</td></tr>
- <tr><td>explained by late events</td><td class="num">{result.explained[Cause.LATE]}</td></tr>
- <tr><td>&nbsp;&nbsp;of which a correction run has already fixed</td><td class="num">{result.explained[Cause.CORRECTED]}</td></tr>
- <tr><td>explained by events that reached the log after the batch value was computed</td><td class="num">{result.explained[Cause.ARRIVED_AFTER_BATCH]}</td></tr>
- <tr><td>explained by files not yet read</td><td class="num">{result.explained[Cause.NOT_YET_READ]}</td></tr>
- <tr><td>unexplained</td><td class="num">{len(result.unexplained)}</td></tr>
- <tr><td>still open (after the watermark)</td><td class="num">{result.open_windows}</td></tr>
-</table>
+{_scope(result)}
+{_verdicts(result, quality, report_dir)}
+{_counts(result)}
 <h2>{audited.capitalize()} vs truth per window ({html.escape(metric)}, all keys)</h2>
 <p><span style="color:#16a34a">&#9473; truth from the raw log</span> &nbsp;
 <span style="color:#334155">&#9476; {audited}</span> &nbsp; {legend}</p>
@@ -266,7 +297,7 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
 {_difference_chart(windows, metric) if metric else ""}
 <h2>Data quality (Great Expectations)</h2>
 {_quality_section(quality, report_dir)}
-{"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>{audited}</th><th>event ids</th></tr>" + unexplained_rows + "</table>" if unexplained_rows else ""}
+{_unexplained(result, audited)}
 <h2>Late events by how far they lagged the stream's newest event time when read</h2>
 {_bars(_delay_histogram(inputs.late_delays_seconds), CAUSE_COLOURS[Cause.LATE])}
 <h2>Quarantine reasons</h2>

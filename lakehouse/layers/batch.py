@@ -23,7 +23,9 @@ from pyspark.sql import functions as F
 
 from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
 from lakehouse.dataflow import transforms as tx
-from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, require_table, table_version
+from lakehouse.storage.catalog import (
+    BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, pipeline_tables, require_table, table_version,
+)
 from lakehouse.errors import LakehouseError
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, read_log
@@ -32,6 +34,9 @@ from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.eventtime import is_on_boundary, parse_duration, parse_instant
 from lakehouse.settings import Settings
 from lakehouse.storage.writers import replace_where
+from lakehouse.dataflow.fingerprints import (
+    bronze_code_digest, bronze_fingerprint, fingerprint_digest, fingerprint_totals, input_fingerprint, parse_bronze_fingerprint,
+)
 
 # A change-feed read opens every commit in its range, one after another on the driver: at the
 # stream's 5 s trigger a day of bronze is 17,280 commits, which costs more than recomputing a chunk
@@ -176,7 +181,7 @@ class BatchLayer:
         finally:
             for frame in cached:  # the session may live on (Airflow worker, demo, tests): free the cache
                 frame.unpersist()
-            self._record_run(result, started)
+            record_run(self.settings, result, started)
         return result
 
     def _events(self, source: str, start: datetime, end: datetime, result: BackfillResult,
@@ -191,7 +196,7 @@ class BatchLayer:
             # Read at a pinned version: a chunk's fingerprint names it (see bronze_fingerprint).
             version = table_version(self.spark, uri)
             bronze = self.spark.read.format("delta").option("versionAsOf", version).load(uri)
-            return bronze.where(self._in_bronze_span(first_event, last_event)).select(*pipeline.field_names), version
+            return bronze.where(in_bronze_span(self.pipeline, first_event, last_event)).select(*pipeline.field_names), version
         parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)),
                                  pipeline)
         # Counted while the log is read for the events, not in a second pass over the raw JSON.
@@ -205,11 +210,6 @@ class BatchLayer:
         result.events_read, result.quarantined = counted["read"], counted["quarantined"]
         return in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names), None
 
-    def _in_bronze_span(self, first_event: datetime, last_event: datetime) -> Column:
-        """Bronze rows with event times in ``[first_event, last_event)``, by partition and by value."""
-        on_dates = F.col("event_date").between(first_event.date(), last_event.date())
-        return on_dates & events_between(self.pipeline, first_event, last_event)
-
     def _chunk_events(self, events: DataFrame, chunk: Chunk) -> DataFrame:
         """Exactly the events that can reach the chunk's windows (see event_span)."""
         return events.where(events_between(self.pipeline, *event_span(self.pipeline, *chunk)))
@@ -222,13 +222,13 @@ class BatchLayer:
         if bronze_version is not None:
             # From bronze, the version read and the code name the inputs (bronze_fingerprint).
             fingerprint = bronze_fingerprint(pipeline, bronze_version)
-            unchanged = self._bronze_unchanged(chunks, bronze_version) if skip else set()
+            unchanged = bronze_unchanged(self.spark, self.settings, pipeline, chunks, bronze_version) if skip else set()
             return {chunk: ChunkInputs(chunk in unchanged, fingerprint) for chunk in chunks}
         if not skip:
             return {chunk: ChunkInputs(False, None) for chunk in chunks}
         # From the log, whether to recompute at all depends on the digest: a pass of its own per chunk
         # (over the cached events).
-        last = self._last_fingerprints(chunks)
+        last = last_fingerprints(self.spark, self.settings, pipeline, chunks)
         inputs = {}
         for chunk in chunks:
             fingerprint = input_fingerprint(self._chunk_events(events, chunk), pipeline, source)
@@ -253,7 +253,8 @@ class BatchLayer:
             tx.in_window_range(chunk_start, chunk_end)
         ).observe(written, F.count(F.lit(1)).alias("rows"), F.sum("events").alias("events"))
         rows = gold.drop("events").withColumns({"run_id": F.lit(result.run_id), "updated_at": F.current_timestamp()})
-        replace_where(*self._chunk_replacement(rows.select(self.tables.batch.columns.fieldNames()), chunk))
+        replace_where(*chunk_replacement(self.spark, self.tables.batch.uri(settings),
+                                         rows.select(self.tables.batch.columns.fieldNames()), chunk))
         totals = written.get
         if fingerprinted and totals["rows"]:
             fingerprint = fingerprint_digest(fingerprinted.get, pipeline, result.source)
@@ -269,162 +270,108 @@ class BatchLayer:
             "source": result.source, "written_at": datetime.now(timezone.utc), "input_fingerprint": fingerprint,
         }])
 
-    def _chunk_replacement(self, rows: DataFrame, chunk: Chunk) -> tuple[DataFrame, str, str]:
-        """``rows`` as a write that replaces exactly the windows starting in ``chunk``: the rows, the
-        table and the ``replaceWhere`` condition.
-
-        The condition names whole ``window_date`` partitions, and the rows of those days outside the
-        chunk are written back with the chunk's. A condition on ``window_start`` would make Delta
-        delete row by row: find the files holding such rows, rewrite them, and write the deleted rows
-        to the change feed (three Spark jobs; 2.0 s against 1.1 s per write in the bench's one-day
-        backfill, measured side by side); whole partitions are removed from the log alone. The rows
-        kept are read inside the write's transaction (Delta scans the table it writes at the
-        transaction's snapshot), so a change to them that commits first fails the write and
-        ``replace_where`` runs it again, on the new rows. A chunk of whole days keeps none.
-        """
-        chunk_start, chunk_end = chunk
-        uri = self.tables.batch.uri(self.settings)
-        table = self.spark.read.format("delta").load(uri)
-        if "window_date" not in table.columns:  # a table from before the gold tables were partitioned
-            return rows, uri, (f"window_start >= {sql_timestamp(chunk_start)} "
-                               f"AND window_start < {sql_timestamp(chunk_end)}")
-        first_day, last_day = chunk_start.date(), (chunk_end - timedelta(microseconds=1)).date()
-        whole_days = chunk_start.time() == chunk_end.time() == datetime.min.time()
-        if not whole_days:
-            on_days = F.col("window_date").between(first_day, last_day)
-            kept = table.where(on_days & ~tx.in_window_range(chunk_start, chunk_end))
-            rows = rows.unionByName(kept.select(*rows.columns))
-        return rows, uri, f"window_date >= DATE'{first_day}' AND window_date <= DATE'{last_day}'"
-
-    def _bronze_unchanged(self, chunks: list[Chunk], version: int) -> set[Chunk]:
-        """The chunks whose rows in bronze at ``version`` are those their last recomputation read, by
-        the same code: bronze's change feed since then holds none of their events. Compaction changes
-        no data, so it leaves no trace there. One read of the feed answers for every chunk."""
-        code = _bronze_code_digest(self.pipeline)
-        since: dict[Chunk, int] = {}
-        for chunk, fingerprint in self._last_fingerprints(chunks).items():
-            recorded = parse_bronze_fingerprint(fingerprint)
-            if recorded is None or recorded[1] != code or recorded[0] > version:  # > : bronze was recreated
-                continue
-            if version - recorded[0] > CHANGE_FEED_CHECK_LIMIT:
-                log.info("bronze has %d commits since version %d, more than a change-feed check is worth: "
-                         "recomputing %s", version - recorded[0], recorded[0], _chunk_name(chunk))
-                continue
-            since[chunk] = recorded[0]
-        unchanged = {chunk for chunk, read in since.items() if read == version}
-        to_check = {chunk: read for chunk, read in since.items() if read < version}
-        if not to_check:
-            return unchanged
-        spans = {chunk: event_span(self.pipeline, *chunk) for chunk in to_check}
-        everywhere = self._in_bronze_span(min(first for first, _ in spans.values()),
-                                          max(last for _, last in spans.values()))
-        # A chunk changed if a commit after the version it read holds a row in its event span.
-        changed_rows = [F.count(F.when((F.col("_commit_version") > read) & events_between(self.pipeline, *spans[chunk]),
-                                       1)).alias(f"chunk_{index}")
-                        for index, (chunk, read) in enumerate(to_check.items())]
-        try:
-            changes = (self.spark.read.format("delta").option("readChangeFeed", "true")
-                       .option("startingVersion", min(to_check.values()) + 1).option("endingVersion", version)
-                       .load(self.tables.bronze.uri(self.settings)))
-            counts = changes.where(everywhere).agg(*changed_rows).first()
-        except PySparkException as error:
-            # Expired log entries or vacuumed change files: what changed cannot be known, so recompute.
-            log.warning("bronze's changes since version %d cannot be read (%s): recomputing %d chunks",
-                        min(to_check.values()), str(error).splitlines()[0] if str(error) else type(error).__name__,
-                        len(to_check))
-            return unchanged
-        return unchanged | {chunk for index, chunk in enumerate(to_check) if not counts[index]}
-
-    def _last_fingerprints(self, chunks: list[Chunk]) -> dict[Chunk, str]:
-        """The fingerprint of the latest recomputation touching each chunk, for the chunks it covered
-        exactly. A later overlapping run with other boundaries may have rewritten part of a chunk, so
-        only an exact match of the latest overlapping coverage row counts."""
-        coverage = self.spark.read.format("delta").load(BATCH_COVERAGE.uri(self.settings))
-        if "input_fingerprint" not in coverage.columns:
-            return {}
-        wanted = literal_frame(self.spark, "chunk_start timestamp, chunk_end timestamp", chunks)
-        overlapping = coverage.where(F.col("pipeline") == self.pipeline.name).join(
-            wanted, (F.col("range_start") < F.col("chunk_end")) & (F.col("range_end") > F.col("chunk_start")))
-        newest_first = Window.partitionBy("chunk_start").orderBy(F.col("written_at").desc())
-        latest = overlapping.withColumn("rank", F.row_number().over(newest_first)).where("rank = 1").collect()
-        return {(row.chunk_start, row.chunk_end): row.input_fingerprint for row in latest
-                if (row.range_start, row.range_end) == (row.chunk_start, row.chunk_end)}
-
-    def _record_run(self, result: BackfillResult, started: float) -> None:
-        finished = time.time()
-        row = {
-            **dataclasses.asdict(result),
-            "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
-            "finished_at": datetime.fromtimestamp(finished, tz=timezone.utc),
-            "duration_ms": int((finished - started) * 1000),
-        }
-        append_rows(BACKFILL_RUNS.uri(self.settings), BACKFILL_RUNS.arrow_schema, [row])
 
 
 def _chunk_name(chunk: Chunk) -> str:
     return f"[{chunk[0].isoformat()}, {chunk[1].isoformat()})"
 
 
-def definition_fingerprint() -> str:
-    """The code that turns inputs into batch rows: the pipelines and transforms, by their source text."""
-    import hashlib
-    from pathlib import Path
-
-    dataflow = Path(__file__).parents[1] / "dataflow"
-    digest = hashlib.sha256()
-    for path in [dataflow / "transforms.py", Path(__file__), *sorted((dataflow / "pipelines").glob("*.py"))]:
-        digest.update(path.name.encode() + b"\0" + path.read_bytes())
-    return digest.hexdigest()
+def in_bronze_span(pipeline: Pipeline, first_event: datetime, last_event: datetime) -> Column:
+    """Bronze rows with event times in ``[first_event, last_event)``, by partition and by value."""
+    on_dates = F.col("event_date").between(first_event.date(), last_event.date())
+    return on_dates & events_between(pipeline, first_event, last_event)
 
 
-def bronze_fingerprint(pipeline: Pipeline, version: int) -> str:
-    """The inputs of a chunk recomputed from bronze: the table's version and the code.
+def chunk_replacement(spark: SparkSession, batch_uri: str, rows: DataFrame, chunk: Chunk) -> tuple[DataFrame, str, str]:
+    """``rows`` as a write that replaces exactly the windows starting in ``chunk``: the rows, the
+    table and the ``replaceWhere`` condition.
 
-    Bronze changes only by appends (and compaction, which changes no rows), so its change feed
-    since that version says whether a chunk's events changed, at the cost of reading the changes
-    only; hashing every row costs a pass over the chunk (4.3 s of a 9.5 s backfill of 10M events).
+    The condition names whole ``window_date`` partitions, and the rows of those days outside the
+    chunk are written back with the chunk's. A condition on ``window_start`` would make Delta
+    delete row by row: find the files holding such rows, rewrite them, and write the deleted rows
+    to the change feed (three Spark jobs; 2.0 s against 1.1 s per write in the bench's one-day
+    backfill, measured side by side); whole partitions are removed from the log alone. The rows
+    kept are read inside the write's transaction (Delta scans the table it writes at the
+    transaction's snapshot), so a change to them that commits first fails the write and
+    ``replace_where`` runs it again, on the new rows. A chunk of whole days keeps none.
     """
-    return f"bronze@{version}:{_bronze_code_digest(pipeline)}"
+    chunk_start, chunk_end = chunk
+    table = spark.read.format("delta").load(batch_uri)
+    if "window_date" not in table.columns:  # a table from before the gold tables were partitioned
+        return rows, batch_uri, (f"window_start >= {sql_timestamp(chunk_start)} "
+                           f"AND window_start < {sql_timestamp(chunk_end)}")
+    first_day, last_day = chunk_start.date(), (chunk_end - timedelta(microseconds=1)).date()
+    whole_days = chunk_start.time() == chunk_end.time() == datetime.min.time()
+    if not whole_days:
+        on_days = F.col("window_date").between(first_day, last_day)
+        kept = table.where(on_days & ~tx.in_window_range(chunk_start, chunk_end))
+        rows = rows.unionByName(kept.select(*rows.columns))
+    return rows, batch_uri, f"window_date >= DATE'{first_day}' AND window_date <= DATE'{last_day}'"
 
 
-def _bronze_code_digest(pipeline: Pipeline) -> str:
-    import hashlib
+def bronze_unchanged(spark: SparkSession, settings: Settings, pipeline: Pipeline, chunks: list[Chunk],
+                     version: int) -> set[Chunk]:
+    """The chunks whose rows in bronze at ``version`` are those their last recomputation read, by
+    the same code: bronze's change feed since then holds none of their events. Compaction changes
+    no data, so it leaves no trace there. One read of the feed answers for every chunk."""
+    code = bronze_code_digest(pipeline)
+    since: dict[Chunk, int] = {}
+    for chunk, fingerprint in last_fingerprints(spark, settings, pipeline, chunks).items():
+        recorded = parse_bronze_fingerprint(fingerprint)
+        if recorded is None or recorded[1] != code or recorded[0] > version:  # > : bronze was recreated
+            continue
+        if version - recorded[0] > CHANGE_FEED_CHECK_LIMIT:
+            log.info("bronze has %d commits since version %d, more than a change-feed check is worth: "
+                     "recomputing %s", version - recorded[0], recorded[0], _chunk_name(chunk))
+            continue
+        since[chunk] = recorded[0]
+    unchanged = {chunk for chunk, read in since.items() if read == version}
+    to_check = {chunk: read for chunk, read in since.items() if read < version}
+    if not to_check:
+        return unchanged
+    spans = {chunk: event_span(pipeline, *chunk) for chunk in to_check}
+    everywhere = in_bronze_span(pipeline, min(first for first, _ in spans.values()),
+                                      max(last for _, last in spans.values()))
+    # A chunk changed if a commit after the version it read holds a row in its event span.
+    changed_rows = [F.count(F.when((F.col("_commit_version") > read) & events_between(pipeline, *spans[chunk]),
+                                   1)).alias(f"chunk_{index}")
+                    for index, (chunk, read) in enumerate(to_check.items())]
+    try:
+        changes = (spark.read.format("delta").option("readChangeFeed", "true")
+                   .option("startingVersion", min(to_check.values()) + 1).option("endingVersion", version)
+                   .load(pipeline_tables(pipeline).bronze.uri(settings)))
+        counts = changes.where(everywhere).agg(*changed_rows).first()
+    except PySparkException as error:
+        # Expired log entries or vacuumed change files: what changed cannot be known, so recompute.
+        log.warning("bronze's changes since version %d cannot be read (%s): recomputing %d chunks",
+                    min(to_check.values()), str(error).splitlines()[0] if str(error) else type(error).__name__,
+                    len(to_check))
+        return unchanged
+    return unchanged | {chunk for index, chunk in enumerate(to_check) if not counts[index]}
 
-    return hashlib.sha256(f"{pipeline.name}|bronze|{definition_fingerprint()}".encode()).hexdigest()
+
+def last_fingerprints(spark: SparkSession, settings: Settings, pipeline: Pipeline, chunks: list[Chunk]) -> dict[Chunk, str]:
+    """The fingerprint of the latest recomputation touching each chunk, for the chunks it covered
+    exactly. A later overlapping run with other boundaries may have rewritten part of a chunk, so
+    only an exact match of the latest overlapping coverage row counts."""
+    coverage = spark.read.format("delta").load(BATCH_COVERAGE.uri(settings))
+    if "input_fingerprint" not in coverage.columns:
+        return {}
+    wanted = literal_frame(spark, "chunk_start timestamp, chunk_end timestamp", chunks)
+    overlapping = coverage.where(F.col("pipeline") == pipeline.name).join(
+        wanted, (F.col("range_start") < F.col("chunk_end")) & (F.col("range_end") > F.col("chunk_start")))
+    newest_first = Window.partitionBy("chunk_start").orderBy(F.col("written_at").desc())
+    latest = overlapping.withColumn("rank", F.row_number().over(newest_first)).where("rank = 1").collect()
+    return {(row.chunk_start, row.chunk_end): row.input_fingerprint for row in latest
+            if (row.range_start, row.range_end) == (row.chunk_start, row.chunk_end)}
 
 
-def parse_bronze_fingerprint(fingerprint: str | None) -> tuple[int, str] | None:
-    match = re.fullmatch(r"bronze@(\d+):([0-9a-f]{64})", fingerprint or "")
-    return (int(match[1]), match[2]) if match else None
-
-
-def input_fingerprint(events: DataFrame, pipeline: Pipeline, source: str) -> str:
-    """A digest of exactly the inputs a chunk's result depends on: the events that can reach its
-    windows (parsed and de-duplicated), the source, and the code. Order-independent (the sum of a
-    64-bit hash of every row, and a count), and one aggregate over rows the recomputation reads
-    anyway: no extra writes."""
-    return fingerprint_digest(events.agg(*fingerprint_totals(events)).first(), pipeline, source)
-
-
-def fingerprint_totals(events: DataFrame) -> list[Column]:
-    """The aggregates a fingerprint digests (exact sums: the same rows in any order give the same).
-
-    The 64-bit row hash is summed as its two 32-bit halves in longs: exact up to 2^31 rows a chunk,
-    with no overflow (ANSI mode would fail a long sum of whole hashes) and none of the cost of
-    decimal sums. One hash, not two: hashing every column is most of the cost (measured on a one-day
-    backfill from bronze of 10M events: 12.4 s with a second, 32-bit hash and decimal sums, 9.5 s
-    like this, 5.2 s counting only), and 64 bits is ample for telling changed inputs from the same.
-    """
-    row_hash = F.xxhash64(*[F.col(name) for name in sorted(events.columns)])
-    return [
-        F.count(F.lit(1)).alias("rows"),
-        F.sum(F.shiftrightunsigned(row_hash, 32)).alias("high"),
-        F.sum(row_hash.bitwiseAND(F.lit(0xFFFFFFFF))).alias("low"),
-    ]
-
-
-def fingerprint_digest(totals, pipeline: Pipeline, source: str) -> str:
-    import hashlib
-
-    text = f"{pipeline.name}|{source}|{definition_fingerprint()}|{totals['rows']}|{totals['high']}|{totals['low']}"
-    return hashlib.sha256(text.encode()).hexdigest()
+def record_run(settings: Settings, result: BackfillResult, started: float) -> None:
+    finished = time.time()
+    row = {
+        **dataclasses.asdict(result),
+        "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
+        "finished_at": datetime.fromtimestamp(finished, tz=timezone.utc),
+        "duration_ms": int((finished - started) * 1000),
+    }
+    append_rows(BACKFILL_RUNS.uri(settings), BACKFILL_RUNS.arrow_schema, [row])

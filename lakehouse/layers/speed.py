@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -19,7 +19,11 @@ from pyspark.sql import functions as F
 from lakehouse.vocabulary import Fate
 from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
-from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_pipeline_tables, table_version
+from lakehouse.layers.micro_batch import (
+    CarriedPaneState, CommittedBatch, MicroBatch, count_fates, max_event_time_before,
+    label_batch_fates, next_panes, pane_state_before, progress_row, summarise,
+)
+from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_pipeline_tables
 from lakehouse.storage.log import log_glob
 from lakehouse.storage.ops_tables import append_rows_stamped_once
 from lakehouse.dataflow.pipelines.base import Pipeline
@@ -59,6 +63,16 @@ MICRO_BATCH_CONFS = {
 BRONZE_SKIPPING = {"spark.databricks.delta.stats.skipping": "true"}
 
 
+def log_stream(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> DataFrame:
+    """The retained log as a stream of lines, each with the file it came from."""
+    reader = spark.readStream.format("text")
+    if settings.max_files_per_trigger:
+        reader = reader.option("maxFilesPerTrigger", settings.max_files_per_trigger)
+    return reader.load(log_glob(settings, pipeline.topic)).select(
+        "value", F.col("_metadata.file_path").alias("source_file")
+    )
+
+
 def _shuffle_partitions(spark: SparkSession) -> int:
     return int(spark.conf.get("spark.sql.shuffle.partitions"))
 
@@ -77,27 +91,14 @@ class SpeedLayer:
         self._query_started = threading.Event()
         if query_id:
             self._query_started.set()
-        # (app id, batch id, max event time through it) of the last batch that committed every
-        # write in this process. The batch after it cannot have been attempted before (Spark runs a
-        # batch again only after a restart, and then first), so its appends need not look for an
-        # earlier attempt's rows, and it need not read the progress table for its watermark.
-        self._last_committed: tuple[str, int, datetime | None] | None = None
-        # (app id, batch id, the pane state that batch starts from), kept by the batch before.
-        self._pane_state: tuple[str, int, DataFrame] | None = None
+        self._last_committed: CommittedBatch | None = None
+        self._pane_state: CarriedPaneState | None = None
 
     # -- the streaming query -------------------------------------------------------------------
 
-    def raw_stream(self) -> DataFrame:
-        reader = self.spark.readStream.format("text")
-        if self.settings.max_files_per_trigger:
-            reader = reader.option("maxFilesPerTrigger", self.settings.max_files_per_trigger)
-        return reader.load(log_glob(self.settings, self.pipeline.topic)).select(
-            "value", F.col("_metadata.file_path").alias("source_file")
-        )
-
     def start(self, available_now: bool = False):
         writer = (
-            self.raw_stream().writeStream.foreachBatch(self.process_batch)
+            log_stream(self.spark, self.settings, self.pipeline).writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", self.settings.speed_checkpoint_uri(self.pipeline.name))
             .queryName(f"speed_{self.pipeline.name}")
         )
@@ -120,7 +121,7 @@ class SpeedLayer:
     @property
     def carried_pane_state(self) -> DataFrame | None:
         """The pane state the last committed batch handed on to the next (None before the first)."""
-        return self._pane_state[2] if self._pane_state else None
+        return self._pane_state.state if self._pane_state else None
 
     # -- one micro-batch ---------------------------------------------------------------------------
 
@@ -130,132 +131,88 @@ class SpeedLayer:
         with session_confs(batch.sparkSession, MICRO_BATCH_CONFS):
             self._process_batch(batch, batch_id)
 
-    def _process_batch(self, batch: DataFrame, batch_id: int) -> None:
+    def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
         started = time.time()
-        spark, pipeline, app_id = batch.sparkSession, self.pipeline, self.app_id
         last_committed, self._last_committed = self._last_committed, None
-        # Until this batch commits, a run of it again (after a failure) must look for its own rows.
-        first_attempt = last_committed is not None and last_committed[:2] == (app_id, batch_id - 1)
-        parsed = tx.parse_events(batch, pipeline).persist()
+        parsed = tx.parse_events(raw, self.pipeline).persist()
         try:
-            summary = parsed.agg(
-                F.count(F.lit(1)).alias("input_rows"),
-                F.count("reason").alias("quarantined"),
-                F.min(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("min_event_time"),
-                F.max(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("max_event_time"),
-                F.sort_array(F.collect_set("source_file")).alias("source_files"),
-            ).first()
-            max_before = (last_committed[2] if first_attempt
-                          else self._max_event_time_before(spark, app_id, batch_id))
-            watermark = watermark_for(max_before, self.watermark_delay, self.allowed_lateness)
-            max_through = max((t for t in (max_before, summary["max_event_time"]) if t is not None), default=None)
+            batch = self._micro_batch(raw.sparkSession, parsed, batch_id, last_committed)
             # Spark plans a frame when it is cached, so the dedupe read of bronze is planned here: with
             # data skipping on, its event-time bounds skip the day's files outside the horizon. Bronze
             # gets a file per batch and date, and without skipping the read opened every one of the
             # day's (measured on one date: 0.59 s at 24 files, 1.04 s at 720, 2.81 s at 4,000, a day
             # of 5 s triggers being 17,280; with skipping 0.51, 0.52 and 0.79 s).
-            with session_confs(spark, BRONZE_SKIPPING):
-                fates = self._label_fates(parsed, summary, app_id, batch_id, watermark).persist()
+            with session_confs(batch.spark, BRONZE_SKIPPING):
+                fates = label_batch_fates(batch, self.tables.bronze.uri(self.settings), self.pipeline,
+                                          parse_duration(self.settings.dedupe_horizon)).persist()
             try:
-                counts = self._count_fates(fates)
-                next_state = self._write(spark, parsed, fates, summary, counts, app_id, batch_id, watermark,
-                                         max_through, first_attempt)
+                counts = count_fates(fates)
+                self._append_events(batch, fates, counts)
+                next_state = self._emit_panes(batch, fates, counts)
             finally:
                 fates.unpersist()
         finally:
             parsed.unpersist()
-        progress = {
-            "pipeline": pipeline.name, "app_id": app_id, "batch_id": batch_id,
-            "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
-            "duration_ms": int((time.time() - started) * 1000),
-            "input_rows": summary["input_rows"], "quarantined": summary["quarantined"],
-            "duplicates": counts.get(Fate.DUPLICATE, 0), "on_time": counts.get(Fate.ON_TIME, 0),
-            "late": counts.get(Fate.LATE, 0), "watermark": watermark, "max_event_time": max_through,
-            "panes_emitted": counts["speed_rows"], "source_files": summary["source_files"],
-        }
         # Written last: a progress row means every write of its batch has committed. One row, so
         # through delta-rs rather than a Spark job (lakehouse.storage.ops_tables).
-        append_rows_stamped_once(STREAM_PROGRESS.uri(self.settings), STREAM_PROGRESS.arrow_schema, [progress],
-                                 app_id, batch_id, first_attempt=first_attempt)
-        self._last_committed = (app_id, batch_id, max_through)
+        append_rows_stamped_once(STREAM_PROGRESS.uri(self.settings), STREAM_PROGRESS.arrow_schema,
+                                 [progress_row(batch, self.pipeline, counts, started, time.time())],
+                                 batch.app_id, batch_id, first_attempt=batch.first_attempt)
+        self._last_committed = CommittedBatch(batch.app_id, batch_id, batch.max_event_time)
         # Only a batch that committed everything hands its state on; after a failure the next
         # attempt reads the pane log again.
-        self._pane_state = (app_id, batch_id + 1, next_state)
+        self._pane_state = CarriedPaneState(batch.app_id, batch_id + 1, next_state)
 
-    def _count_fates(self, fates: DataFrame) -> dict[str, int]:
-        row = fates.agg(
-            *[F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in (Fate.ON_TIME, Fate.LATE, Fate.DUPLICATE)],
-        ).first()
-        return row.asDict()
+    def _micro_batch(self, spark: SparkSession, parsed: DataFrame, batch_id: int,
+                     last_committed: CommittedBatch | None) -> MicroBatch:
+        """The batch's ids, summary and watermark; until it commits, a run of it again (after a
+        failure) must look for its own rows."""
+        app_id = self.app_id
+        first_attempt = last_committed is not None and last_committed.precedes(app_id, batch_id)
+        summary = summarise(parsed, self.pipeline)
+        max_before = (last_committed.max_event_time if first_attempt else
+                      max_event_time_before(spark, STREAM_PROGRESS.uri(self.settings), self.pipeline, app_id, batch_id))
+        max_through = max((t for t in (max_before, summary["max_event_time"]) if t is not None), default=None)
+        return MicroBatch(spark, app_id, batch_id, first_attempt, parsed, summary,
+                          watermark_for(max_before, self.watermark_delay, self.allowed_lateness), max_through)
 
-    def _label_fates(self, parsed: DataFrame, summary, app_id: str, batch_id: int, watermark) -> DataFrame:
-        pipeline = self.pipeline
-        seen = self._seen_event_ids(parsed.sparkSession, summary, app_id, batch_id)
-        return tx.label_fates(tx.valid_events(parsed, pipeline), seen, watermark, pipeline)
-
-    def _seen_event_ids(self, spark: SparkSession, summary, app_id: str, batch_id: int) -> DataFrame:
-        """Ids bronze accepted before this batch, within the dedupe horizon of this batch's events."""
-        pipeline = self.pipeline
-        # The batch's session, not self.spark: the micro-batch confs must apply to this scan too.
-        # A read of bronze's latest version, pinned: Spark drops every cached frame that reads a table
-        # when a write to that table commits, so the fates (cached, and built on this read) would
-        # be computed a second time after this batch's own bronze append. A pinned read is kept.
-        uri = self.tables.bronze.uri(self.settings)
-        if summary["min_event_time"] is None:  # no valid event: nothing to look up, and no version to pin
-            return spark.read.format("delta").load(uri).limit(0).select(pipeline.event_id)
-        bronze = spark.read.format("delta").option("versionAsOf", table_version(spark, uri)).load(uri)
-        horizon = parse_duration(self.settings.dedupe_horizon)
-        low, high = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
-        # A replayed batch must not find its own earlier write: only batches before this one count.
-        earlier = ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
-        in_horizon = F.col(pipeline.event_time).between(low, high) & F.col("event_date").between(
-            low.date(), high.date()
-        )
-        return bronze.where(in_horizon & earlier).select(pipeline.event_id)
-
-    def _max_event_time_before(self, spark: SparkSession, app_id: str, batch_id: int) -> datetime | None:
-        """The max event time of the batches this stream committed before ``batch_id``."""
-        progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(self.settings))
-        earlier = ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
-        row = progress.where((F.col("pipeline") == self.pipeline.name) & earlier).agg(F.max("max_event_time")).first()
-        return row[0]
-
-    def _write(self, spark, parsed, fates, summary, counts, app_id: str, batch_id: int,
-               watermark: datetime | None, max_through: datetime | None, first_attempt: bool) -> DataFrame:
-        """Write bronze, quarantine, the panes and the speed table, each once per batch; returns
-        the pane state the next batch starts from.
-
-        Every write is idempotent, so after a crash the replayed batch redoes only what is missing.
-        (Running them in threads was measured: no faster on two cores, the commits are CPU-bound.)
-        """
+    def _append_events(self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int]) -> None:
+        """Bronze (accepted events) and quarantine, each appended once per batch, whatever the replays.
+        (Running the writes in threads was measured: no faster on two cores, the commits are CPU-bound.)"""
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
-        stamp = {"app_id": F.lit(app_id), "batch_id": F.lit(batch_id).cast("long")}
         if counts[Fate.ON_TIME] + counts[Fate.LATE]:
             accepted = fates.where(F.col("fate") != Fate.DUPLICATE).withColumns(
-                {"event_date": F.to_date(pipeline.event_time), **stamp, "ingested_at": F.current_timestamp()}
+                {"event_date": F.to_date(pipeline.event_time), **batch.stamp(), "ingested_at": F.current_timestamp()}
             )
             append_stamped_once(accepted.select(tables.bronze.columns.fieldNames()), tables.bronze.uri(settings),
-                                app_id, batch_id, tables.bronze.partition_by, first_attempt)
-        if summary["quarantined"]:
-            quarantined = tx.quarantined_records(parsed).withColumns({**stamp, "quarantined_at": F.current_timestamp()})
+                                batch.app_id, batch.batch_id, tables.bronze.partition_by, batch.first_attempt)
+        if batch.summary["quarantined"]:
+            quarantined = tx.quarantined_records(batch.parsed).withColumns(
+                {**batch.stamp(), "quarantined_at": F.current_timestamp()})
             append_stamped_once(quarantined.select(tables.quarantine.columns.fieldNames()),
-                                tables.quarantine.uri(settings), app_id, batch_id, first_attempt=first_attempt)
-        on_time_watermark = eventtime.on_time_watermark(max_through, parse_duration(self.watermark_delay))
-        state = self._state_before(spark, app_id, batch_id, watermark)
-        panes = self._next_panes(state, fates.where(F.col("fate") == Fate.ON_TIME), on_time_watermark).persist()
+                                tables.quarantine.uri(settings), batch.app_id, batch.batch_id,
+                                first_attempt=batch.first_attempt)
+
+    def _emit_panes(self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int]) -> DataFrame:
+        """Append the batch's panes to the pane log and MERGE them into ``__speed``, once each; returns
+        the pane state the next batch starts from."""
+        pipeline, settings, tables = self.pipeline, self.settings, self.tables
+        on_time_watermark = eventtime.on_time_watermark(batch.max_event_time, parse_duration(self.watermark_delay))
+        state = pane_state_before(batch, self._pane_state, self.tables.panes.uri(self.settings), pipeline)
+        panes = next_panes(state, fates.where(F.col("fate") == Fate.ON_TIME), on_time_watermark, pipeline).persist()
         try:
             extent = panes.agg(F.count(F.lit(1)).alias("rows"), F.min("window_end").alias("first"),
                                F.max("window_end").alias("last")).first()
             counts["speed_rows"] = extent["rows"]
             if counts["speed_rows"]:
-                append_stamped_once(panes.withColumns({**stamp, "emitted_at": F.current_timestamp()})
+                append_stamped_once(panes.withColumns({**batch.stamp(), "emitted_at": F.current_timestamp()})
                                     .select(tables.panes.columns.fieldNames()), tables.panes.uri(settings),
-                                    app_id, batch_id, first_attempt=first_attempt)
+                                    batch.app_id, batch.batch_id, first_attempt=batch.first_attempt)
                 upsert_once(
-                    spark, panes, tables.speed.uri(settings),
+                    batch.spark, panes, tables.speed.uri(settings),
                     match_columns=pn.window_key(pipeline), value_columns=pipeline.metric_names,
-                    also_set={"last_batch_id": F.lit(batch_id).cast("long"), "updated_at": F.current_timestamp()},
-                    delete_when="is_retraction", app_id=app_id, version=batch_id,
+                    also_set={"last_batch_id": F.lit(batch.batch_id).cast("long"), "updated_at": F.current_timestamp()},
+                    delete_when="is_retraction", app_id=batch.app_id, version=batch.batch_id,
                     # A window matches only rows with its own window_end, so these bounds lose no
                     # match, and the MERGE reads and rewrites only the days these windows are in.
                     target_rows=F.col("t.window_end").between(extent["first"], extent["last"]),
@@ -265,39 +222,10 @@ class SpeedLayer:
             # the union adds the panes' partitions to the state's, which would otherwise grow by
             # one or two partitions, so tasks, per batch.
             next_state = pn.advance_state(state, panes, pipeline)
-            return next_state.coalesce(_shuffle_partitions(spark)).localCheckpoint()
+            return next_state.coalesce(_shuffle_partitions(batch.spark)).localCheckpoint()
         finally:
             panes.unpersist()
 
-    def _state_before(self, spark: SparkSession, app_id: str, batch_id: int, watermark: datetime | None) -> DataFrame:
-        """The latest pane of each live window as of the start of this batch.
-
-        Kept in memory from the batch before. After a start, a restart or a failed batch it is read
-        from the pane log, a read that grows with the log (a file per batch); the two give the same
-        rows (``advance_state`` is ``latest_panes`` applied to the appended panes).
-        """
-        pipeline = self.pipeline
-
-        def live(frame: DataFrame) -> DataFrame:
-            # Windows that ended before the watermark are closed: on-time events cannot reach them,
-            # and their ON_TIME pane has fired. A session can still absorb one that ended within a
-            # gap of it.
-            if watermark is None:
-                return frame
-            return frame.where(F.col("window_end") > F.lit(watermark - pipeline.window.gap_delta))
-
-        if self._pane_state and self._pane_state[:2] == (app_id, batch_id):
-            return live(self._pane_state[2])
-        panes = spark.read.format("delta").load(self.tables.panes.uri(self.settings))
-        earlier = ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
-        return pn.latest_panes(live(panes.where(earlier)), pipeline).localCheckpoint()
-
-    def _next_panes(self, state: DataFrame, on_time: DataFrame, on_time_watermark: datetime | None) -> DataFrame:
-        """The panes this batch emits."""
-        pipeline = self.pipeline
-        if pipeline.window.is_session:
-            return pn.next_session_panes(state, on_time, on_time_watermark, pipeline)
-        return pn.next_panes(state, tx.window_values(on_time, pipeline), on_time_watermark, pipeline)
 
 
 def run_speed_layer(spark: SparkSession, settings: Settings, pipeline: Pipeline, available_now: bool,

@@ -81,27 +81,10 @@ class JarCache:
             self.manifest.write_text(json.dumps({"packages": self.packages, "jars": jars}, indent=1))
 
 
-def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
-    """A SparkSession with Delta, UTC time, small shuffles, and an in-memory catalog.
-
-    The catalog is in-memory on purpose: an embedded Derby metastore can serve one JVM only, and
-    the streaming job, batch jobs and SQL shell run side by side. Each session registers the Delta
-    tables by location instead (see ``lakehouse.storage.catalog``).
-    """
-    _check_java()
-    # PySpark turns timestamps into naive datetimes in the process's zone: make that zone UTC, the
-    # session's zone, so a datetime means the same instant in Python and in Spark.
-    os.environ["TZ"] = "UTC"
-    time.tzset()
-    # Local Spark talks to itself over loopback only.
-    if settings.spark_master.startswith("local"):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.errors import PySparkRuntimeError
-    from pyspark.sql import SparkSession
-
-    jar_cache = JarCache(settings.ivy_dir, delta_packages() + list(settings.extra_packages))
-    builder = (
-        SparkSession.builder.appName(app_name)
+def _configured_builder(builder, settings: Settings, app_name: str):
+    """The session's configuration, whoever starts the JVM (this process or spark-submit)."""
+    return (
+        builder.appName(app_name)
         .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.catalogImplementation", "in-memory")
@@ -128,6 +111,28 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
         .config("spark.databricks.delta.snapshotPartitions", "2")
         .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
     )
+
+
+def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
+    """A SparkSession with Delta, UTC time, small shuffles, and an in-memory catalog.
+
+    The catalog is in-memory on purpose: an embedded Derby metastore can serve one JVM only, and
+    the streaming job, batch jobs and SQL shell run side by side. Each session registers the Delta
+    tables by location instead (see ``lakehouse.storage.catalog``).
+    """
+    _check_java()
+    # PySpark turns timestamps into naive datetimes in the process's zone: make that zone UTC, the
+    # session's zone, so a datetime means the same instant in Python and in Spark.
+    os.environ["TZ"] = "UTC"
+    time.tzset()
+    # Local Spark talks to itself over loopback only.
+    if settings.spark_master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    from pyspark.errors import PySparkRuntimeError
+    from pyspark.sql import SparkSession
+
+    jar_cache = JarCache(settings.ivy_dir, delta_packages() + list(settings.extra_packages))
+    builder = _configured_builder(SparkSession.builder, settings, app_name)
     if launched_by_spark_submit():
         # spark-submit started the JVM before Python: its --master and --jars/--packages rule.
         spark = builder.getOrCreate()

@@ -1,0 +1,179 @@
+"""One micro-batch of the speed layer, as records and small functions of it.
+
+``MicroBatch`` is what a batch knows before it writes anything: its ids, whether it can be a replay,
+its parsed records, their summary and its watermark. The functions read what earlier batches left
+(the ids bronze accepted, the max event time, the pane state) and never look at the batch itself,
+so a replayed batch computes what its first attempt computed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime, timedelta, timezone
+
+from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import functions as F
+
+from lakehouse.dataflow import panes as pn
+from lakehouse.dataflow import transforms as tx
+from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.storage.catalog import table_version
+from lakehouse.vocabulary import Fate
+
+
+@dataclasses.dataclass(frozen=True)
+class CommittedBatch:
+    """The last batch that committed every write in this process, and the max event time through it.
+
+    The batch after it cannot have been attempted before (Spark runs a batch again only after a
+    restart, and then first), so its appends need not look for an earlier attempt's rows, and it need
+    not read the progress table for its watermark."""
+
+    app_id: str
+    batch_id: int
+    max_event_time: datetime | None
+
+    def precedes(self, app_id: str, batch_id: int) -> bool:
+        return (self.app_id, self.batch_id) == (app_id, batch_id - 1)
+
+
+@dataclasses.dataclass(frozen=True)
+class CarriedPaneState:
+    """The pane state a committed batch hands on: the latest pane of each live window, for batch
+    ``batch_id`` of stream ``app_id`` (any other batch reads the pane log again)."""
+
+    app_id: str
+    batch_id: int
+    state: DataFrame
+
+    def is_for(self, app_id: str, batch_id: int) -> bool:
+        return (self.app_id, self.batch_id) == (app_id, batch_id)
+
+
+@dataclasses.dataclass(frozen=True)
+class MicroBatch:
+    """A micro-batch about to be written: ids, records, their summary and the watermark it runs with."""
+
+    spark: SparkSession
+    app_id: str
+    batch_id: int
+    first_attempt: bool  # False when an earlier attempt may have written some of its rows
+    parsed: DataFrame
+    summary: Row  # input_rows, quarantined, min/max_event_time of valid records, source_files
+    watermark: datetime | None  # from batches before this one only
+    max_event_time: datetime | None  # through this batch: what the on-time watermark follows
+
+    def __post_init__(self):
+        if self.batch_id < 0:
+            raise ValueError(f"batch ids start at 0, not {self.batch_id}")
+        if self.watermark is not None and self.max_event_time is None:
+            raise ValueError("a batch with a watermark has seen event time")
+
+    def stamp(self) -> dict[str, Column]:
+        """The columns every appended row carries: which stream and batch wrote it."""
+        return {"app_id": F.lit(self.app_id), "batch_id": F.lit(self.batch_id).cast("long")}
+
+
+def summarise(parsed: DataFrame, pipeline: Pipeline) -> Row:
+    return parsed.agg(
+        F.count(F.lit(1)).alias("input_rows"),
+        F.count("reason").alias("quarantined"),
+        F.min(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("min_event_time"),
+        F.max(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("max_event_time"),
+        F.sort_array(F.collect_set("source_file")).alias("source_files"),
+    ).first()
+
+
+def count_fates(fates: DataFrame) -> dict[str, int]:
+    accepted_fates = (Fate.ON_TIME, Fate.LATE, Fate.DUPLICATE)
+    return fates.agg(*[F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in accepted_fates]).first().asDict()
+
+
+def before_batch(app_id: str, batch_id: int) -> Column:
+    """Rows written by earlier batches: a replayed batch must not find its own earlier write."""
+    return ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
+
+
+def seen_event_ids(spark: SparkSession, bronze_uri: str, summary: Row, app_id: str, batch_id: int,
+                   pipeline: Pipeline, horizon: timedelta) -> DataFrame:
+    """Ids bronze accepted before this batch, within the dedupe horizon of this batch's events.
+
+    Args:
+        spark: the batch's session (the micro-batch confs apply to this scan too).
+        bronze_uri: the pipeline's bronze table.
+        summary: the batch's summary (its valid events' min and max event time).
+        app_id: the stream's transaction id.
+        batch_id: the batch.
+        pipeline: the pipeline (event id and time columns).
+        horizon: how far in event time around the batch's events to look.
+    """
+    if summary["min_event_time"] is None:  # no valid event: nothing to look up, and no version to pin
+        return spark.read.format("delta").load(bronze_uri).limit(0).select(pipeline.event_id)
+    # A read of bronze's latest version, pinned: Spark drops every cached frame that reads a table
+    # when a write to that table commits, so the fates (cached, and built on this read) would
+    # be computed a second time after this batch's own bronze append. A pinned read is kept.
+    bronze = spark.read.format("delta").option("versionAsOf", table_version(spark, bronze_uri)).load(bronze_uri)
+    low, high = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
+    in_horizon = F.col(pipeline.event_time).between(low, high) & F.col("event_date").between(low.date(), high.date())
+    return bronze.where(in_horizon & before_batch(app_id, batch_id)).select(pipeline.event_id)
+
+
+def max_event_time_before(spark: SparkSession, progress_uri: str, pipeline: Pipeline, app_id: str,
+                          batch_id: int) -> datetime | None:
+    """The max event time of the batches this stream committed before ``batch_id``."""
+    progress = spark.read.format("delta").load(progress_uri)
+    mine = (F.col("pipeline") == pipeline.name) & before_batch(app_id, batch_id)
+    return progress.where(mine).agg(F.max("max_event_time")).first()[0]
+
+
+def live_windows(panes: DataFrame, watermark: datetime | None, pipeline: Pipeline) -> DataFrame:
+    """Windows that ended before the watermark are closed: on-time events cannot reach them, and their
+    ON_TIME pane has fired. A session can still absorb one that ended within a gap of it."""
+    if watermark is None:
+        return panes
+    return panes.where(F.col("window_end") > F.lit(watermark - pipeline.window.gap_delta))
+
+
+def next_panes(state: DataFrame, on_time: DataFrame, on_time_watermark: datetime | None,
+               pipeline: Pipeline) -> DataFrame:
+    """The panes a batch emits, from the state before it and its on-time events."""
+    if pipeline.window.is_session:
+        return pn.next_session_panes(state, on_time, on_time_watermark, pipeline)
+    return pn.next_panes(state, tx.window_values(on_time, pipeline), on_time_watermark, pipeline)
+
+
+def progress_row(batch: MicroBatch, pipeline: Pipeline, counts: dict[str, int], started: float,
+                 finished: float) -> dict:
+    """The batch's ``ops.stream_progress`` row: input rows and each fate, watermark, files read."""
+    summary = batch.summary
+    return {
+        "pipeline": pipeline.name, "app_id": batch.app_id, "batch_id": batch.batch_id,
+        "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
+        "duration_ms": int((finished - started) * 1000),
+        "input_rows": summary["input_rows"], "quarantined": summary["quarantined"],
+        "duplicates": counts.get(Fate.DUPLICATE, 0), "on_time": counts.get(Fate.ON_TIME, 0),
+        "late": counts.get(Fate.LATE, 0), "watermark": batch.watermark, "max_event_time": batch.max_event_time,
+        "panes_emitted": counts["speed_rows"], "source_files": summary["source_files"],
+    }
+
+
+def label_batch_fates(batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, horizon: timedelta) -> DataFrame:
+    """The batch's valid events, each with its fate: duplicate of an id bronze accepted before, late
+    (its window closed by the batch's watermark), or on time."""
+    seen = seen_event_ids(batch.spark, bronze_uri, batch.summary, batch.app_id, batch.batch_id, pipeline, horizon)
+    return tx.label_fates(tx.valid_events(batch.parsed, pipeline), seen, batch.watermark, pipeline)
+
+
+def pane_state_before(batch: MicroBatch, carried: CarriedPaneState | None, panes_uri: str,
+                      pipeline: Pipeline) -> DataFrame:
+    """The latest pane of each live window as of the start of this batch.
+
+    Kept in memory from the batch before (``carried``). After a start, a restart or a failed batch it
+    is read from the pane log, a read that grows with the log (a file per batch); the two give the
+    same rows (``advance_state`` is ``latest_panes`` applied to the appended panes).
+    """
+    if carried and carried.is_for(batch.app_id, batch.batch_id):
+        return live_windows(carried.state, batch.watermark, pipeline)
+    panes = batch.spark.read.format("delta").load(panes_uri)
+    earlier = panes.where(before_batch(batch.app_id, batch.batch_id))
+    return pn.latest_panes(live_windows(earlier, batch.watermark, pipeline), pipeline).localCheckpoint()
