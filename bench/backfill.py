@@ -17,11 +17,12 @@ from bench import baselines
 from bench.data import DAY, PIPELINE, DataSet, scratch_home
 from bench.measure import PeakMemory, summary, timed
 from lakehouse.audit.reconcile import Auditor
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers.batch import BatchLayer
+from lakehouse.settings import PROJECT_ROOT
 from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.storage.log import log_glob
-from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.settings import PROJECT_ROOT
+from lakehouse.vocabulary import Fate
 
 HOUR = timedelta(hours=1)
 
@@ -38,8 +39,7 @@ class BackfillJobs:
         self.log_glob = log_glob(self.settings, PIPELINE)
 
     def lakehouse(self, source: str, start, end) -> int:
-        result = BatchLayer(self.spark, self.settings, self.pipeline).backfill(start, end, source=source,
-                                                                               chunk="1d")
+        result = BatchLayer(self.spark, self.settings, self.pipeline).backfill(start, end, source=source, chunk="1d")
         return result.events_used
 
     def bare(self, source: str, start, end) -> None:
@@ -98,9 +98,15 @@ def warm_backfills(spark, data: DataSet, runs: int, only: tuple[str, ...] = ()) 
                 events = outcome
     return {
         "events": events,
-        "jobs": {name: {"seconds": summary(values), "events_per_s": round(events / summary(values)["median"]),
-                        "memory": memory[name], "vehicles": vehicles[name]}
-                 for name, values in seconds.items()},
+        "jobs": {
+            name: {
+                "seconds": summary(values),
+                "events_per_s": round(events / summary(values)["median"]),
+                "memory": memory[name],
+                "vehicles": vehicles[name],
+            }
+            for name, values in seconds.items()
+        },
     }
 
 
@@ -125,8 +131,9 @@ def cold_backfills(data: DataSet, runs: int) -> dict:
     for _ in range(runs):
         for name, command in commands.items():
             began = time.perf_counter()
-            process = subprocess.Popen(command, env=env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE,
-                                       stderr=subprocess.STDOUT, text=True)
+            process = subprocess.Popen(
+                command, env=env, cwd=PROJECT_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+            )
             with PeakMemory(process.pid) as peak:
                 output, _ = process.communicate()
             seconds[name].append(time.perf_counter() - began)
@@ -157,18 +164,25 @@ def growth(spark, data: DataSet, runs: int) -> dict:
 def _late_events(spark, data: DataSet, run: int, windows: int):
     """``windows`` late events in as many consecutive windows of the first day, as bronze rows the
     speed layer would have written (fate ``late``): what a correction run folds in."""
-    from lakehouse.dataflow import transforms as tx
 
     tables = pipeline_tables(get_pipeline(PIPELINE))
     event_time = F.lit(data.start) + F.make_dt_interval(F.lit(0), F.lit(0), F.col("id"), F.lit(30))
     rows = spark.range(windows).select(
         F.concat(F.lit(f"late-{run}-"), F.col("id").cast("string")).alias("event_id"),
-        F.lit("bridge-00").alias("bridge_id"), F.lit("bridge-00-booth-0").alias("booth_id"),
-        F.lit("car").alias("vehicle_type"), F.lit(2).alias("axles"), F.lit(6).cast("decimal(9,2)").alias("toll_amount"),
-        F.lit(None).cast("string").alias("plate_hash"), event_time.alias("event_time"),
-        (event_time + F.expr("INTERVAL 10 MINUTES")).alias("sent_at"), F.to_date(event_time).alias("event_date"),
-        F.lit(tx.LATE).alias("fate"), F.lit("bench-late").alias("app_id"), F.lit(run).cast("long").alias("batch_id"),
-        F.lit("bench").alias("source_file"), F.current_timestamp().alias("ingested_at"),
+        F.lit("bridge-00").alias("bridge_id"),
+        F.lit("bridge-00-booth-0").alias("booth_id"),
+        F.lit("car").alias("vehicle_type"),
+        F.lit(2).alias("axles"),
+        F.lit(6).cast("decimal(9,2)").alias("toll_amount"),
+        F.lit(None).cast("string").alias("plate_hash"),
+        event_time.alias("event_time"),
+        (event_time + F.expr("INTERVAL 10 MINUTES")).alias("sent_at"),
+        F.to_date(event_time).alias("event_date"),
+        F.lit(Fate.LATE).alias("fate"),
+        F.lit("bench-late").alias("app_id"),
+        F.lit(run).cast("long").alias("batch_id"),
+        F.lit("bench").alias("source_file"),
+        F.current_timestamp().alias("ingested_at"),
     )
     return rows.select(tables.bronze.columns.fieldNames()), tables.bronze.uri(data.settings())
 
@@ -179,7 +193,7 @@ def correction(spark, data_sets: dict[str, DataSet], runs: int, windows: int = 1
 
     seconds: dict[str, list[float]] = {name: [] for name in data_sets}
     recomputed: dict[str, int] = {}
-    for name, data in data_sets.items():
+    for _name, data in data_sets.items():
         CorrectionRun(spark, data.settings(), get_pipeline(PIPELINE)).run()  # folds in what came before
     for run in range(runs):
         for name, data in data_sets.items():
@@ -188,5 +202,11 @@ def correction(spark, data_sets: dict[str, DataSet], runs: int, windows: int = 1
             elapsed, result = timed(CorrectionRun(spark, data.settings(), get_pipeline(PIPELINE)).run)
             seconds[name].append(elapsed)
             recomputed[name] = result.windows_recomputed
-    return {name: {"seconds": summary(values), "windows_recomputed": recomputed[name],
-                   "events_held": data_sets[name].events} for name, values in seconds.items()}
+    return {
+        name: {
+            "seconds": summary(values),
+            "windows_recomputed": recomputed[name],
+            "events_held": data_sets[name].events,
+        }
+        for name, values in seconds.items()
+    }

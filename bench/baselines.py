@@ -14,22 +14,28 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-EVENT_SCHEMA = T.StructType([
-    T.StructField("event_id", T.StringType()),
-    T.StructField("bridge_id", T.StringType()),
-    T.StructField("booth_id", T.StringType()),
-    T.StructField("vehicle_type", T.StringType()),
-    T.StructField("axles", T.IntegerType()),
-    T.StructField("toll_amount", T.DecimalType(9, 2)),
-    T.StructField("plate_hash", T.StringType()),
-    T.StructField("event_time", T.TimestampType()),
-    T.StructField("sent_at", T.TimestampType()),
-])
+EVENT_SCHEMA = T.StructType(
+    [
+        T.StructField("event_id", T.StringType()),
+        T.StructField("bridge_id", T.StringType()),
+        T.StructField("booth_id", T.StringType()),
+        T.StructField("vehicle_type", T.StringType()),
+        T.StructField("axles", T.IntegerType()),
+        T.StructField("toll_amount", T.DecimalType(9, 2)),
+        T.StructField("plate_hash", T.StringType()),
+        T.StructField("event_time", T.TimestampType()),
+        T.StructField("sent_at", T.TimestampType()),
+    ]
+)
 KEYS = ("bridge_id", "vehicle_type")
 REQUIRED = ("event_id", "bridge_id", "booth_id", "vehicle_type", "axles", "toll_amount", "event_time", "sent_at")
 # The pipeline's value rules, written out by hand as a user would (SQL both Spark and DuckDB read).
-VALUE_RULES = ("vehicle_type IN ('car', 'motorcycle', 'van', 'bus', 'truck')", "axles BETWEEN 2 AND 9",
-               "toll_amount >= 0 AND toll_amount < 1000", "event_time <= sent_at + INTERVAL 1 DAY")
+VALUE_RULES = (
+    "vehicle_type IN ('car', 'motorcycle', 'van', 'bus', 'truck')",
+    "axles BETWEEN 2 AND 9",
+    "toll_amount >= 0 AND toll_amount < 1000",
+    "event_time <= sent_at + INTERVAL 1 DAY",
+)
 VALID = " AND ".join([*(f"{name} IS NOT NULL" for name in REQUIRED), *VALUE_RULES])
 
 
@@ -39,13 +45,21 @@ def _parsed(lines: DataFrame) -> DataFrame:
 
 
 def _per_window(events: DataFrame) -> DataFrame:
-    return events.groupBy(F.window("event_time", "1 minute"), *KEYS).agg(
-        F.count(F.lit(1)).alias("vehicles"), F.sum("toll_amount").alias("revenue")
-    ).select(F.col("window.start").alias("window_start"), F.col("window.end").alias("window_end"), *KEYS,
-             "vehicles", "revenue")
+    return (
+        events.groupBy(F.window("event_time", "1 minute"), *KEYS)
+        .agg(F.count(F.lit(1)).alias("vehicles"), F.sum("toll_amount").alias("revenue"))
+        .select(
+            F.col("window.start").alias("window_start"),
+            F.col("window.end").alias("window_end"),
+            *KEYS,
+            "vehicles",
+            "revenue",
+        )
+    )
 
 
 # -- batch -------------------------------------------------------------------------------------------
+
 
 def bare_batch_from_log(spark: SparkSession, log_glob: str, start, end, target: str) -> None:
     lines = spark.read.format("text").load(log_glob)
@@ -55,8 +69,10 @@ def bare_batch_from_log(spark: SparkSession, log_glob: str, start, end, target: 
 
 
 def bare_batch_from_bronze(spark: SparkSession, bronze_uri: str, start, end, target: str) -> None:
-    events = spark.read.format("delta").load(bronze_uri).where(
-        (F.col("event_time") >= F.lit(start)) & (F.col("event_time") < F.lit(end))
+    events = (
+        spark.read.format("delta")
+        .load(bronze_uri)
+        .where((F.col("event_time") >= F.lit(start)) & (F.col("event_time") < F.lit(end)))
     )
     _per_window(events).write.format("delta").mode("overwrite").save(target)
 
@@ -70,9 +86,18 @@ def duckdb_from_log(log_glob: str, start, end, target: Path, threads: int = 2) -
 
     connection = duckdb.connect()
     connection.execute(f"SET threads = {threads}")
-    columns = {field.name: ("DECIMAL(9,2)" if field.name == "toll_amount" else
-                            "TIMESTAMPTZ" if field.name in ("event_time", "sent_at") else
-                            "INTEGER" if field.name == "axles" else "VARCHAR") for field in EVENT_SCHEMA.fields}
+    columns = {
+        field.name: (
+            "DECIMAL(9,2)"
+            if field.name == "toll_amount"
+            else "TIMESTAMPTZ"
+            if field.name in ("event_time", "sent_at")
+            else "INTEGER"
+            if field.name == "axles"
+            else "VARCHAR"
+        )
+        for field in EVENT_SCHEMA.fields
+    }
     connection.execute("SET TimeZone = 'UTC'")
     connection.execute(f"""
         COPY (
@@ -86,7 +111,8 @@ def duckdb_from_log(log_glob: str, start, end, target: Path, threads: int = 2) -
                    time_bucket(INTERVAL 1 minute, event_time) + INTERVAL 1 minute AS window_end,
                    bridge_id, vehicle_type, count(*) AS vehicles, sum(toll_amount) AS revenue
             FROM first_copies
-            WHERE event_time >= TIMESTAMPTZ '{start.isoformat()}+00:00' AND event_time < TIMESTAMPTZ '{end.isoformat()}+00:00'
+            WHERE event_time >= TIMESTAMPTZ '{start.isoformat()}+00:00'
+              AND event_time < TIMESTAMPTZ '{end.isoformat()}+00:00'
             GROUP BY ALL
         ) TO '{target}' (FORMAT parquet)
     """)
@@ -95,8 +121,16 @@ def duckdb_from_log(log_glob: str, start, end, target: Path, threads: int = 2) -
 
 # -- streaming -------------------------------------------------------------------------------------
 
-def bare_stream(spark: SparkSession, log_glob: str, target: str, checkpoint: str, trigger: str,
-                max_files_per_trigger: int = 0, available_now: bool = False):
+
+def bare_stream(
+    spark: SparkSession,
+    log_glob: str,
+    target: str,
+    checkpoint: str,
+    trigger: str,
+    max_files_per_trigger: int = 0,
+    available_now: bool = False,
+):
     """The hand-written streaming job: same file source, same window aggregation, a Delta sink.
 
     ``complete`` mode: the Delta sink takes append or complete, and only complete shows a window's
@@ -109,7 +143,12 @@ def bare_stream(spark: SparkSession, log_glob: str, target: str, checkpoint: str
         reader = reader.option("maxFilesPerTrigger", max_files_per_trigger)
     events = _parsed(reader.load(log_glob)).withWatermark("event_time", "2 minutes")
     deduped = events.dropDuplicatesWithinWatermark(["event_id"])
-    writer = (_per_window(deduped).writeStream.format("delta").outputMode("complete")
-              .option("checkpointLocation", checkpoint).queryName("bare_stream"))
+    writer = (
+        _per_window(deduped)
+        .writeStream.format("delta")
+        .outputMode("complete")
+        .option("checkpointLocation", checkpoint)
+        .queryName("bare_stream")
+    )
     writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=trigger)
     return writer.start(target)

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from lakehouse.generator import DEFAULT_START, GeneratorConfig, generate
@@ -47,9 +47,13 @@ class DataSet:
     @property
     def generator_config(self) -> GeneratorConfig:
         # Whole days of event time whatever the size: an hour is 1/24 of a day, as cost growth needs.
-        return GeneratorConfig(events=self.events, seed=self.seed, start=DEFAULT_START,
-                               rate=self.events / (self.days * DAY.total_seconds()),
-                               events_per_file=self.events_per_file)
+        return GeneratorConfig(
+            events=self.events,
+            seed=self.seed,
+            start=DEFAULT_START,
+            rate=self.events / (self.days * DAY.total_seconds()),
+            events_per_file=self.events_per_file,
+        )
 
     def settings(self, **env: str) -> Settings:
         return settings_for(self.home, **env)
@@ -71,15 +75,15 @@ def ensure_log(data: DataSet) -> dict:
         return json.loads(marker.read_text())
     shutil.rmtree(data.home / "log", ignore_errors=True)
     generated = generate(data.settings(), data.generator_config, PIPELINE)
-    info = {**generated.as_dict(), "generated_at": datetime.now(timezone.utc).isoformat()}
+    info = {**generated.as_dict(), "generated_at": datetime.now(UTC).isoformat()}
     marker.write_text(json.dumps(info, indent=1))
     return info
 
 
 def _tables_fingerprint() -> str:
     """The schemas and layouts of every table: a cached home made by code with other tables is rebuilt."""
-    from lakehouse.storage.catalog import SHARED_TABLES, all_tables
     from lakehouse.dataflow.pipelines import get_pipeline
+    from lakehouse.storage.catalog import SHARED_TABLES, all_tables
 
     tables = [*SHARED_TABLES, *all_tables(get_pipeline(PIPELINE))]
     layouts = "".join(f"{t.columns.simpleString()}{t.partition_by}{t.generated}" for t in tables)
@@ -98,8 +102,34 @@ def _fresh_tables(data: DataSet, step: str) -> bool:
 
 
 def _mark(data: DataSet, step: str) -> None:
-    info = {"tables": _tables_fingerprint(), "at": datetime.now(timezone.utc).isoformat()}
+    info = {"tables": _tables_fingerprint(), "at": datetime.now(UTC).isoformat()}
     (data.root / f"{step}.json").write_text(json.dumps(info))
+
+
+def _write_stream_progress(spark, data: DataSet, pipeline: str, end: datetime) -> None:
+    """One ``ops.stream_progress`` row naming every log file, as a stream that read them all leaves."""
+    from lakehouse.storage.catalog import STREAM_PROGRESS
+    from lakehouse.storage.frames import literal_frame
+
+    settings = data.settings()
+    files = [f"file:{path}" for path in data.log_files()]
+    progress = {
+        "pipeline": pipeline,
+        "app_id": "bench",
+        "batch_id": 0,
+        "started_at": datetime.now(UTC),
+        "duration_ms": 0,
+        "input_rows": 0,
+        "quarantined": 0,
+        "duplicates": 0,
+        "on_time": 0,
+        "late": 0,
+        "max_event_time": end + timedelta(minutes=10),
+        "source_files": files,
+    }
+    literal_frame(spark, STREAM_PROGRESS.columns, [progress]).write.format("delta").mode("append").save(
+        STREAM_PROGRESS.uri(settings)
+    )
 
 
 def ensure_tables(spark, data: DataSet) -> None:
@@ -110,34 +140,36 @@ def ensure_tables(spark, data: DataSet) -> None:
     from pyspark.sql import functions as F
 
     from lakehouse.dataflow import transforms as tx
-    from lakehouse.layers.batch import BatchLayer
-    from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_pipeline_tables
-    from lakehouse.storage.frames import literal_frame
-    from lakehouse.storage.log import read_log
     from lakehouse.dataflow.pipelines import get_pipeline
+    from lakehouse.layers.batch import BatchLayer
+    from lakehouse.storage.catalog import ensure_pipeline_tables
+    from lakehouse.storage.log import read_log
+    from lakehouse.vocabulary import Fate
 
     if _fresh_tables(data, "tables"):
         return
     settings, pipeline = data.settings(), get_pipeline(PIPELINE)
     tables = ensure_pipeline_tables(spark, settings, pipeline)
     parsed = tx.parse_events(read_log(spark, settings, pipeline.topic), pipeline)
-    events = tx.first_copies(tx.valid_events(parsed, pipeline), pipeline).withColumns({
-        "event_date": F.to_date(pipeline.event_time), "fate": F.lit(tx.ON_TIME), "app_id": F.lit("bench"),
-        "batch_id": F.lit(0).cast("long"), "ingested_at": F.current_timestamp(),
-    })
+    events = tx.first_copies(tx.valid_events(parsed, pipeline), pipeline).withColumns(
+        {
+            "event_date": F.to_date(pipeline.event_time),
+            "fate": F.lit(Fate.ON_TIME),
+            "app_id": F.lit("bench"),
+            "batch_id": F.lit(0).cast("long"),
+            "ingested_at": F.current_timestamp(),
+        }
+    )
     events.select(tables.bronze.columns.fieldNames()).write.format("delta").mode("append").partitionBy(
-        *tables.bronze.partition_by).save(tables.bronze.uri(settings))
+        *tables.bronze.partition_by
+    ).save(tables.bronze.uri(settings))
     end = data.start + data.days * DAY
     BatchLayer(spark, settings, pipeline).backfill(data.start, end, chunk="1d")
     batch = spark.read.format("delta").load(tables.batch.uri(settings))
     batch.withColumns({"last_batch_id": F.lit(0).cast("long")}).select(tables.speed.columns.fieldNames()).write.format(
-        "delta").mode("append").save(tables.speed.uri(settings))
-    files = [f"file:{path}" for path in data.log_files()]
-    progress = {"pipeline": pipeline.name, "app_id": "bench", "batch_id": 0, "started_at": datetime.now(timezone.utc),
-                "duration_ms": 0, "input_rows": 0, "quarantined": 0, "duplicates": 0, "on_time": 0, "late": 0,
-                "max_event_time": end + timedelta(minutes=10), "source_files": files}
-    literal_frame(spark, STREAM_PROGRESS.columns, [progress]).write.format("delta").mode("append").save(
-        STREAM_PROGRESS.uri(settings))
+        "delta"
+    ).mode("append").save(tables.speed.uri(settings))
+    _write_stream_progress(spark, data, pipeline.name, end)
     _mark(data, "tables")
 
 

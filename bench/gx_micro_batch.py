@@ -34,12 +34,12 @@ def main() -> None:
     args = parser.parse_args()
 
     from lakehouse.dataflow import transforms as tx
-    from lakehouse.storage.frames import literal_frame
-    from lakehouse.generator import GeneratorConfig, generate_records
     from lakehouse.dataflow.pipelines import get_pipeline
-    from lakehouse.settings import Settings
-    from lakehouse.storage.spark import build_spark_session
     from lakehouse.dataflow.pipelines.row_rules import RAW_EVENTS, suite_path
+    from lakehouse.generator import GeneratorConfig, generate_records
+    from lakehouse.settings import Settings
+    from lakehouse.storage.frames import literal_frame
+    from lakehouse.storage.spark import build_spark_session
 
     pipeline = get_pipeline("toll_traffic")
     home = Path(tempfile.mkdtemp(prefix="bench-gx-"))
@@ -58,10 +58,12 @@ def main() -> None:
     context = gx_context(settings)
     gx_setup = time.perf_counter() - started
     valid = tx.valid_events(parsed, pipeline)
-    gx_validation = timed(lambda: validate_frame(context, suite_path(pipeline.name, RAW_EVENTS),
-                                                 "bench.raw_events", valid), args.repeat)
+    gx_validation = timed(
+        lambda: validate_frame(context, suite_path(pipeline.name, RAW_EVENTS), "bench.raw_events", valid), args.repeat
+    )
     result = {
-        "events": args.events, "repeat": args.repeat,
+        "events": args.events,
+        "repeat": args.repeat,
         "spark_rules_seconds_median": statistics.median(spark_rules),
         "gx_import_and_context_seconds": gx_setup,
         "gx_validation_seconds_median": statistics.median(gx_validation),

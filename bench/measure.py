@@ -71,6 +71,7 @@ class PeakMemory:
         self._thread.join()
 
     def as_dict(self) -> dict:
-        return {"python_peak_rss_mib": round(self.python_bytes / 2**20, 1),
-                "jvm_peak_rss_mib": round(self.jvm_bytes / 2**20, 1)}
-
+        return {
+            "python_peak_rss_mib": round(self.python_bytes / 2**20, 1),
+            "jvm_peak_rss_mib": round(self.jvm_bytes / 2**20, 1),
+        }

@@ -21,9 +21,9 @@ from pyspark.sql import functions as F
 
 from bench.data import PIPELINE, DataSet, scratch_home
 from bench.measure import summary
-from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import PROJECT_ROOT
+from lakehouse.storage.catalog import pipeline_tables
 
 BIN = Path(sys.executable).parent
 
@@ -51,8 +51,21 @@ def airflow_env(airflow_home: Path, data: DataSet, spark_master: str) -> dict[st
 def _run(command: list[str], env: dict[str, str]) -> None:
     process = subprocess.run(command, env=env, cwd=PROJECT_ROOT, capture_output=True, text=True)
     if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} failed ({process.returncode}):\n{process.stdout[-2000:]}\n"
-                           f"{process.stderr[-3000:]}")
+        raise RuntimeError(
+            f"{' '.join(command)} failed ({process.returncode}):\n{process.stdout[-2000:]}\n{process.stderr[-3000:]}"
+        )
+
+
+def _commands(start, end, hours: int) -> dict[str, list[str]]:
+    """The two sides: the backfill DAG in hourly chunks, and one ``lakehouse backfill`` of the range."""
+    conf = {"pipeline": PIPELINE, "start": _iso(start), "end": _iso(end), "source": "bronze", "chunk": "1h",
+            "reprocess": "redo", "dry_run": False}  # fmt: skip
+    one_job = ["backfill", "--pipeline", PIPELINE, "--start", _iso(start), "--end", _iso(end),
+               "--source", "bronze", "--chunk", f"{hours}h"]  # fmt: skip
+    return {
+        "airflow_hourly_chunks": [str(BIN / "airflow"), "dags", "test", "lakehouse_backfill", "-c", json.dumps(conf)],
+        "one_job": [str(BIN / "lakehouse"), *one_job],
+    }
 
 
 def orchestration(spark, data: DataSet, runs: int, hours: int, spark_master: str = "local[2]") -> dict:
@@ -61,13 +74,7 @@ def orchestration(spark, data: DataSet, runs: int, hours: int, spark_master: str
     env = airflow_env(airflow_home, data, spark_master)
     _run([str(BIN / "airflow"), "db", "migrate"], env)  # set-up, not timed
     start, end = data.start, data.start + timedelta(hours=hours)
-    conf = {"pipeline": PIPELINE, "start": _iso(start), "end": _iso(end), "source": "bronze", "chunk": "1h",
-            "reprocess": "redo", "dry_run": False}
-    commands = {
-        "airflow_hourly_chunks": [str(BIN / "airflow"), "dags", "test", "lakehouse_backfill", "-c", json.dumps(conf)],
-        "one_job": [str(BIN / "lakehouse"), "backfill", "--pipeline", PIPELINE, "--start", _iso(start),
-                    "--end", _iso(end), "--source", "bronze", "--chunk", f"{hours}h"],
-    }
+    commands = _commands(start, end, hours)
     batch_uri = pipeline_tables(get_pipeline(PIPELINE)).batch.uri(data.settings())
     seconds: dict[str, list[float]] = {name: [] for name in commands}
     vehicles: dict[str, int] = {}
@@ -77,9 +84,13 @@ def orchestration(spark, data: DataSet, runs: int, hours: int, spark_master: str
             _run(command, env)  # a failed DAG run exits non-zero
             seconds[name].append(time.perf_counter() - began)
             window = (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
-            vehicles[name] = spark.read.format("delta").load(batch_uri).where(window).agg(
-                F.sum("vehicles")).first()[0] or 0
+            vehicles[name] = (
+                spark.read.format("delta").load(batch_uri).where(window).agg(F.sum("vehicles")).first()[0] or 0
+            )
     if len(set(vehicles.values())) != 1:
         raise RuntimeError(f"the two backfills disagree on the vehicles counted: {vehicles}")
-    return {"hours": hours, "spark_master": spark_master,
-            "jobs": {name: {"seconds": summary(values), "vehicles": vehicles[name]} for name, values in seconds.items()}}
+    return {
+        "hours": hours,
+        "spark_master": spark_master,
+        "jobs": {name: {"seconds": summary(values), "vehicles": vehicles[name]} for name, values in seconds.items()},
+    }

@@ -1,4 +1,7 @@
-"""``python -m bench [--smoke] [--only backfill,cold,growth,correction,speed_growth,orchestration,throughput,freshness]``: run, save, summarise.
+"""``python -m bench [--smoke] [--only SUITES]``: run, save, summarise.
+
+SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_growth, orchestration,
+throughput, freshness.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
 table printed at the end is the one kept in the README. ``BENCH_EVENTS`` sets the data size (default
@@ -14,7 +17,7 @@ import os
 import platform
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -49,27 +52,56 @@ class Plan:
     @classmethod
     def full(cls, env) -> Plan:
         runs = int(env.get("BENCH_RUNS", "3"))
-        return cls(events=int(env.get("BENCH_EVENTS", "100000")), events_per_file=5000, runs=runs, cold_runs=runs,
-                   correction_events_per_day=int(env.get("BENCH_CORRECTION_EVENTS_PER_DAY", "10000")),
-                   orchestration_hours=int(env.get("BENCH_ORCHESTRATION_HOURS", "24")),
-                   backfill_jobs=tuple(job for job in env.get("BENCH_BACKFILL_JOBS", "").split(",") if job))
+        return cls(
+            events=int(env.get("BENCH_EVENTS", "100000")),
+            events_per_file=5000,
+            runs=runs,
+            cold_runs=runs,
+            correction_events_per_day=int(env.get("BENCH_CORRECTION_EVENTS_PER_DAY", "10000")),
+            orchestration_hours=int(env.get("BENCH_ORCHESTRATION_HOURS", "24")),
+            backfill_jobs=tuple(job for job in env.get("BENCH_BACKFILL_JOBS", "").split(",") if job),
+        )
 
     @classmethod
     def smoke(cls) -> Plan:
-        return cls(events=4000, events_per_file=250, runs=1, cold_runs=1, trigger="2s", drain_sizes=(1, 2),
-                   drain_batches=1, freshness_seconds=8, probe_every=2.0, freshness_grace=20,
-                   correction_events_per_day=2000, orchestration_hours=2, speed_held_days=(1, 2),
-                   speed_growth_batches=1)
+        return cls(
+            events=4000,
+            events_per_file=250,
+            runs=1,
+            cold_runs=1,
+            trigger="2s",
+            drain_sizes=(1, 2),
+            drain_batches=1,
+            freshness_seconds=8,
+            probe_every=2.0,
+            freshness_grace=20,
+            correction_events_per_day=2000,
+            orchestration_hours=2,
+            speed_held_days=(1, 2),
+            speed_growth_batches=1,
+        )
 
 
 def machine() -> dict:
     import pyspark
 
     memory = psutil.virtual_memory().total
-    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
-                if line.startswith("model name")), platform.processor())
-    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(memory / 2**30, 1),
-            "python": platform.python_version(), "spark": pyspark.__version__, "platform": platform.platform()}
+    cpu = next(
+        (
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        ),
+        platform.processor(),
+    )
+    return {
+        "cpu": cpu,
+        "cores": os.cpu_count(),
+        "memory_gib": round(memory / 2**30, 1),
+        "python": platform.python_version(),
+        "spark": pyspark.__version__,
+        "platform": platform.platform(),
+    }
 
 
 def ratio(numerator, denominator) -> float | None:
@@ -78,26 +110,35 @@ def ratio(numerator, denominator) -> float | None:
     return round(numerator / denominator, 3)
 
 
-def headline(results: dict) -> list[dict]:
-    """The figures of the README table: each a value, its baseline and their ratio (with the target)."""
-    rows = []
+def _figure(figure: str, value, baseline, target: str = "", unit: str = "s") -> dict | None:
+    """One row of the README table; None when neither side was measured in these results."""
+    if value is None and baseline is None:
+        return None
+    return {"figure": figure, "value": value, "baseline": baseline, "ratio": ratio(value, baseline),
+            "target": target, "unit": unit}  # fmt: skip
 
-    def add(figure, value, baseline, target="", unit="s"):
-        if value is None and baseline is None:  # not measured in these results
-            return
-        rows.append({"figure": figure, "value": value, "baseline": baseline, "ratio": ratio(value, baseline),
-                     "target": target, "unit": unit})
 
+def _stream_figures(results: dict, add) -> None:
+    """The speed layer's sustainable rate and freshness."""
     if "throughput" in results:
         jobs = results["throughput"]["jobs"]
-        add("speed layer sustainable rate vs bare stream", jobs["lakehouse"]["events_per_s"]["median"],
-            jobs["bare"]["events_per_s"]["median"], ">= 0.85", "events/s")
+        add(
+            "speed layer sustainable rate vs bare stream",
+            jobs["lakehouse"]["events_per_s"]["median"],
+            jobs["bare"]["events_per_s"]["median"],
+            ">= 0.85",
+            "events/s",
+        )
     if "freshness" in results:
         jobs = results["freshness"]["jobs"]
         for p in ("p50_s", "p95_s"):
             add(f"freshness {p[:3]} vs bare stream", jobs["lakehouse"][p], jobs["bare"][p])
         limit = results["freshness"]["trigger_s"] + 1.5 * (jobs["lakehouse"]["median_batch_s"] or 0)
         add("freshness p95 vs trigger + 1.5 x median batch", jobs["lakehouse"]["p95_s"], limit, "<= 1")
+
+
+def _batch_figures(results: dict, add) -> None:
+    """Backfills, their cost growth, the held-days micro-batch, orchestration and corrections."""
     if "backfill" in results:
         jobs = results["backfill"]["jobs"]
         for figure, job, baseline, target in (
@@ -118,15 +159,35 @@ def headline(results: dict) -> list[dict]:
         add("audit 1 day vs 1 hour (linear: 24)", median["audit_1d"], median["audit_1h"], "~24")
     if "speed_growth" in results:
         (few, held_few), (many, held_many) = results["speed_growth"].items()
-        add(f"speed micro-batch, __speed holding {many} vs {few} of windows", held_many["seconds"]["median"],
-            held_few["seconds"]["median"], "~1")
+        add(
+            f"speed micro-batch, __speed holding {many} vs {few} of windows",
+            held_many["seconds"]["median"],
+            held_few["seconds"]["median"],
+            "~1",
+        )
     if "orchestration" in results:
         jobs = results["orchestration"]["jobs"]
-        add(f"Airflow backfill of {results['orchestration']['hours']} hourly chunks vs one job (orchestration)",
-            jobs["airflow_hourly_chunks"]["seconds"]["median"], jobs["one_job"]["seconds"]["median"])
+        add(
+            f"Airflow backfill of {results['orchestration']['hours']} hourly chunks vs one job (orchestration)",
+            jobs["airflow_hourly_chunks"]["seconds"]["median"],
+            jobs["one_job"]["seconds"]["median"],
+        )
     if "correction" in results:
         median = {name: figure["seconds"]["median"] for name, figure in results["correction"].items()}
         add("correction of 100 windows, 10 days vs 1 day held", median["10d"], median["1d"], "~1")
+
+
+def headline(results: dict) -> list[dict]:
+    """The figures of the README table: each a value, its baseline and their ratio (with the target)."""
+    rows: list[dict] = []
+
+    def add(*figure, **options) -> None:
+        row = _figure(*figure, **options)
+        if row:
+            rows.append(row)
+
+    _stream_figures(results, add)
+    _batch_figures(results, add)
     return rows
 
 
@@ -136,8 +197,10 @@ def table(rows: list[dict]) -> str:
 
     lines = ["| figure | lakehouse | baseline | ratio | target |", "| --- | --- | --- | --- | --- |"]
     for row in rows:
-        lines.append(f"| {row['figure']} | {number(row['value'])} {row['unit']} | {number(row['baseline'])} "
-                     f"{row['unit']} | {number(row['ratio'])} | {row['target']} |")
+        lines.append(
+            f"| {row['figure']} | {number(row['value'])} {row['unit']} | {number(row['baseline'])} "
+            f"{row['unit']} | {number(row['ratio'])} | {row['target']} |"
+        )
     return "\n".join(lines)
 
 
@@ -152,6 +215,31 @@ def correction_data(spark, plan: Plan) -> dict[str, DataSet]:
     return data_sets
 
 
+def _measures(spark, plan: Plan, data: DataSet, results: dict) -> dict:
+    """Each suite's measurement, to run in the order asked for (freshness reads throughput's result)."""
+    return {
+        "backfill": lambda: backfill.warm_backfills(spark, data, plan.runs, plan.backfill_jobs),
+        "cold": lambda: backfill.cold_backfills(data, plan.cold_runs),
+        "growth": lambda: backfill.growth(spark, data, plan.runs),
+        "correction": lambda: backfill.correction(spark, correction_data(spark, plan), plan.runs),
+        "speed_growth": lambda: stream.speed_growth(
+            spark, data, plan.runs, plan.speed_held_days, plan.speed_growth_batches
+        ),
+        "orchestration": lambda: orchestration.orchestration(spark, data, plan.runs, plan.orchestration_hours),
+        "throughput": lambda: stream.throughput(
+            spark, data, plan.runs, plan.trigger, plan.drain_sizes, plan.drain_batches
+        ),
+        "freshness": lambda: stream.freshness(
+            spark,
+            max(results["throughput"]["jobs"]["lakehouse"]["events_per_s"]["median"] / 2, 1.0),
+            plan.freshness_seconds,
+            plan.trigger,
+            plan.probe_every,
+            plan.freshness_grace,
+        ),
+    }
+
+
 def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESULTS) -> dict:
     from lakehouse.storage.spark import build_spark_session
 
@@ -160,7 +248,7 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
     spark = build_spark_session(data.settings(), "bench")
     results: dict = {}
     began, load_at_start = time.time(), os.getloadavg()
-    partial = results_dir / f"{datetime.now(timezone.utc):%Y%m%dT%H%M%SZ}-{mode}-partial.json"
+    partial = results_dir / f"{datetime.now(UTC):%Y%m%dT%H%M%SZ}-{mode}-partial.json"
 
     def stage(name: str, measure) -> None:
         stage_began = time.time()
@@ -170,20 +258,7 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
         results_dir.mkdir(parents=True, exist_ok=True)  # what is measured survives a later failure
         partial.write_text(json.dumps(results, indent=1, default=str))
 
-    measures = {
-        "backfill": lambda: backfill.warm_backfills(spark, data, plan.runs, plan.backfill_jobs),
-        "cold": lambda: backfill.cold_backfills(data, plan.cold_runs),
-        "growth": lambda: backfill.growth(spark, data, plan.runs),
-        "correction": lambda: backfill.correction(spark, correction_data(spark, plan), plan.runs),
-        "speed_growth": lambda: stream.speed_growth(spark, data, plan.runs, plan.speed_held_days,
-                                                    plan.speed_growth_batches),
-        "orchestration": lambda: orchestration.orchestration(spark, data, plan.runs, plan.orchestration_hours),
-        "throughput": lambda: stream.throughput(spark, data, plan.runs, plan.trigger, plan.drain_sizes,
-                                                plan.drain_batches),
-        "freshness": lambda: stream.freshness(
-            spark, max(results["throughput"]["jobs"]["lakehouse"]["events_per_s"]["median"] / 2, 1.0),
-            plan.freshness_seconds, plan.trigger, plan.probe_every, plan.freshness_grace),
-    }
+    measures = _measures(spark, plan, data, results)
     if "freshness" in suites and "throughput" not in suites:  # it runs at half the measured rate
         suites = ("throughput", *suites)
     try:
@@ -193,10 +268,14 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
     finally:
         spark.stop()
     report = {
-        "mode": mode, "finished_at": datetime.now(timezone.utc).isoformat(), "wall_s": round(time.time() - began),
+        "mode": mode,
+        "finished_at": datetime.now(UTC).isoformat(),
+        "wall_s": round(time.time() - began),
         "machine": {**machine(), "load_average_at_start": load_at_start, "load_average_at_end": os.getloadavg()},
-        "plan": dataclasses.asdict(plan), "data": {"events": plan.events, **log_info},
-        "results": results, "summary": headline(results),
+        "plan": dataclasses.asdict(plan),
+        "data": {"events": plan.events, **log_info},
+        "results": results,
+        "summary": headline(results),
     }
     save_report(report, mode, results_dir)
     return report
@@ -205,7 +284,7 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
 def save_report(report: dict, mode: str, results_dir: Path) -> None:
     """The run's JSON, under its time and as ``latest-<mode>.json``."""
     results_dir.mkdir(parents=True, exist_ok=True)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ")
     for name in (f"{stamp}-{mode}.json", f"latest-{mode}.json"):
         (results_dir / name).write_text(json.dumps(report, indent=1, default=str))
 
@@ -215,8 +294,13 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny data, one run each: proves the scripts work")
     parser.add_argument("--only", default=",".join(SUITES), help=f"comma-separated subset of {','.join(SUITES)}")
     parser.add_argument("--results", type=Path, default=RESULTS)
-    parser.add_argument("--table", nargs="+", type=Path, metavar="RESULTS_JSON",
-                        help="print the summary table of earlier results (suites of later files win)")
+    parser.add_argument(
+        "--table",
+        nargs="+",
+        type=Path,
+        metavar="RESULTS_JSON",
+        help="print the summary table of earlier results (suites of later files win)",
+    )
     args = parser.parse_args(argv)
     if args.table:
         merged: dict = {}
@@ -232,8 +316,10 @@ def main(argv: list[str] | None = None) -> None:
     plan = Plan.smoke() if args.smoke else Plan.full(os.environ)
     report = run(plan, suites, "smoke" if args.smoke else "full", args.results)
     machine_info = report["machine"]
-    print(f"\n{plan.events:,} events, {plan.runs} runs per figure; {machine_info['cpu']}, "
-          f"{machine_info['cores']} cores, {machine_info['memory_gib']} GiB\n")
+    print(
+        f"\n{plan.events:,} events, {plan.runs} runs per figure; {machine_info['cpu']}, "
+        f"{machine_info['cores']} cores, {machine_info['memory_gib']} GiB\n"
+    )
     print(table(report["summary"]))
 
 

@@ -15,6 +15,7 @@ row appears. Freshness = first seen - written to the log.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import statistics
@@ -22,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from pyspark.sql import functions as F
@@ -30,13 +31,13 @@ from pyspark.sql import functions as F
 from bench import baselines
 from bench.data import PIPELINE, DataSet, link_log_files, scratch_home, settings_for
 from bench.measure import PeakMemory, percentile, summary
-from lakehouse.storage.catalog import ensure_pipeline_tables, pipeline_tables, register_tables, table_exists
-from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.storage.log import LocalLogWriter, log_glob
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.eventtime import parse_duration
-from lakehouse.layers.speed import SpeedLayer
 from lakehouse.dataflow.transforms import interval
+from lakehouse.eventtime import parse_duration
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.layers.speed import SpeedLayer
+from lakehouse.storage.catalog import ensure_pipeline_tables, pipeline_tables, register_tables, table_exists
+from lakehouse.storage.log import LocalLogWriter, log_glob
 
 JOBS = ("lakehouse", "bare")
 
@@ -44,14 +45,22 @@ JOBS = ("lakehouse", "bare")
 def _start(spark, job: str, home, trigger: str, files_per_trigger: int = 0, available_now: bool = False):
     """Start one job's streaming query on the log of ``home``; returns (query, the SQL table name, the
     Delta table's location if it appears only with the first batch)."""
-    settings = settings_for(home, LAKEHOUSE_MAX_FILES_PER_TRIGGER=str(files_per_trigger),
-                            LAKEHOUSE_TRIGGER_INTERVAL=trigger)
+    settings = settings_for(
+        home, LAKEHOUSE_MAX_FILES_PER_TRIGGER=str(files_per_trigger), LAKEHOUSE_TRIGGER_INTERVAL=trigger
+    )
     if job == "lakehouse":
         query = SpeedLayer(spark, settings, get_pipeline(PIPELINE)).start(available_now=available_now)
         return query, f"gold.{PIPELINE}", None
     target = f"{settings.warehouse_uri}/bare/{PIPELINE}"
-    query = baselines.bare_stream(spark, log_glob(settings, PIPELINE), target, f"{settings.checkpoint_uri}/bare",
-                                  interval(trigger), files_per_trigger, available_now)
+    query = baselines.bare_stream(
+        spark,
+        log_glob(settings, PIPELINE),
+        target,
+        f"{settings.checkpoint_uri}/bare",
+        interval(trigger),
+        files_per_trigger,
+        available_now,
+    )
     return query, f"delta.`{target}`", target
 
 
@@ -65,8 +74,9 @@ def _batches(query) -> list[tuple[int, float]]:
     return batches
 
 
-def drain(spark, data: DataSet, job: str, files_per_trigger: int, batches: int,
-          prepare: Callable[[Path], None] | None = None) -> list[tuple[int, float]]:
+def drain(
+    spark, data: DataSet, job: str, files_per_trigger: int, batches: int, prepare: Callable[[Path], None] | None = None
+) -> list[tuple[int, float]]:
     """Batches of a backlog drained ``files_per_trigger`` files at a time (the first one dropped).
 
     ``prepare`` gets the empty home first, to put tables in place as an older stream left them.
@@ -118,13 +128,26 @@ def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, 
             results[job]["rate"].append(rate)
             results[job]["fixed_s"].append(fixed)
             results[job]["per_event_us"].append(per_event * 1e6)
-            memory[job] = peak.as_dict() if job not in memory else {
-                key: max(value, peak.as_dict()[key]) for key, value in memory[job].items()}
-    return {"trigger_s": trigger_s, "files_per_trigger": list(sizes), "batches_per_drain": batches,
-            "events_per_file": data.events_per_file,
-            "jobs": {job: {"events_per_s": summary(values["rate"]), "fixed_s_per_batch": summary(values["fixed_s"]),
-                           "us_per_event": summary(values["per_event_us"]), "memory": memory[job]}
-                     for job, values in results.items()}}
+            memory[job] = (
+                peak.as_dict()
+                if job not in memory
+                else {key: max(value, peak.as_dict()[key]) for key, value in memory[job].items()}
+            )
+    return {
+        "trigger_s": trigger_s,
+        "files_per_trigger": list(sizes),
+        "batches_per_drain": batches,
+        "events_per_file": data.events_per_file,
+        "jobs": {
+            job: {
+                "events_per_s": summary(values["rate"]),
+                "fixed_s_per_batch": summary(values["fixed_s"]),
+                "us_per_event": summary(values["per_event_us"]),
+                "memory": memory[job],
+            }
+            for job, values in results.items()
+        },
+    }
 
 
 def _hold_speed_rows(spark, data: DataSet, home: Path, days: int) -> int:
@@ -138,19 +161,34 @@ def _hold_speed_rows(spark, data: DataSet, home: Path, days: int) -> int:
     """
     settings, pipeline = settings_for(home), get_pipeline(PIPELINE)
     speed = ensure_pipeline_tables(spark, settings, pipeline).speed
-    keys = spark.read.format("delta").load(pipeline_tables(pipeline).batch.uri(data.settings())) \
-        .select(*pipeline.keys).distinct()
+    keys = (
+        spark.read.format("delta")
+        .load(pipeline_tables(pipeline).batch.uri(data.settings()))
+        .select(*pipeline.keys)
+        .distinct()
+    )
     size = pipeline.window.size_delta
     first = data.start - timedelta(days=days - 1)
-    window_start = F.timestamp_seconds(F.lit(first.replace(tzinfo=timezone.utc).timestamp())
-                                       + F.col("id") * size.total_seconds())
+    window_start = F.timestamp_seconds(
+        F.lit(first.replace(tzinfo=UTC).timestamp()) + F.col("id") * size.total_seconds()
+    )
     window_end = window_start + F.expr(f"INTERVAL {int(size.total_seconds())} SECONDS")
-    values = {"window_start": window_start, "window_end": window_end, "last_batch_id": F.lit(0),
-              "updated_at": F.current_timestamp()}
+    values = {
+        "window_start": window_start,
+        "window_end": window_end,
+        "last_batch_id": F.lit(0),
+        "updated_at": F.current_timestamp(),
+    }
     window_count = int(timedelta(days=days) / size)
     windows = spark.range(window_count).crossJoin(keys)
-    rows = windows.select(*[(F.col(f.name) if f.name in pipeline.keys else values.get(f.name, F.col("id") % 97))
-                            .cast(f.dataType).alias(f.name) for f in speed.columns.fields])
+    rows = windows.select(
+        *[
+            (F.col(f.name) if f.name in pipeline.keys else values.get(f.name, F.col("id") % 97))
+            .cast(f.dataType)
+            .alias(f.name)
+            for f in speed.columns.fields
+        ]
+    )
     rows.coalesce(1).write.format("delta").mode("append").save(speed.uri(settings))
     return window_count * keys.count()
 
@@ -165,7 +203,7 @@ def speed_growth(spark, data: DataSet, runs: int, held_days: tuple[int, int], ba
         for days in held_days:
             homes: list[Path] = []
 
-            def hold(home: Path, days=days) -> None:
+            def hold(home: Path, days=days, homes=homes) -> None:
                 homes.append(home)
                 held[f"{days}d"] = _hold_speed_rows(spark, data, home, days)
 
@@ -174,19 +212,37 @@ def speed_growth(spark, data: DataSet, runs: int, held_days: tuple[int, int], ba
             speed_uri = pipeline_tables(get_pipeline(PIPELINE)).speed.uri(settings_for(homes[0]))
             last_merge = spark.sql(f"DESCRIBE HISTORY delta.`{speed_uri}` LIMIT 1").first()["operationMetrics"]
             copied[f"{days}d"] = int(last_merge.get("numTargetRowsCopied", 0))
-    return {name: {"seconds": summary(values), "rows_held": held[name], "rows_copied_by_last_merge": copied[name],
-                   "batches_per_drain": batches} for name, values in seconds.items()}
+    return {
+        name: {
+            "seconds": summary(values),
+            "rows_held": held[name],
+            "rows_copied_by_last_merge": copied[name],
+            "batches_per_drain": batches,
+        }
+        for name, values in seconds.items()
+    }
 
 
 def _probe_line(sequence: int) -> str:
-    now = datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-    return json.dumps({"event_id": str(uuid.uuid4()), "bridge_id": f"probe-{sequence:05d}", "booth_id": "probe",
-                       "vehicle_type": "car", "axles": 2, "toll_amount": 6.0, "event_time": now, "sent_at": now},
-                      separators=(",", ":"))
+    now = datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return json.dumps(
+        {
+            "event_id": str(uuid.uuid4()),
+            "bridge_id": f"probe-{sequence:05d}",
+            "booth_id": "probe",
+            "vehicle_type": "car",
+            "axles": 2,
+            "toll_amount": 6.0,
+            "event_time": now,
+            "sent_at": now,
+        },
+        separators=(",", ":"),
+    )
 
 
-def _freshness_once(spark, job: str, rate: float, seconds: float, trigger: str, probe_every: float,
-                    grace: float) -> dict:
+def _freshness_once(
+    spark, job: str, rate: float, seconds: float, trigger: str, probe_every: float, grace: float
+) -> dict:
     home = scratch_home(f"fresh-{job}")
     settings = settings_for(home)
     query, table, appears_at = _start(spark, job, home, trigger)
@@ -198,18 +254,16 @@ def _freshness_once(spark, job: str, rate: float, seconds: float, trigger: str, 
 
     def load() -> None:
         events = max(1, round(rate))
-        config = GeneratorConfig(events=int(rate * seconds), seed=5, start=datetime.now(timezone.utc),
-                                 rate=rate, wall_rate=rate, events_per_file=events, late_fraction=0.0)
-        try:
+        config = GeneratorConfig(events=int(rate * seconds), seed=5, start=datetime.now(UTC), rate=rate,
+                                 wall_rate=rate, events_per_file=events, late_fraction=0.0)  # fmt: skip
+        with contextlib.suppress(_Stopped):
             generate(settings, config, PIPELINE, on_file=lambda *_: _stop_if(stop))
-        except _Stopped:
-            pass
 
     def probes() -> None:
         writer, sequence = LocalLogWriter(settings, PIPELINE), 0
         while not stop.wait(probe_every):
             line = _probe_line(sequence)
-            writer.write(datetime.now(timezone.utc), f"probe{sequence:05d}", [line])
+            writer.write(datetime.now(UTC), f"probe{sequence:05d}", [line])
             written[f"probe-{sequence:05d}"] = time.time()
             sequence += 1
 
@@ -263,9 +317,15 @@ def freshness(spark, rate: float, seconds: float, trigger: str, probe_every: flo
         results[job] = {
             "p50_s": percentile(delays, 0.5) if delays else None,
             "p95_s": percentile(delays, 0.95) if delays else None,
-            "probes": outcome["probes"], "probes_seen": outcome["probes_seen"],
+            "probes": outcome["probes"],
+            "probes_seen": outcome["probes_seen"],
             "median_batch_s": summary(outcome["batch_seconds"])["median"] if outcome["batch_seconds"] else None,
             "memory": peak.as_dict(),
         }
-    return {"rate_events_per_s": rate, "seconds": seconds, "trigger_s": parse_duration(trigger).total_seconds(),
-            "probe_every_s": probe_every, "jobs": results}
+    return {
+        "rate_events_per_s": rate,
+        "seconds": seconds,
+        "trigger_s": parse_duration(trigger).total_seconds(),
+        "probe_every_s": probe_every,
+        "jobs": results,
+    }

@@ -36,9 +36,18 @@ when one is configured. Results: `audit.reconciliations`, `audit.reconciliation_
 def lakehouse_audit():
     # The audit compares fixed windows; a session variant is audited through the pipeline it varies.
     for pipeline in sorted(set(active_pipelines(Settings.from_env())) - set(session_pipeline_names())):
-        spark_job(f"audit_{pipeline}", "audit",
-                  ["--pipeline", pipeline, "--start", "{{ data_interval_start.isoformat() }}",
-                   "--end", "{{ data_interval_end.isoformat() }}"])
+        spark_job(
+            f"audit_{pipeline}",
+            "audit",
+            [
+                "--pipeline",
+                pipeline,
+                "--start",
+                "{{ data_interval_start.isoformat() }}",
+                "--end",
+                "{{ data_interval_end.isoformat() }}",
+            ],
+        )
 
 
 lakehouse_audit()

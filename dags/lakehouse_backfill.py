@@ -58,10 +58,10 @@ def lakehouse_backfill():
         """The spark-submit arguments of each chunk to recompute (none for a dry run)."""
         from airflow.sdk.exceptions import AirflowFailException
 
-        from lakehouse.layers.batch import parse_range
-        from lakehouse.errors import LakehouseError
-        from lakehouse.ops.orchestration import chunk_job_args, plan_chunks, validate_backfill_request
         from lakehouse.dataflow.pipelines import get_pipeline
+        from lakehouse.errors import LakehouseError
+        from lakehouse.layers.batch import parse_range
+        from lakehouse.ops.orchestration import chunk_job_args, plan_chunks, validate_backfill_request
 
         try:
             # Judged as of when the run was requested, so a retry decides exactly as the first try did.
@@ -76,19 +76,27 @@ def lakehouse_backfill():
     @task(trigger_rule="none_failed")
     def summarise(params=None, run_id=None) -> dict:
         """Chunks recomputed and skipped, rows written: this task's XCom and log."""
+        from lakehouse.ops.orchestration import (
+            plan_chunks,
+            render_summary_note,
+            request_from_params,
+            summarise_backfill,
+        )
         from lakehouse.storage.ops_tables import read_rows
-        from lakehouse.ops.orchestration import plan_chunks, render_summary_note, request_from_params, summarise_backfill
 
         request = request_from_params(dict(params))
-        runs = [r for r in read_rows(Settings.from_env(), "ops", "backfill_runs")
-                if (r.get("label") or "").startswith(f"{run_id}|")]
+        runs = [
+            r
+            for r in read_rows(Settings.from_env(), "ops", "backfill_runs")
+            if (r.get("label") or "").startswith(f"{run_id}|")
+        ]
         summary = summarise_backfill(request, plan_chunks(request), runs)
         print(render_summary_note(summary))
         return summary
 
     plan = validate_and_plan()
     recompute = SparkSubmitOperator.partial(
-        task_id="recompute_chunk", pool=BACKFILL_POOL, **spark_job_kwargs("backfill"),
+        task_id="recompute_chunk", pool=BACKFILL_POOL, **spark_job_kwargs("backfill")
     ).expand(application_args=plan)
     recompute >> summarise()
 

@@ -7,9 +7,10 @@ from datetime import datetime
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
 from airflow.sdk import CronDataIntervalTimetable, dag
 
+from lakehouse.eventtime import parse_duration
 from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
 from lakehouse.ops.orchestration import active_pipelines
-from lakehouse.settings import Settings, parse_duration
+from lakehouse.settings import Settings
 
 SETTINGS = Settings.from_env()
 
@@ -40,14 +41,30 @@ once. Later arrivals are folded in by `lakehouse_late_corrections`.
 )
 def lakehouse_batch_layer():
     # Reschedule mode: waiting for lateness holds no worker slot.
-    wait = TimeDeltaSensor(task_id="wait_for_late_events", delta=parse_duration(SETTINGS.batch_lateness_delay),
-                           mode="reschedule", poke_interval=60)
+    wait = TimeDeltaSensor(
+        task_id="wait_for_late_events",
+        delta=parse_duration(SETTINGS.batch_lateness_delay),
+        mode="reschedule",
+        poke_interval=60,
+    )
     for pipeline in active_pipelines(SETTINGS):
         wait >> spark_job(
-            f"recompute_{pipeline}", "backfill",
-            ["--pipeline", pipeline, "--start", "{{ data_interval_start.isoformat() }}",
-             "--end", "{{ data_interval_end.isoformat() }}", "--source", "bronze", "--chunk", "1h",
-             "--label", "{{ run_id }}"],
+            f"recompute_{pipeline}",
+            "backfill",
+            [
+                "--pipeline",
+                pipeline,
+                "--start",
+                "{{ data_interval_start.isoformat() }}",
+                "--end",
+                "{{ data_interval_end.isoformat() }}",
+                "--source",
+                "bronze",
+                "--chunk",
+                "1h",
+                "--label",
+                "{{ run_id }}",
+            ],
         )
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
@@ -27,20 +27,28 @@ def _pipeline(name: str):
 
 def _start_time(text: str) -> datetime:
     if text == "now":
-        return datetime.now(timezone.utc).replace(microsecond=0)
+        return datetime.now(UTC).replace(microsecond=0)
     from lakehouse.eventtime import parse_instant
 
-    return parse_instant(text, "start").replace(tzinfo=timezone.utc)
+    return parse_instant(text, "start").replace(tzinfo=UTC)
 
 
 def cmd_generate(args, settings: Settings) -> None:
     from lakehouse.generator import GeneratorConfig, generate
 
     config = GeneratorConfig(
-        events=args.events, seed=args.seed, start=_start_time(args.start), rate=args.rate, wall_rate=args.wall_rate,
-        bridges=args.bridges, booths_per_bridge=args.booths, late_fraction=args.late_fraction,
-        late_delay=args.late_delay, duplicate_fraction=args.duplicate_fraction,
-        malformed_fraction=args.malformed_fraction, events_per_file=args.events_per_file,
+        events=args.events,
+        seed=args.seed,
+        start=_start_time(args.start),
+        rate=args.rate,
+        wall_rate=args.wall_rate,
+        bridges=args.bridges,
+        booths_per_bridge=args.booths,
+        late_fraction=args.late_fraction,
+        late_delay=args.late_delay,
+        duplicate_fraction=args.duplicate_fraction,
+        malformed_fraction=args.malformed_fraction,
+        events_per_file=args.events_per_file,
     )
     result = generate(settings, config, args.pipeline)
     print(json.dumps({"log": settings.pipeline_log_uri(args.pipeline), **result.as_dict()}, indent=1))
@@ -50,8 +58,13 @@ def cmd_stream(args, settings: Settings) -> None:
     from lakehouse.layers.speed import run_speed_layer
 
     timeout = parse_duration(args.timeout) if args.timeout else None
-    run_speed_layer(_spark(settings, f"speed-{args.pipeline}"), settings, _pipeline(args.pipeline),
-                    available_now=args.available_now, timeout=timeout)
+    run_speed_layer(
+        _spark(settings, f"speed-{args.pipeline}"),
+        settings,
+        _pipeline(args.pipeline),
+        available_now=args.available_now,
+        timeout=timeout,
+    )
 
 
 def cmd_backfill(args, settings: Settings) -> None:
@@ -66,8 +79,9 @@ def cmd_backfill(args, settings: Settings) -> None:
         bar.total = total
         bar.update(done)
 
-    result = layer.backfill(start, end, source=args.source, chunk=args.chunk, on_chunk=on_chunk,
-                            reprocess=args.reprocess, label=args.label)
+    result = layer.backfill(
+        start, end, source=args.source, chunk=args.chunk, on_chunk=on_chunk, reprocess=args.reprocess, label=args.label
+    )
     print(
         f"backfill {result.run_id} {result.status}: {result.pipeline} [{start.isoformat()}Z, {end.isoformat()}Z) "
         f"from {result.source}, {result.chunks} chunks recomputed, {result.chunks_skipped} skipped (same inputs), "
@@ -79,8 +93,15 @@ def cmd_backfill(args, settings: Settings) -> None:
 def cmd_sql(args, settings: Settings) -> None:
     from lakehouse.serving.sql import run_sql
 
-    sys.stdout.write(run_sql(_spark(settings, "sql"), settings, args.query, args.format,
-                             max_rows=None if args.format != "table" else args.max_rows))
+    sys.stdout.write(
+        run_sql(
+            _spark(settings, "sql"),
+            settings,
+            args.query,
+            args.format,
+            max_rows=None if args.format != "table" else args.max_rows,
+        )
+    )
 
 
 def cmd_status(args, settings: Settings) -> None:
@@ -98,15 +119,17 @@ def cmd_audit(args, settings: Settings) -> None:
     start, end = parse_range(args.start, args.end, pipeline)
     pins = json.loads(args.pins) if args.pins else None
     spark = _spark(settings, f"audit-{pipeline.name}")
-    result = Auditor(spark, settings, pipeline).reconcile(start, end, pins, incremental=args.incremental,
-                                                          target=args.target)
+    result = Auditor(spark, settings, pipeline).reconcile(
+        start, end, pins, incremental=args.incremental, target=args.target
+    )
     print(render_audit(result))
     quality = None
     if not args.skip_quality:
         from lakehouse.audit.quality import render_quality, validate_audit
 
-        quality = validate_audit(spark, settings, pipeline, result.run_id, result.pins, start, end,
-                                 result.newest_event_time)
+        quality = validate_audit(
+            spark, settings, pipeline, result.run_id, result.pins, start, end, result.newest_event_time
+        )
         print(render_quality(quality))
     if args.report:
         from pathlib import Path
@@ -114,8 +137,14 @@ def cmd_audit(args, settings: Settings) -> None:
         from lakehouse.audit.report import gather_inputs, render_report
 
         report = Path(args.report)
-        report.write_text(render_report(result, gather_inputs(spark, settings, pipeline, result), quality=quality,
-                                        report_dir=report.resolve().parent))
+        report.write_text(
+            render_report(
+                result,
+                gather_inputs(spark, settings, pipeline, result),
+                quality=quality,
+                report_dir=report.resolve().parent,
+            )
+        )
         print(f"report written to {args.report}")
     if not result.ok or (quality is not None and not quality.ok):
         raise AuditFailed()
@@ -143,8 +172,12 @@ def cmd_replay(args, settings: Settings) -> None:
     if args.format == "json":
         from lakehouse.serving.sql import _json_value
 
-        print(json.dumps({part: [{k: _json_value(v) for k, v in row.items()} for row in rows]
-                          for part, rows in result.items()}, indent=1))
+        print(
+            json.dumps(
+                {part: [{k: _json_value(v) for k, v in row.items()} for row in rows] for part, rows in result.items()},
+                indent=1,
+            )
+        )
         return
     for part, title in (("panes", "Panes, in the order the stream emitted them"), ("speed", "Final speed values")):
         rows = result[part]
@@ -161,22 +194,23 @@ class AuditFailed(Exception):
 def cmd_plan_backfill(args, settings: Settings) -> None:
     from lakehouse.ops.orchestration import plan_chunks, validate_backfill_request
 
-    request = validate_backfill_request(json.loads(args.params), settings, datetime.now(timezone.utc))
+    request = validate_backfill_request(json.loads(args.params), settings, datetime.now(UTC))
     print(json.dumps({"chunks": plan_chunks(request)}, indent=1))
 
 
 def cmd_maintain(args, settings: Settings) -> None:
     from lakehouse.storage.maintenance import maintain
 
-    report = maintain(_spark(settings, f"maintain-{args.pipeline}"), settings, _pipeline(args.pipeline),
-                      datetime.now(timezone.utc))
+    report = maintain(
+        _spark(settings, f"maintain-{args.pipeline}"), settings, _pipeline(args.pipeline), datetime.now(UTC)
+    )
     print(json.dumps(report, indent=1))
 
 
 def cmd_health(args, settings: Settings) -> None:
     from lakehouse.ops.health import check_stream_health
 
-    verdict = check_stream_health(settings, args.pipeline, datetime.now(timezone.utc))
+    verdict = check_stream_health(settings, args.pipeline, datetime.now(UTC))
     print(verdict.message)
     if not verdict.ok:
         raise Unhealthy()
@@ -184,6 +218,8 @@ def cmd_health(args, settings: Settings) -> None:
 
 class Unhealthy(Exception):
     """The speed layer is stale or falling behind: ``lakehouse health`` exits 1."""
+
+
 # --- end orchestration commands ---
 
 
@@ -229,8 +265,12 @@ def _add_layers(commands) -> None:
     backfill.add_argument("--end", required=True, help="exclusive")
     backfill.add_argument("--source", default=Source.BRONZE, choices=choices(Source))
     backfill.add_argument("--chunk", default="1d", help="recompute and commit this much at a time")
-    backfill.add_argument("--reprocess", default=Reprocess.REDO, choices=choices(Reprocess),
-                          help="skip: leave chunks whose inputs are unchanged since their last recomputation")
+    backfill.add_argument(
+        "--reprocess",
+        default=Reprocess.REDO,
+        choices=choices(Reprocess),
+        help="skip: leave chunks whose inputs are unchanged since their last recomputation",
+    )
     backfill.add_argument("--label", help="recorded in ops.backfill_runs: who asked (an Airflow run, say)")
     backfill.set_defaults(run=cmd_backfill)
 
@@ -253,12 +293,22 @@ def _add_reading(commands) -> None:
     audit.add_argument("--end", required=True)
     audit.add_argument("--pins", help="JSON of an earlier audit's pins, to re-run it exactly as it read")
     audit.add_argument("--report", help="also write a self-contained HTML report to this path")
-    audit.add_argument("--target", choices=choices(AuditTarget), default=AuditTarget.SPEED,
-                       help="compare the speed table (default) or the serving view gold.<p> with the truth")
-    audit.add_argument("--incremental", action="store_true",
-                       help="compare only windows whose speed or batch rows changed since the previous audit")
-    audit.add_argument("--skip-quality", action="store_true",
-                       help="reconcile only: do not validate the expectation suites (no GX, no Data Docs)")
+    audit.add_argument(
+        "--target",
+        choices=choices(AuditTarget),
+        default=AuditTarget.SPEED,
+        help="compare the speed table (default) or the serving view gold.<p> with the truth",
+    )
+    audit.add_argument(
+        "--incremental",
+        action="store_true",
+        help="compare only windows whose speed or batch rows changed since the previous audit",
+    )
+    audit.add_argument(
+        "--skip-quality",
+        action="store_true",
+        help="reconcile only: do not validate the expectation suites (no GX, no Data Docs)",
+    )
     audit.set_defaults(run=cmd_audit)
 
 
@@ -270,7 +320,7 @@ def _add_corrections_and_replay(commands) -> None:
 
     replay = commands.add_parser("replay", help="feed a scenario (events with arrival times) to the real stream")
     replay.add_argument("--pipeline", required=True)
-    replay.add_argument("file", help="JSONL: one event per line, plus its \"arrival\" time")
+    replay.add_argument("file", help='JSONL: one event per line, plus its "arrival" time')
     replay.add_argument("--watermark-delay")
     replay.add_argument("--allowed-lateness")
     replay.add_argument("--format", default=OutputFormat.TABLE, choices=[OutputFormat.TABLE, OutputFormat.JSON])
@@ -281,8 +331,11 @@ def _add_operations(commands) -> None:
     """What Airflow runs besides the layers: plans, maintenance, health; and the demo."""
     # --- Orchestration commands ---
     plan = commands.add_parser("plan-backfill", help="validate backfill parameters (JSON) and print its chunks")
-    plan.add_argument("params", help='e.g. {"pipeline": "toll_traffic", "start": ..., "end": ..., '
-                                     '"source": "bronze", "chunk": "1h", "reprocess": "skip"}')
+    plan.add_argument(
+        "params",
+        help='e.g. {"pipeline": "toll_traffic", "start": ..., "end": ..., '
+        '"source": "bronze", "chunk": "1h", "reprocess": "skip"}',
+    )
     plan.set_defaults(run=cmd_plan_backfill)
 
     maintain = commands.add_parser("maintain", help="OPTIMIZE and VACUUM the tables, expire the retained log")
@@ -310,7 +363,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _settings_for(args) -> Settings:
     settings = Settings.from_env()
     overrides = {
-        name: getattr(args, name) for name in ("max_files_per_trigger", "watermark_delay", "allowed_lateness")
+        name: getattr(args, name)
+        for name in ("max_files_per_trigger", "watermark_delay", "allowed_lateness")
         if getattr(args, name, None) is not None
     }
     return settings.replace(**overrides) if overrides else settings

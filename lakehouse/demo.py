@@ -18,22 +18,30 @@ from lakehouse.settings import Settings, local_path
 
 DEMO_MARKER = ".lakehouse-demo"
 DEMO_QUERIES = (
-    ("Busiest windows in the serving view (batch where recomputed, speed elsewhere)",
-     "SELECT window_start, bridge_id, vehicle_type, vehicles, revenue, source, is_final "
-     "FROM gold.toll_traffic ORDER BY vehicles DESC, revenue DESC, window_start, bridge_id LIMIT 5"),
-    ("Where the speed layer and the batch layer disagree: late events the stream left out",
-     "SELECT s.window_start, s.bridge_id, s.vehicle_type, s.vehicles AS speed_vehicles, "
-     "b.vehicles AS batch_vehicles, b.revenue - s.revenue AS revenue_missing_from_speed "
-     "FROM gold.toll_traffic__speed s JOIN gold.toll_traffic__batch b "
-     "USING (window_start, window_end, bridge_id, vehicle_type) "
-     "WHERE s.vehicles <> b.vehicles ORDER BY s.window_start, s.bridge_id, s.vehicle_type LIMIT 5"),
-    ("The correction log: each late window's served value retracted and the recomputed one inserted",
-     "SELECT window_start, key, change, values, late_events FROM audit.corrections "
-     "ORDER BY window_start, key['bridge_id'], key['vehicle_type'], change DESC LIMIT 6"),
-    ("Time travel: the speed table after its first micro-batch, versus now",
-     "SELECT 'version 1' AS as_of, count(*) AS windows, sum(vehicles) AS vehicles "
-     "FROM gold.toll_traffic__speed VERSION AS OF 1 "
-     "UNION ALL SELECT 'latest', count(*), sum(vehicles) FROM gold.toll_traffic__speed"),
+    (
+        "Busiest windows in the serving view (batch where recomputed, speed elsewhere)",
+        "SELECT window_start, bridge_id, vehicle_type, vehicles, revenue, source, is_final "
+        "FROM gold.toll_traffic ORDER BY vehicles DESC, revenue DESC, window_start, bridge_id LIMIT 5",
+    ),
+    (
+        "Where the speed layer and the batch layer disagree: late events the stream left out",
+        "SELECT s.window_start, s.bridge_id, s.vehicle_type, s.vehicles AS speed_vehicles, "
+        "b.vehicles AS batch_vehicles, b.revenue - s.revenue AS revenue_missing_from_speed "
+        "FROM gold.toll_traffic__speed s JOIN gold.toll_traffic__batch b "
+        "USING (window_start, window_end, bridge_id, vehicle_type) "
+        "WHERE s.vehicles <> b.vehicles ORDER BY s.window_start, s.bridge_id, s.vehicle_type LIMIT 5",
+    ),
+    (
+        "The correction log: each late window's served value retracted and the recomputed one inserted",
+        "SELECT window_start, key, change, values, late_events FROM audit.corrections "
+        "ORDER BY window_start, key['bridge_id'], key['vehicle_type'], change DESC LIMIT 6",
+    ),
+    (
+        "Time travel: the speed table after its first micro-batch, versus now",
+        "SELECT 'version 1' AS as_of, count(*) AS windows, sum(vehicles) AS vehicles "
+        "FROM gold.toll_traffic__speed VERSION AS OF 1 "
+        "UNION ALL SELECT 'latest', count(*), sum(vehicles) FROM gold.toll_traffic__speed",
+    ),
 )
 
 
@@ -70,30 +78,35 @@ def _what_happened(spark, settings: Settings, pipeline, generated) -> None:
     from lakehouse.serving.status import pipeline_status, render_status
 
     _step("What happened")
-    print(f"events generated: {generated.records} records in {generated.files} files "
-          f"({generated.kinds['valid']} valid events, {generated.kinds['delayed']} of them delayed, "
-          f"{generated.kinds['duplicate_copies']} extra copies, "
-          f"{sum(v for k, v in generated.kinds.items() if k.startswith('malformed'))} malformed)")
+    print(
+        f"events generated: {generated.records} records in {generated.files} files "
+        f"({generated.kinds['valid']} valid events, {generated.kinds['delayed']} of them delayed, "
+        f"{generated.kinds['duplicate_copies']} extra copies, "
+        f"{sum(v for k, v in generated.kinds.items() if k.startswith('malformed'))} malformed)"
+    )
     print(render_status(pipeline_status(spark, settings, pipeline)))
 
     for title, query in DEMO_QUERIES:
         _step(f"SQL: {title}")
-        print(f"lakehouse sql \"{query}\"\n")
+        print(f'lakehouse sql "{query}"\n')
         print(run_sql(spark, settings, query), end="")
 
 
 def run_demo(settings: Settings, events: int = 20_000) -> None:
     from lakehouse.audit.reconcile import Auditor, render_audit
-    from lakehouse.layers.batch import BatchLayer
-    from lakehouse.generator import GeneratorConfig, generate
     from lakehouse.dataflow.pipelines import get_pipeline
+    from lakehouse.generator import GeneratorConfig, generate
+    from lakehouse.layers.batch import BatchLayer
     from lakehouse.layers.corrections import CorrectionRun
-    from lakehouse.storage.spark import build_spark_session
     from lakehouse.layers.speed import run_speed_layer
+    from lakehouse.storage.spark import build_spark_session
+    from lakehouse.vocabulary import AuditTarget
+
     pipeline = get_pipeline("toll_traffic")
     _fresh_home(settings)
+    # A mix of everything the platform handles: late events, duplicates and malformed records.
     config = GeneratorConfig(events=events, seed=7, rate=20.0, late_fraction=0.03, late_delay="4m",
-                             duplicate_fraction=0.02, malformed_fraction=0.02, events_per_file=2000)
+                             duplicate_fraction=0.02, malformed_fraction=0.02, events_per_file=2000)  # fmt: skip
     began = _step(f"Generating {events} toll events into the retained log {settings.pipeline_log_uri(pipeline.name)}")
     generated = generate(settings, config, pipeline.name)
     print(json.dumps(generated.as_dict(), indent=1))
@@ -118,11 +131,11 @@ def run_demo(settings: Settings, events: int = 20_000) -> None:
     audit = Auditor(spark, settings, pipeline).reconcile(start, start + timedelta(hours=1))
     print(render_audit(audit))
     _step("Audit of the serving view gold.toll_traffic: after the correction, nothing should differ")
-    served = Auditor(spark, settings, pipeline).reconcile(start, start + timedelta(hours=1), target="serving")
+    served = Auditor(spark, settings, pipeline).reconcile(start, start + timedelta(hours=1), target=AuditTarget.SERVING)
     print(render_audit(served))
     report = _write_report(spark, settings, pipeline, audit)
     print(f"the speed layer's audit as a page: {report}")
 
     _what_happened(spark, settings, pipeline, generated)
-    print(f"\nDone in {time.time() - began:.0f}s. Query it yourself: .venv/bin/lakehouse sql \"SHOW TABLES IN gold\"")
+    print(f'\nDone in {time.time() - began:.0f}s. Query it yourself: .venv/bin/lakehouse sql "SHOW TABLES IN gold"')
     spark.stop()

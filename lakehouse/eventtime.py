@@ -8,7 +8,7 @@ UTC session; windows are half-open ``[start, end)``.
 from __future__ import annotations
 
 import re
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from lakehouse.errors import LakehouseError
 
@@ -43,7 +43,7 @@ def parse_instant(text: str, what: str) -> datetime:
     except ValueError:
         raise LakehouseError(f"cannot read {what} {text!r}: use ISO-8601, e.g. 2026-01-05T08:00:00Z") from None
     if moment.tzinfo is not None:
-        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
     return moment
 
 
@@ -57,8 +57,9 @@ def is_on_boundary(moment: datetime, step: timedelta) -> bool:
     return (moment - EPOCH) % step == timedelta(0)
 
 
-def watermark(max_event_time_before: datetime | None, watermark_delay: timedelta,
-              allowed_lateness: timedelta = timedelta(0)) -> datetime | None:
+def watermark(
+    max_event_time_before: datetime | None, watermark_delay: timedelta, allowed_lateness: timedelta = timedelta(0)
+) -> datetime | None:
     """Spark's watermark during micro-batch n: the max event time of batches before n, less the delay
     and the allowed lateness. Nothing is late until some earlier batch has seen event time."""
     if max_event_time_before is None:

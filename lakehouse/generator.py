@@ -17,17 +17,22 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
-from lakehouse.storage.log import LocalLogWriter
 from lakehouse.dataflow.pipelines.toll_traffic import VEHICLE_TYPES
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
+from lakehouse.storage.log import LocalLogWriter
 
-DEFAULT_START = datetime(2026, 1, 5, 8, 0, tzinfo=timezone.utc)
+DEFAULT_START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 MALFORMED_KINDS = (
-    "bad_json", "missing_field", "wrong_type", "negative_toll", "unknown_vehicle_type", "far_future",
+    "bad_json",
+    "missing_field",
+    "wrong_type",
+    "negative_toll",
+    "unknown_vehicle_type",
+    "far_future",
     "timestamp_without_zone",
 )
 # (vehicle type, axle choices, toll per vehicle for the first axle count, extra per axle)
@@ -81,7 +86,7 @@ class GeneratedLog:
 
 
 def _iso(moment: datetime) -> str:
-    return moment.astimezone(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def _toll_event(rng: random.Random, config: GeneratorConfig, event_time: datetime, sent_at: datetime) -> dict:
@@ -175,8 +180,11 @@ def _files(records: list[tuple[datetime, int, str]], per_file: int):
     """Consecutive records, at most ``per_file`` a file, never spanning an ingest hour."""
     chunk: list[tuple[datetime, int, str]] = []
     for record in records:
-        if chunk and (len(chunk) == per_file or record[0].replace(minute=0, second=0, microsecond=0)
-                      != chunk[0][0].replace(minute=0, second=0, microsecond=0)):
+        if chunk and (
+            len(chunk) == per_file
+            or record[0].replace(minute=0, second=0, microsecond=0)
+            != chunk[0][0].replace(minute=0, second=0, microsecond=0)
+        ):
             yield chunk
             chunk = []
         chunk.append(record)
@@ -184,8 +192,12 @@ def _files(records: list[tuple[datetime, int, str]], per_file: int):
         yield chunk
 
 
-def generate(settings: Settings, config: GeneratorConfig, pipeline: str = "toll_traffic",
-             on_file: Callable[[int, int], None] | None = None) -> GeneratedLog:
+def generate(
+    settings: Settings,
+    config: GeneratorConfig,
+    pipeline: str = "toll_traffic",
+    on_file: Callable[[int, int], None] | None = None,
+) -> GeneratedLog:
     """Write the generated records into the retained log, file by file, paced by ``wall_rate``."""
     records, kinds = generate_records(config)
     writer = LocalLogWriter(settings, pipeline)

@@ -11,14 +11,13 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from datetime import timedelta
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 
-
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
 
 def to_uri(location: str | os.PathLike) -> str:
     """A URI for a location: ``s3a://...`` and the like pass through, local paths become ``file:/...``.
@@ -37,12 +36,12 @@ def to_uri(location: str | os.PathLike) -> str:
 def local_path(uri: str) -> Path:
     """The local path of a ``file:`` URI (or of a plain path); other schemes are not local."""
     if uri.startswith("file://"):
-        host, _, path = uri[len("file://"):].partition("/")
+        host, _, path = uri[len("file://") :].partition("/")
         if host not in ("", "localhost"):
             raise LakehouseError(f"{uri} names another host; a local file URI looks like file:/path")
         return Path("/" + path).resolve()
     if uri.startswith("file:"):
-        return Path(uri[len("file:"):]).resolve()
+        return Path(uri[len("file:") :]).resolve()
     if "://" not in uri:
         return Path(uri).resolve()
     raise LakehouseError(f"{uri} is not on the local file system")
@@ -138,9 +137,18 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        for name in ("trigger_interval", "dedupe_horizon", "watermark_delay", "allowed_lateness",
-                     "backfill_max_range", "log_retention", "vacuum_retention", "audit_replay_window",
-                     "stream_max_staleness", "batch_lateness_delay"):
+        for name in (
+            "trigger_interval",
+            "dedupe_horizon",
+            "watermark_delay",
+            "allowed_lateness",
+            "backfill_max_range",
+            "log_retention",
+            "vacuum_retention",
+            "audit_replay_window",
+            "stream_max_staleness",
+            "batch_lateness_delay",
+        ):
             value = getattr(self, name)
             if value is not None:
                 parse_duration(value)

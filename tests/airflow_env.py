@@ -35,8 +35,9 @@ def airflow_env(airflow_home: Path, lakehouse_home: Path, **extra: str) -> dict[
 def migrate_scratch_db(airflow_home: Path) -> None:
     env = airflow_env(airflow_home, airflow_home / "unused")
     for command in (["db", "migrate"], ["pools", "set", "lakehouse_backfill", "1", "backfill chunks"]):
-        subprocess.run([str(VENV_BIN / "airflow"), *command], env=env, check=True, capture_output=True,
-                       timeout=600, cwd=PROJECT)
+        subprocess.run(
+            [str(VENV_BIN / "airflow"), *command], env=env, check=True, capture_output=True, timeout=600, cwd=PROJECT
+        )
 
 
 class DagTestRunner:
@@ -46,12 +47,23 @@ class DagTestRunner:
     def __init__(self, airflow_home: Path):
         migrate_scratch_db(airflow_home)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.airflow_harness"], env=airflow_env(airflow_home, airflow_home / "unused"),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=PROJECT, bufsize=1,
+            [sys.executable, "-m", "tests.airflow_harness"],
+            env=airflow_env(airflow_home, airflow_home / "unused"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+            cwd=PROJECT,
+            bufsize=1,
         )
 
-    def run(self, lakehouse_home: Path, dag_id: str, logical_date: str | None = None, conf: dict | None = None,
-            **extra_env: str) -> dict:
+    def run(
+        self,
+        lakehouse_home: Path,
+        dag_id: str,
+        logical_date: str | None = None,
+        conf: dict | None = None,
+        **extra_env: str,
+    ) -> dict:
         """Run ``dag_id`` once; its run state, task states and output.
 
         Args:
@@ -61,12 +73,16 @@ class DagTestRunner:
             conf: the run's parameters.
             **extra_env: more environment variables for this run only (settings, Airflow connections).
         """
-        request = {"dag_id": dag_id, "logical_date": logical_date, "conf": conf or {},
-                   "env": {"LAKEHOUSE_HOME": str(lakehouse_home), **extra_env}}
+        request = {
+            "dag_id": dag_id,
+            "logical_date": logical_date,
+            "conf": conf or {},
+            "env": {"LAKEHOUSE_HOME": str(lakehouse_home), **extra_env},
+        }
         self.process.stdin.write(json.dumps(request) + "\n")
         for line in self.process.stdout:
             if line.startswith(RESULT_PREFIX):
-                result = json.loads(line[len(RESULT_PREFIX):])
+                result = json.loads(line[len(RESULT_PREFIX) :])
                 if result["state"] == "crashed":
                     raise AssertionError(f"dag.test of {dag_id} crashed:\n{result['output'][-4000:]}")
                 return result

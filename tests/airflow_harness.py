@@ -82,8 +82,10 @@ def run_dag(request: dict) -> dict:
             when = datetime.fromisoformat(request["logical_date"])
             kwargs.update(logical_date=when, run_after=when)
         run = dag.test(**kwargs)
-        states = {f"{ti.task_id}[{ti.map_index}]" if ti.map_index >= 0 else ti.task_id: str(ti.state)
-                  for ti in run.get_task_instances()}
+        states = {
+            f"{ti.task_id}[{ti.map_index}]" if ti.map_index >= 0 else ti.task_id: str(ti.state)
+            for ti in run.get_task_instances()
+        }
     return {"state": str(run.state), "tasks": states, "output": output[0]}
 
 

@@ -11,16 +11,22 @@ import json
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
 VEHICLE_TYPES = {"car", "motorcycle", "van", "bus", "truck"}
 ISO_WITH_ZONE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
 FIELDS = (  # name, kind, required, in declaration order
-    ("event_id", "string", True), ("bridge_id", "string", True), ("booth_id", "string", True),
-    ("vehicle_type", "string", True), ("axles", "integer", True), ("toll_amount", "money", True),
-    ("plate_hash", "string", False), ("event_time", "timestamp", True), ("sent_at", "timestamp", True),
+    ("event_id", "string", True),
+    ("bridge_id", "string", True),
+    ("booth_id", "string", True),
+    ("vehicle_type", "string", True),
+    ("axles", "integer", True),
+    ("toll_amount", "money", True),
+    ("plate_hash", "string", False),
+    ("event_time", "timestamp", True),
+    ("sent_at", "timestamp", True),
 )
 
 
@@ -39,7 +45,7 @@ def _timestamp(text: str) -> datetime | None:
     if not ISO_WITH_ZONE.match(text):
         return None
     try:
-        return datetime.fromisoformat(text).astimezone(timezone.utc).replace(tzinfo=None)
+        return datetime.fromisoformat(text).astimezone(UTC).replace(tzinfo=None)
     except ValueError:
         return None
 
@@ -62,8 +68,12 @@ def _type_ok(kind: str, value) -> bool:
 def classify(line: str) -> tuple[dict | None, str | None]:
     """(typed event, None) for a valid line, (None, reason) for an invalid one."""
     try:
-        document = json.loads(line, object_pairs_hook=_no_duplicate_keys, parse_float=Decimal,
-                              parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
+        document = json.loads(
+            line,
+            object_pairs_hook=_no_duplicate_keys,
+            parse_float=Decimal,
+            parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)),
+        )
     except (ValueError, _DuplicateKey):
         return None, "bad_json"
     if not isinstance(document, dict):
@@ -125,7 +135,7 @@ def run_oracle(log_root: Path, watermark_delay: timedelta, files_per_batch: int 
     seen: set[str] = set()
     max_event_time: datetime | None = None
     for first in range(0, len(files), files_per_batch):
-        batch_files = files[first:first + files_per_batch]
+        batch_files = files[first : first + files_per_batch]
         watermark = max_event_time - watermark_delay if max_event_time else None
         lines = [(str(path), line) for path in batch_files for line in path.read_text().split("\n")[:-1]]
         counts = defaultdict(int)

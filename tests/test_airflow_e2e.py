@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, pipeline_tables
-from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.settings import local_path
+from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.settings import local_path
+from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, pipeline_tables
 from tests.airflow_env import PROJECT
 from tests.conftest import make_settings
 from tests.oracle import run_oracle
@@ -48,8 +48,9 @@ class Airflow:
     def __init__(self, base_url: str, password: str):
         self.base_url = base_url
         self.password = password
-        self.token = self.request("POST", "/auth/token", {"username": "admin", "password": password},
-                                  auth=False)["access_token"]
+        self.token = self.request("POST", "/auth/token", {"username": "admin", "password": password}, auth=False)[
+            "access_token"
+        ]
 
     def request(self, method: str, path: str, body: dict | None = None, auth: bool = True):
         headers = {"Content-Type": "application/json"}
@@ -75,7 +76,9 @@ class Airflow:
         return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
 
     def trigger(self, dag_id: str, conf: dict) -> str:
-        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})["dag_run_id"]
+        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})[
+            "dag_run_id"
+        ]
 
     def run_path(self, dag_id: str, run_id: str) -> str:
         return f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
@@ -103,16 +106,25 @@ def live(spark, tmp_path_factory):
     # PostgreSQL runs as its own user: its cluster must be under a folder that user can enter.
     airflow_home = PROJECT / ".cache" / "airflow-e2e"
     lakehouse_home = airflow_home / "lakehouse"
-    env = {**os.environ, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW_PORT": str(free_port()),
-           "AIRFLOW_PG_PORT": str(free_port()), "LAKEHOUSE_HOME": str(lakehouse_home),
-           "LAKEHOUSE_PIPELINES": "toll_traffic",
-           "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"})}
+    env = {
+        **os.environ,
+        "AIRFLOW_HOME": str(airflow_home),
+        "AIRFLOW_PORT": str(free_port()),
+        "AIRFLOW_PG_PORT": str(free_port()),
+        "LAKEHOUSE_HOME": str(lakehouse_home),
+        "LAKEHOUSE_PIPELINES": "toll_traffic",
+        "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"}),
+    }
     script = str(PROJECT / "scripts" / "airflow.sh")
     subprocess.run([script, "stop"], env=env, capture_output=True)
     subprocess.run(["rm", "-rf", str(airflow_home)], check=True)
     settings = make_settings(lakehouse_home)
-    generate(settings, GeneratorConfig(events=1200, seed=5, start=HOUR0, rate=0.18, late_fraction=0.05,
-                                       late_delay="3m", events_per_file=150))
+    generate(
+        settings,
+        GeneratorConfig(
+            events=1200, seed=5, start=HOUR0, rate=0.18, late_fraction=0.05, late_delay="3m", events_per_file=150
+        ),
+    )
     run_speed_layer(spark, settings, PIPELINE, available_now=True)
     oracle = run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
     started = time.monotonic()
@@ -121,7 +133,7 @@ def live(spark, tmp_path_factory):
         assert out.returncode == 0, out.stdout + out.stderr
         print(f"\nAirflow started in {time.monotonic() - started:.0f}s")
         password = json.loads((airflow_home / "simple_auth_manager_passwords.json").read_text())["admin"]
-        assert f"Generated admin password (shown once; kept in" in out.stdout and password in out.stdout
+        assert "Generated admin password (shown once; kept in" in out.stdout and password in out.stdout
         client = Airflow(f"http://127.0.0.1:{env['AIRFLOW_PORT']}", password)
         wait_for_dags(client)
         yield client, settings, oracle
@@ -148,14 +160,24 @@ def test_requests_without_a_token_are_refused(live):
 def test_bad_parameters_get_a_validation_error_and_create_no_run(live):
     client, _, _ = live
     before = len(client.runs("lakehouse_backfill"))
-    bad = {"pipeline": "no_such_pipeline", "start": iso(HOUR0), "end": iso(HOUR0 + timedelta(hours=1)),
-           "source": "bronze", "chunk": "1h", "reprocess": "skip", "dry_run": False}
-    status, detail = client.status_of("POST", "/api/v2/dags/lakehouse_backfill/dagRuns",
-                                      {"logical_date": None, "conf": bad})
+    bad = {
+        "pipeline": "no_such_pipeline",
+        "start": iso(HOUR0),
+        "end": iso(HOUR0 + timedelta(hours=1)),
+        "source": "bronze",
+        "chunk": "1h",
+        "reprocess": "skip",
+        "dry_run": False,
+    }
+    status, detail = client.status_of(
+        "POST", "/api/v2/dags/lakehouse_backfill/dagRuns", {"logical_date": None, "conf": bad}
+    )
     assert status == 400 and "Invalid input for param pipeline" in detail and "no_such_pipeline" in detail
-    status, detail = client.status_of("POST", "/api/v2/dags/lakehouse_backfill/dagRuns",
-                                      {"logical_date": None, "conf": {**bad, "pipeline": "toll_traffic",
-                                                                      "start": "last tuesday"}})
+    status, detail = client.status_of(
+        "POST",
+        "/api/v2/dags/lakehouse_backfill/dagRuns",
+        {"logical_date": None, "conf": {**bad, "pipeline": "toll_traffic", "start": "last tuesday"}},
+    )
     assert status == 400 and "Invalid input for param start" in detail
     assert len(client.runs("lakehouse_backfill")) == before
 
@@ -164,9 +186,18 @@ def test_a_backfill_triggered_through_the_api_fills_the_batch_layer_with_the_tru
     client, settings, oracle = live
     client.unpause("lakehouse_backfill")
     start, end = HOUR0, HOUR0 + timedelta(hours=2)
-    run_id = client.trigger("lakehouse_backfill", {
-        "pipeline": "toll_traffic", "start": iso(start), "end": iso(end), "source": "bronze", "chunk": "1h",
-        "reprocess": "skip", "dry_run": False})
+    run_id = client.trigger(
+        "lakehouse_backfill",
+        {
+            "pipeline": "toll_traffic",
+            "start": iso(start),
+            "end": iso(end),
+            "source": "bronze",
+            "chunk": "1h",
+            "reprocess": "skip",
+            "dry_run": False,
+        },
+    )
     assert client.wait_for("lakehouse_backfill", run_id) == "success"
     assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, start, end)
     summary = client.xcom("lakehouse_backfill", run_id, "summarise")
@@ -177,9 +208,17 @@ def test_a_backfill_triggered_through_the_api_fills_the_batch_layer_with_the_tru
 def test_an_airflow_backfill_of_the_batch_layer_recomputes_each_hourly_interval(spark, live):
     client, settings, oracle = live
     client.unpause("lakehouse_batch_layer")
-    backfill = client.request("POST", "/api/v2/backfills", {
-        "dag_id": "lakehouse_batch_layer", "from_date": iso(HOUR0), "to_date": iso(HOUR0 + timedelta(hours=1)),
-        "reprocess_behavior": "completed", "max_active_runs": 1})
+    backfill = client.request(
+        "POST",
+        "/api/v2/backfills",
+        {
+            "dag_id": "lakehouse_batch_layer",
+            "from_date": iso(HOUR0),
+            "to_date": iso(HOUR0 + timedelta(hours=1)),
+            "reprocess_behavior": "completed",
+            "max_active_runs": 1,
+        },
+    )
     deadline = time.monotonic() + RUN_TIMEOUT
     while time.monotonic() < deadline:
         runs = [r for r in client.runs("lakehouse_batch_layer") if r["run_type"] == "backfill"]
@@ -191,10 +230,13 @@ def test_an_airflow_backfill_of_the_batch_layer_recomputes_each_hourly_interval(
     assert backfill["dag_id"] == "lakehouse_batch_layer" and [r["state"] for r in runs] == ["success"] * len(runs)
     assert [i[0][:13] for i in intervals] == [iso(HOUR0)[:13], iso(HOUR0 + timedelta(hours=1))[:13]]
     coverage = read(spark, settings, BATCH_COVERAGE).join(
-        read(spark, settings, BACKFILL_RUNS).select("run_id", "label"), on="run_id", how="inner")
+        read(spark, settings, BACKFILL_RUNS).select("run_id", "label"), on="run_id", how="inner"
+    )
     by_run = {r.label: (r.range_start, r.range_end) for r in coverage.collect() if r.label.startswith("backfill__")}
-    assert sorted(by_run.values()) == [(HOUR0, HOUR0 + timedelta(hours=1)),
-                                       (HOUR0 + timedelta(hours=1), HOUR0 + timedelta(hours=2))]
+    assert sorted(by_run.values()) == [
+        (HOUR0, HOUR0 + timedelta(hours=1)),
+        (HOUR0 + timedelta(hours=1), HOUR0 + timedelta(hours=2)),
+    ]
     assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=2))
 
 
@@ -224,9 +266,18 @@ def test_a_chunk_whose_spark_process_is_killed_mid_write_is_retried_to_the_clean
     batch_dir = local_path(TABLES.batch.uri(settings))
     data_files_before = table_data_files(batch_dir)
     version_before = len(list((batch_dir / "_delta_log").glob("*.json")))
-    run_id = client.trigger("lakehouse_backfill", {
-        "pipeline": "toll_traffic", "start": iso(start), "end": iso(end), "source": "bronze", "chunk": "1h",
-        "reprocess": "redo", "dry_run": False})
+    run_id = client.trigger(
+        "lakehouse_backfill",
+        {
+            "pipeline": "toll_traffic",
+            "start": iso(start),
+            "end": iso(end),
+            "source": "bronze",
+            "chunk": "1h",
+            "reprocess": "redo",
+            "dry_run": False,
+        },
+    )
     label = f"{run_id}|{iso(start)}"
     # Wait until the chunk's JVM has written a data file of its new version, then SIGKILL it.
     killed_before_commit = None
@@ -257,7 +308,27 @@ def pick_date_time(page, field_index: int, moment) -> None:
     popover.get_by_placeholder("HH:mm").fill(moment.strftime("%H:%M"))
     page.get_by_role("dialog").get_by_text("Trigger Dag").click()  # closes the popover, keeps the dialog
     expected = moment.strftime("%b %d, %Y %H:%M")
-    page.get_by_test_id("datetime-input").nth(field_index).get_by_text(expected).wait_for(state="attached", timeout=10_000)
+    page.get_by_test_id("datetime-input").nth(field_index).get_by_text(expected).wait_for(
+        state="attached", timeout=10_000
+    )
+
+
+def fill_the_trigger_form(page, client: Airflow, start, end) -> None:
+    """Sign in, open the backfill DAG's trigger form, and fill the range and reprocess=redo."""
+    page.goto(client.base_url + "/")
+    page.fill("input[name=username]", "admin")
+    page.fill("input[name=password]", client.password)
+    page.get_by_role("button", name="Sign in").click()
+    page.get_by_text("Dags").first.wait_for(timeout=60_000)
+    page.goto(client.base_url + "/dags/lakehouse_backfill")
+    page.get_by_role("button", name="Trigger").first.click()
+    page.get_by_text("Run Parameters").wait_for(timeout=30_000)
+    pick_date_time(page, 1, start)
+    pick_date_time(page, 2, end)
+    # The form's combo boxes: pipeline, source, chunk, reprocess.
+    reprocess = page.get_by_role("dialog").locator("input[role=combobox]").nth(3)
+    reprocess.fill("redo")
+    reprocess.press("Enter")
 
 
 def test_a_user_triggers_a_backfill_from_the_ui_form_and_sees_it_succeed(spark, live):
@@ -273,19 +344,7 @@ def test_a_user_triggers_a_backfill_from_the_ui_form_and_sees_it_succeed(spark, 
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
         page = browser.new_page(viewport={"width": 1400, "height": 1000})
         try:
-            page.goto(client.base_url + "/")
-            page.fill("input[name=username]", "admin")
-            page.fill("input[name=password]", client.password)
-            page.get_by_role("button", name="Sign in").click()
-            page.get_by_text("Dags").first.wait_for(timeout=60_000)
-            page.goto(client.base_url + "/dags/lakehouse_backfill")
-            page.get_by_role("button", name="Trigger").first.click()
-            page.get_by_text("Run Parameters").wait_for(timeout=30_000)
-            pick_date_time(page, 1, start)
-            pick_date_time(page, 2, end)
-            reprocess = page.get_by_role("dialog").locator("input[role=combobox]").nth(3)  # pipeline, source, chunk, reprocess
-            reprocess.fill("redo")
-            reprocess.press("Enter")
+            fill_the_trigger_form(page, client, start, end)
             page.get_by_role("dialog").get_by_role("button", name="Trigger").click()
             # The new run appears; open it and wait until the UI shows it succeeded.
             deadline = time.monotonic() + RUN_TIMEOUT
@@ -294,7 +353,10 @@ def test_a_user_triggers_a_backfill_from_the_ui_form_and_sees_it_succeed(spark, 
                 time.sleep(1)
             run_id = new.pop()
             page.goto(f"{client.base_url}/dags/lakehouse_backfill/runs/{urllib.parse.quote(run_id, safe='')}")
-            while client.request("GET", client.run_path("lakehouse_backfill", run_id))["state"] not in ("success", "failed"):
+            while client.request("GET", client.run_path("lakehouse_backfill", run_id))["state"] not in (
+                "success",
+                "failed",
+            ):
                 assert time.monotonic() < deadline, "the run did not finish"
                 time.sleep(3)
             page.reload()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -15,20 +15,28 @@ from delta.tables import DeltaTable
 from pyspark.sql import functions as F
 
 from lakehouse.audit.reconcile import Auditor
-from lakehouse.storage.catalog import pipeline_tables
-from lakehouse.cli import main
-from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.storage.log import LocalLogWriter, last_write, partition_uris, read_log
-from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.audit.report import gather_inputs, render_report
+from lakehouse.cli import main
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.storage.catalog import pipeline_tables
+from lakehouse.storage.log import LocalLogWriter, last_write, partition_uris, read_log
 from tests.conftest import make_settings
 
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
 START, END = datetime(2026, 1, 5, 8, 0), datetime(2026, 1, 5, 9, 0)
-CONFIG = GeneratorConfig(events=2000, seed=21, rate=8.0, late_fraction=0.06, late_delay="3m",
-                         duplicate_fraction=0.03, malformed_fraction=0.02, events_per_file=400)
+CONFIG = GeneratorConfig(
+    events=2000,
+    seed=21,
+    rate=8.0,
+    late_fraction=0.06,
+    late_delay="3m",
+    duplicate_fraction=0.03,
+    malformed_fraction=0.02,
+    events_per_file=400,
+)
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +80,7 @@ def test_clean_run_explains_every_difference_by_late_events_exactly(spark, strea
     assert differences.agg(F.sum("late_events")).first()[0] >= late_in_closed_windows.count() > 0
 
 
-def test_after_a_correction_run_late_differences_are_explained_as_already_corrected(
-        spark, streamed_home, tmp_path):
+def test_after_a_correction_run_late_differences_are_explained_as_already_corrected(spark, streamed_home, tmp_path):
     from lakehouse.layers.corrections import CorrectionRun
 
     settings = copy_of(streamed_home, tmp_path)
@@ -100,17 +107,30 @@ def test_after_a_correction_run_the_audit_of_the_serving_view_finds_no_differenc
 
 def write_straggler_into_a_corrected_window(spark, settings) -> dict:
     """One more late event, for a (window, key) the batch layer now serves, streamed into bronze."""
-    corrected = (spark.read.format("delta").load(TABLES.batch.uri(settings))
-                 .orderBy("window_start", "bridge_id", "vehicle_type").first())
+    corrected = (
+        spark.read.format("delta")
+        .load(TABLES.batch.uri(settings))
+        .orderBy("window_start", "bridge_id", "vehicle_type")
+        .first()
+    )
     event_time = corrected.window_start + timedelta(seconds=30)
-    straggler = {"event_id": "straggler-after-correction", "bridge_id": corrected.bridge_id,
-                 "booth_id": f"{corrected.bridge_id}-booth-0", "vehicle_type": corrected.vehicle_type, "axles": 2,
-                 "toll_amount": 7.25, "event_time": f"{event_time:%Y-%m-%dT%H:%M:%S}Z",
-                 "sent_at": f"{event_time:%Y-%m-%dT%H:%M:%S}Z"}
+    straggler = {
+        "event_id": "straggler-after-correction",
+        "bridge_id": corrected.bridge_id,
+        "booth_id": f"{corrected.bridge_id}-booth-0",
+        "vehicle_type": corrected.vehicle_type,
+        "axles": 2,
+        "toll_amount": 7.25,
+        "event_time": f"{event_time:%Y-%m-%dT%H:%M:%S}Z",
+        "sent_at": f"{event_time:%Y-%m-%dT%H:%M:%S}Z",
+    }
     LocalLogWriter(settings, PIPELINE.name).write(datetime(2026, 1, 5, 9, 30), "straggler", [json.dumps(straggler)])
     run_speed_layer(spark, settings, PIPELINE, available_now=True)
-    return {"window_start": corrected.window_start, "bridge_id": corrected.bridge_id,
-            "vehicle_type": corrected.vehicle_type}
+    return {
+        "window_start": corrected.window_start,
+        "bridge_id": corrected.bridge_id,
+        "vehicle_type": corrected.vehicle_type,
+    }
 
 
 def test_an_event_late_for_a_corrected_window_is_explained_as_arrived_after_the_batch(spark, streamed_home, tmp_path):
@@ -123,7 +143,9 @@ def test_an_event_late_for_a_corrected_window_is_explained_as_arrived_after_the_
     assert result.unexplained == []
     [row] = [r for r in result.rows if r["status"] != "matched"]
     assert (row["window_start"], row["key"]) == (
-        window["window_start"], {"bridge_id": window["bridge_id"], "vehicle_type": window["vehicle_type"]})
+        window["window_start"],
+        {"bridge_id": window["bridge_id"], "vehicle_type": window["vehicle_type"]},
+    )
     assert (row["source"], row["causes"], row["after_batch_events"]) == ("batch", ["arrived_after_batch"], 1)
     assert Decimal(row["truth"]["revenue"]) - Decimal(row["speed"]["revenue"]) == Decimal("7.25")
     CorrectionRun(spark, settings, PIPELINE).run()  # the next correction folds it in
@@ -138,8 +160,12 @@ def test_a_batch_value_changed_by_hand_is_unexplained_in_the_serving_view(spark,
     CorrectionRun(spark, settings, PIPELINE).run()
     batch = DeltaTable.forPath(spark, TABLES.batch.uri(settings))
     target = batch.toDF().orderBy("window_start", "bridge_id", "vehicle_type").first()
-    batch.update((F.col("window_start") == target.window_start) & (F.col("bridge_id") == target.bridge_id)
-                 & (F.col("vehicle_type") == target.vehicle_type), {"vehicles": F.col("vehicles") + 1})
+    batch.update(
+        (F.col("window_start") == target.window_start)
+        & (F.col("bridge_id") == target.bridge_id)
+        & (F.col("vehicle_type") == target.vehicle_type),
+        {"vehicles": F.col("vehicles") + 1},
+    )
     result = Auditor(spark, settings, PIPELINE).reconcile(START, END, target="serving")
     [row] = result.unexplained
     assert row["source"] == "batch" and row["key"]["bridge_id"] == target.bridge_id
@@ -148,8 +174,18 @@ def test_a_batch_value_changed_by_hand_is_unexplained_in_the_serving_view(spark,
 
 def test_log_files_the_stream_has_not_read_are_explained_as_not_yet_read(spark, streamed_home, tmp_path):
     settings = copy_of(streamed_home, tmp_path)
-    generate(settings, GeneratorConfig(events=60, seed=99, rate=2.0, late_fraction=0, duplicate_fraction=0,
-                                       malformed_fraction=0, events_per_file=60))
+    generate(
+        settings,
+        GeneratorConfig(
+            events=60,
+            seed=99,
+            rate=2.0,
+            late_fraction=0,
+            duplicate_fraction=0,
+            malformed_fraction=0,
+            events_per_file=60,
+        ),
+    )
     result = Auditor(spark, settings, PIPELINE).reconcile(START, END)
     assert result.unexplained == []
     assert result.explained["not_yet_read"] > 0
@@ -168,8 +204,18 @@ def test_a_bronze_row_deleted_after_the_stream_read_it_is_unexplained_with_its_e
 
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
     report = tmp_path / "report.html"
-    exit_code = main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--report", str(report),
-                      "--skip-quality"])
+    exit_code = main(
+        [
+            "audit",
+            "--start",
+            "2026-01-05T08:00Z",
+            "--end",
+            "2026-01-05T09:00Z",
+            "--report",
+            str(report),
+            "--skip-quality",
+        ]
+    )
     assert exit_code == 1
     assert victim.event_id in capsys.readouterr().out
     page = report.read_text()
@@ -180,8 +226,11 @@ def add_a_cent_to_one_speed_row(spark, settings):
     """In the 08:01 window, closed by the fixture's watermark (about 08:02)."""
     speed = DeltaTable.forPath(spark, TABLES.speed.uri(settings))
     target = speed.toDF().where("window_start = '2026-01-05 08:01:00'").orderBy("bridge_id", "vehicle_type").first()
-    condition = ((F.col("window_start") == target.window_start) & (F.col("bridge_id") == target.bridge_id)
-                 & (F.col("vehicle_type") == target.vehicle_type))
+    condition = (
+        (F.col("window_start") == target.window_start)
+        & (F.col("bridge_id") == target.bridge_id)
+        & (F.col("vehicle_type") == target.vehicle_type)
+    )
     speed.update(condition, {"revenue": F.col("revenue") + F.lit(Decimal("0.01"))})
     return target
 
@@ -196,8 +245,10 @@ def test_a_speed_value_changed_by_hand_is_unexplained_by_the_amount_changed(
     assert exit_code == 1
     unexplained = [line for line in capsys.readouterr().out.splitlines() if "UNEXPLAINED" in line]
     assert len(unexplained) == 1 and target.bridge_id in unexplained[0]
-    assert "value - events its layer counted {'vehicles': '0', 'revenue': '0.01'}; events unaccounted: []" \
+    assert (
+        "value - events its layer counted {'vehicles': '0', 'revenue': '0.01'}; events unaccounted: []"
         in unexplained[0]
+    )
 
 
 def test_incremental_audit_compares_only_windows_whose_speed_rows_changed(spark, streamed_home, tmp_path):
@@ -216,25 +267,44 @@ def test_incremental_audit_compares_only_windows_whose_speed_rows_changed(spark,
     assert [r["key"]["bridge_id"] for r in changed.unexplained] == [target.bridge_id]
     since = {"speed": unchanged.pins["speed"], "batch": unchanged.pins["batch"]}
     assert changed.changes_since == since
-    recorded = spark.read.format("delta").load(f"{settings.warehouse_uri}/audit/reconciliations") \
-        .where(F.col("run_id") == changed.run_id).first()
+    recorded = (
+        spark.read.format("delta")
+        .load(f"{settings.warehouse_uri}/audit/reconciliations")
+        .where(F.col("run_id") == changed.run_id)
+        .first()
+    )
     assert (recorded.mode, recorded.changes_since, recorded.pins["speed"]) == (
-        "incremental", since, str(int(unchanged.pins["speed"]) + 1))
+        "incremental",
+        since,
+        str(int(unchanged.pins["speed"]) + 1),
+    )
 
 
 def test_a_stream_that_stopped_fails_freshness_and_the_audit_with_data_docs(
     spark, streamed_home, tmp_path, monkeypatch, capsys
 ):
     settings = copy_of(streamed_home, tmp_path)
-    generate(settings, GeneratorConfig(events=60, seed=5, start=datetime(2026, 1, 5, 8, 30, tzinfo=timezone.utc),
-                                       rate=2.0, late_fraction=0, duplicate_fraction=0, malformed_fraction=0,
-                                       events_per_file=60))
+    generate(
+        settings,
+        GeneratorConfig(
+            events=60,
+            seed=5,
+            start=datetime(2026, 1, 5, 8, 30, tzinfo=UTC),
+            rate=2.0,
+            late_fraction=0,
+            duplicate_fraction=0,
+            malformed_fraction=0,
+            events_per_file=60,
+        ),
+    )
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
     report = tmp_path / "report.html"
     exit_code = main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--report", str(report)])
     out = capsys.readouterr().out
     assert exit_code == 1
-    assert "unexplained      0" in out and re.search(r"FAILED fresh: observed 2026-01-05.08:05:00.* \(expect_column_max_to_be_between\)", out)
+    assert "unexplained      0" in out and re.search(
+        r"FAILED fresh: observed 2026-01-05.08:05:00.* \(expect_column_max_to_be_between\)", out
+    )
     outcomes = spark.read.format("delta").load(f"{settings.warehouse_uri}/audit/data_quality").collect()
     assert {(r.suite, r.expectation) for r in outcomes if not r.success} == {("toll_traffic.gold", "fresh")}
     assert {r.suite for r in outcomes} == {"toll_traffic.raw_events", "toll_traffic.bronze", "toll_traffic.gold"}
@@ -242,7 +312,9 @@ def test_a_stream_that_stopped_fails_freshness_and_the_audit_with_data_docs(
     assert "Data quality: suite failed" in page and "All differences explained" in page
     docs_link = re.search(r'href="([^"]+)">Open the Great Expectations Data Docs', page).group(1)
     docs_index = (report.parent / docs_link).resolve()
-    assert docs_index == tmp_path / "copy" / "data_docs" / "index.html" and "toll_traffic.gold" in docs_index.read_text()
+    assert (
+        docs_index == tmp_path / "copy" / "data_docs" / "index.html" and "toll_traffic.gold" in docs_index.read_text()
+    )
     gold_page = re.search(r'<a href="([^"]+)">toll_traffic.gold</a>', page).group(1)
     assert "Status: Failed" in " ".join(re.sub(r"<[^>]+>", " ", (report.parent / gold_page).read_text()).split())
     artifacts = Path(__file__).resolve().parents[1] / "test-artifacts"
@@ -257,14 +329,16 @@ def test_log_pins_and_reads_cover_only_the_ingest_hours_that_can_hold_the_range(
     late = writer.write(datetime(2026, 1, 5, 8, 0), "b", ['{"n": 2}'])
     cut = datetime(2026, 1, 5, 7, 0)
     assert [uri.rstrip("/").rsplit("/", 2)[-2:] for uri in partition_uris(spark, settings, PIPELINE.name, cut)] == [
-        ["ingest_date=2026-01-05", "ingest_hour=08"]]
+        ["ingest_date=2026-01-05", "ingest_hour=08"]
+    ]
     newest_ms = late.stat().st_mtime_ns // 1_000_000
     assert last_write(spark, settings, PIPELINE.name, cut) == datetime(1970, 1, 1) + timedelta(milliseconds=newest_ms)
     assert last_write(spark, settings, PIPELINE.name) == last_write(spark, settings, PIPELINE.name, cut)
     assert [r.value for r in read_log(spark, settings, PIPELINE.name, cut).collect()] == ['{"n": 2}']
     assert sorted(r.value for r in read_log(spark, settings, PIPELINE.name).collect()) == ['{"n": 1}', '{"n": 2}']
     pinned = read_log(spark, settings, PIPELINE.name, cut).where(
-        F.col("written_at") <= F.lit(last_write(spark, settings, PIPELINE.name, cut).isoformat()).cast("timestamp"))
+        F.col("written_at") <= F.lit(last_write(spark, settings, PIPELINE.name, cut).isoformat()).cast("timestamp")
+    )
     assert pinned.count() == 1 and early.exists()
 
 
@@ -272,22 +346,30 @@ def test_audit_at_its_pins_repeats_itself_after_more_data_arrives(spark, streame
     settings = copy_of(streamed_home, tmp_path)
     auditor = Auditor(spark, settings, PIPELINE)
     first = auditor.reconcile(START, END)
-    generate(settings, GeneratorConfig(events=300, seed=77, rate=8.0, late_fraction=0.5, late_delay="2m",
-                                       events_per_file=100))
+    generate(
+        settings,
+        GeneratorConfig(events=300, seed=77, rate=8.0, late_fraction=0.5, late_delay="2m", events_per_file=100),
+    )
     again = auditor.reconcile(START, END, pins=first.pins)
     fresh = auditor.reconcile(START, END)
     assert (again.windows_compared, again.matched, again.explained, again.unexplained, again.watermark) == (
-        first.windows_compared, first.matched, first.explained, first.unexplained, first.watermark)
+        first.windows_compared,
+        first.matched,
+        first.explained,
+        first.unexplained,
+        first.watermark,
+    )
     assert fresh.pins != first.pins and fresh.explained["not_yet_read"] > 0
 
 
 def test_the_report_reads_in_a_browser_with_verdicts_chart_and_data_docs_link(
-        spark, streamed_home, tmp_path, monkeypatch):
+    spark, streamed_home, tmp_path, monkeypatch
+):
     """The page a person opens: rendered by Chromium, the verdict and the per-window chart are on
     the first screen, and the Data Docs link resolves. Screenshot: test-artifacts/audit-report.png."""
     from playwright.sync_api import sync_playwright
 
-    settings = copy_of(streamed_home, tmp_path)
+    copy_of(streamed_home, tmp_path)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
     report = tmp_path / "report.html"
     assert main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--report", str(report)]) == 0

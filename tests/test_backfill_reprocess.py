@@ -12,14 +12,14 @@ from datetime import datetime, timedelta
 from delta.tables import DeltaTable
 from pyspark.sql import types as T
 
-from lakehouse.layers import batch
 from lakehouse.dataflow.fingerprints import parse_bronze_fingerprint
-from lakehouse.layers.batch import BatchLayer
-from lakehouse.storage.catalog import BATCH_COVERAGE, pipeline_tables
-from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.storage.log import LocalLogWriter
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.layers import batch
+from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.storage.catalog import BATCH_COVERAGE, pipeline_tables
+from lakehouse.storage.log import LocalLogWriter
 
 PIPELINE = get_pipeline("toll_traffic")
 START = datetime(2026, 3, 2, 8, 0)
@@ -33,8 +33,19 @@ def batch_version(spark, settings) -> int:
 
 
 def test_skip_leaves_unchanged_chunks_and_recomputes_the_one_a_late_event_changed(spark, settings):
-    generate(settings, GeneratorConfig(events=400, seed=3, start=START, rate=1.2, late_fraction=0.0,
-                                       duplicate_fraction=0.0, malformed_fraction=0.0, events_per_file=100))
+    generate(
+        settings,
+        GeneratorConfig(
+            events=400,
+            seed=3,
+            start=START,
+            rate=1.2,
+            late_fraction=0.0,
+            duplicate_fraction=0.0,
+            malformed_fraction=0.0,
+            events_per_file=100,
+        ),
+    )
     layer = BatchLayer(spark, settings, PIPELINE)
     first = layer.backfill(START, END, source="log", chunk="2m", reprocess="skip")
     assert (first.chunks, first.chunks_skipped) == (3, 0)
@@ -45,24 +56,51 @@ def test_skip_leaves_unchanged_chunks_and_recomputes_the_one_a_late_event_change
     assert batch_version(spark, settings) == version, "a skipped chunk writes nothing"
 
     # A straggler for [08:03, 08:04) arrives: only the chunk [08:02, 08:04) has new input.
-    late = {"event_id": "late-1", "bridge_id": "B1", "booth_id": "B1-1", "vehicle_type": "car", "axles": 2,
-            "toll_amount": 5.5, "plate_hash": None, "event_time": "2026-03-02T08:03:10Z",
-            "sent_at": "2026-03-02T08:03:11Z"}
+    late = {
+        "event_id": "late-1",
+        "bridge_id": "B1",
+        "booth_id": "B1-1",
+        "vehicle_type": "car",
+        "axles": 2,
+        "toll_amount": 5.5,
+        "plate_hash": None,
+        "event_time": "2026-03-02T08:03:10Z",
+        "sent_at": "2026-03-02T08:03:11Z",
+    }
     LocalLogWriter(settings, PIPELINE.name).write(START + timedelta(minutes=30), "late", [json.dumps(late)])
     third = layer.backfill(START, END, source="log", chunk="2m", reprocess="skip")
     assert (third.chunks, third.chunks_skipped) == (1, 2)
-    recomputed = spark.read.format("delta").load(BATCH_COVERAGE.uri(settings)).where(
-        f"run_id = '{third.run_id}'").collect()
-    assert [(r.range_start, r.range_end) for r in recomputed] == [(START + timedelta(minutes=2),
-                                                                   START + timedelta(minutes=4))]
+    recomputed = (
+        spark.read.format("delta").load(BATCH_COVERAGE.uri(settings)).where(f"run_id = '{third.run_id}'").collect()
+    )
+    assert [(r.range_start, r.range_end) for r in recomputed] == [
+        (START + timedelta(minutes=2), START + timedelta(minutes=4))
+    ]
 
     redo = layer.backfill(START, END, source="log", chunk="2m", reprocess="redo")
     assert (redo.chunks, redo.chunks_skipped) == (3, 0)
 
 
-LATE = {"event_id": "late-1", "bridge_id": "B1", "booth_id": "B1-1", "vehicle_type": "car", "axles": 2,
-        "toll_amount": 5.5, "plate_hash": None, "event_time": "2026-03-02T08:03:10Z",
-        "sent_at": "2026-03-02T08:03:11Z"}
+LATE = {
+    "event_id": "late-1",
+    "bridge_id": "B1",
+    "booth_id": "B1-1",
+    "vehicle_type": "car",
+    "axles": 2,
+    "toll_amount": 5.5,
+    "plate_hash": None,
+    "event_time": "2026-03-02T08:03:10Z",
+    "sent_at": "2026-03-02T08:03:11Z",
+}
+
+
+# 400 events over about five and a half minutes, no late, duplicate or malformed ones.
+CLEAN_LOG = GeneratorConfig(events=400, seed=3, start=START, rate=1.2, late_fraction=0.0, duplicate_fraction=0.0,
+                            malformed_fraction=0.0, events_per_file=100)  # fmt: skip
+
+
+def in_window_range(start: datetime, end: datetime) -> str:
+    return f"event_time >= TIMESTAMP'{start}' AND event_time < TIMESTAMP'{end}'"
 
 
 def recomputed_ranges(spark, settings, run) -> list[tuple[datetime, datetime]]:
@@ -71,9 +109,9 @@ def recomputed_ranges(spark, settings, run) -> list[tuple[datetime, datetime]]:
 
 
 def test_skip_from_bronze_recomputes_only_chunks_whose_rows_changed_since_the_version_they_read(
-        spark, settings, caplog, monkeypatch):
-    generate(settings, GeneratorConfig(events=400, seed=3, start=START, rate=1.2, late_fraction=0.0,
-                                       duplicate_fraction=0.0, malformed_fraction=0.0, events_per_file=100))
+    spark, settings, caplog, monkeypatch
+):
+    generate(settings, CLEAN_LOG)
     run_speed_layer(spark, settings, PIPELINE, available_now=True)
     bronze = pipeline_tables(PIPELINE).bronze.uri(settings)
     layer = BatchLayer(spark, settings, PIPELINE)
@@ -92,8 +130,8 @@ def test_skip_from_bronze_recomputes_only_chunks_whose_rows_changed_since_the_ve
     LocalLogWriter(settings, PIPELINE.name).write(START + timedelta(minutes=30), "late", [json.dumps(LATE)])
     run_speed_layer(spark, settings, PIPELINE, available_now=True)
     late = layer.backfill(START, END, source="bronze", chunk="2m", reprocess="skip")
-    in_chunk = spark.read.format("delta").load(bronze).where(
-        f"event_time >= TIMESTAMP'2026-03-02 08:02:00' AND event_time < TIMESTAMP'2026-03-02 08:04:00'").count()
+    changed_chunk = in_window_range(START + timedelta(minutes=2), START + timedelta(minutes=4))
+    in_chunk = spark.read.format("delta").load(bronze).where(changed_chunk).count()
     assert (late.chunks, late.chunks_skipped, late.events_used) == (1, 2, in_chunk)
     assert recomputed_ranges(spark, settings, late) == [(START + timedelta(minutes=2), START + timedelta(minutes=4))]
 
@@ -123,8 +161,19 @@ def test_skip_from_bronze_recomputes_only_chunks_whose_rows_changed_since_the_ve
 def test_a_redo_run_records_the_fingerprints_a_skip_run_computes_empty_chunks_included(spark, settings):
     # A redo run digests each chunk's inputs while it aggregates them; a skip run digests them in a
     # pass of its own. 400 events at 1.2/s end near 08:05:33: the last two chunks have no events.
-    generate(settings, GeneratorConfig(events=400, seed=3, start=START, rate=1.2, late_fraction=0.0,
-                                       duplicate_fraction=0.0, malformed_fraction=0.0, events_per_file=100))
+    generate(
+        settings,
+        GeneratorConfig(
+            events=400,
+            seed=3,
+            start=START,
+            rate=1.2,
+            late_fraction=0.0,
+            duplicate_fraction=0.0,
+            malformed_fraction=0.0,
+            events_per_file=100,
+        ),
+    )
     layer = BatchLayer(spark, settings, PIPELINE)
     end = START + timedelta(minutes=10)
     redo = layer.backfill(START, end, source="log", chunk="2m", reprocess="redo")
@@ -145,11 +194,17 @@ def test_bookkeeping_tables_created_before_their_newer_columns_gain_them(spark, 
     for table, added in newer.items():
         older = dataclasses.replace(table, columns=T.StructType([f for f in table.columns if f.name not in added]))
         ensure_table(spark, older, settings)
-        literal_frame(spark, older.columns, [{"run_id": "old-run", "pipeline": PIPELINE.name, "range_start": START,
-                                              "range_end": START}]).write.format("delta").mode("append").save(
-            table.uri(settings))
-    generate(settings, GeneratorConfig(events=100, seed=5, start=START, rate=1.0, late_fraction=0.0,
-                                       duplicate_fraction=0.0, malformed_fraction=0.0))
+        literal_frame(
+            spark,
+            older.columns,
+            [{"run_id": "old-run", "pipeline": PIPELINE.name, "range_start": START, "range_end": START}],
+        ).write.format("delta").mode("append").save(table.uri(settings))
+    generate(
+        settings,
+        GeneratorConfig(
+            events=100, seed=5, start=START, rate=1.0, late_fraction=0.0, duplicate_fraction=0.0, malformed_fraction=0.0
+        ),
+    )
     run = BatchLayer(spark, settings, PIPELINE).backfill(START, END, source="log", chunk="3m", label="upgrade")
 
     coverage = spark.read.format("delta").load(BATCH_COVERAGE.uri(settings)).orderBy("range_end")
@@ -159,7 +214,10 @@ def test_bookkeeping_tables_created_before_their_newer_columns_gain_them(spark, 
         (run.run_id, START + timedelta(minutes=3), END, False),
     ]
     runs = spark.read.format("delta").load(BACKFILL_RUNS.uri(settings)).orderBy("range_end")
-    assert [(r.run_id, r.status, r.range_end, r.chunks, r.chunks_skipped, r.label, r.events_read)
-            for r in runs.collect()] == [("old-run", None, START, None, None, None, None),
-                                         (run.run_id, "succeeded", END, 2, 0, "upgrade", run.events_read)]
+    assert [
+        (r.run_id, r.status, r.range_end, r.chunks, r.chunks_skipped, r.label, r.events_read) for r in runs.collect()
+    ] == [
+        ("old-run", None, START, None, None, None, None),
+        (run.run_id, "succeeded", END, 2, 0, "upgrade", run.events_read),
+    ]
     assert run.events_read > 0

@@ -23,12 +23,26 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.timeout(1800)
 def test_every_benchmark_runs_and_writes_its_results(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    run = subprocess.run([sys.executable, "-m", "bench", "--smoke", "--results", str(tmp_path)], cwd=ROOT, env=env,
-                         capture_output=True, text=True, timeout=1750)
+    run = subprocess.run(
+        [sys.executable, "-m", "bench", "--smoke", "--results", str(tmp_path)],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1750,
+    )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     report = json.loads((tmp_path / "latest-smoke.json").read_text())
-    assert set(report["results"]) == {"backfill", "cold", "growth", "correction", "speed_growth", "orchestration",
-                                      "throughput", "freshness"}
+    assert set(report["results"]) == {
+        "backfill",
+        "cold",
+        "growth",
+        "correction",
+        "speed_growth",
+        "orchestration",
+        "throughput",
+        "freshness",
+    }
     figures = {row["figure"] for row in report["summary"]}
     assert "speed layer sustainable rate vs bare stream" in figures
     assert "backfill from log vs DuckDB" in figures
@@ -59,5 +73,7 @@ def test_the_summary_table_shows_only_the_backfill_figures_whose_two_jobs_ran():
     rows = headline(results)
 
     assert [(row["figure"], row["ratio"]) for row in rows] == [
-        ("backfill from bronze vs bare Spark", 1.5), ("backfill from bronze vs DuckDB", 3.0)]
+        ("backfill from bronze vs bare Spark", 1.5),
+        ("backfill from bronze vs DuckDB", 3.0),
+    ]
     assert "log" not in table(rows)

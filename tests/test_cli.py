@@ -23,8 +23,14 @@ def lakehouse(*args: str) -> list[str]:
 
 
 def test_spark_submit_entry_point_rejects_a_reversed_range_before_starting_spark(cli_env):
-    command = [sys.executable, str(PROJECT / "jobs" / "backfill.py"),
-               "--start", "2026-01-05T10:00Z", "--end", "2026-01-05T09:00Z"]
+    command = [
+        sys.executable,
+        str(PROJECT / "jobs" / "backfill.py"),
+        "--start",
+        "2026-01-05T10:00Z",
+        "--end",
+        "2026-01-05T09:00Z",
+    ]
     finished = subprocess.run(command, env=cli_env, capture_output=True, text=True, timeout=60)
     assert finished.returncode == 2
     assert "empty or reversed" in finished.stderr
@@ -41,10 +47,17 @@ def test_missing_java_is_a_one_line_error(cli_env):
 
 
 def test_unknown_pipeline_is_named_with_the_shipped_ones(cli_env):
-    finished = subprocess.run(lakehouse("backfill", "--pipeline", "nope", "--start", "2026-01-05", "--end",
-                                        "2026-01-06"), env=cli_env, capture_output=True, text=True, timeout=60)
+    finished = subprocess.run(
+        lakehouse("backfill", "--pipeline", "nope", "--start", "2026-01-05", "--end", "2026-01-06"),
+        env=cli_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert finished.returncode == 2
-    assert "unknown pipeline 'nope'; shipped pipelines: team_scores, team_scores_sessions, toll_traffic" in finished.stderr
+    assert (
+        "unknown pipeline 'nope'; shipped pipelines: team_scores, team_scores_sessions, toll_traffic" in finished.stderr
+    )
 
 
 @pytest.mark.slow
@@ -52,8 +65,9 @@ def test_sql_answers_from_another_process_while_the_stream_runs(tmp_path, cli_en
     settings = make_settings(tmp_path / "home")
     generate(settings, GeneratorConfig(events=1500, events_per_file=500, seed=3))
     stream_env = {**cli_env, "LAKEHOUSE_TRIGGER_INTERVAL": "1s", "LAKEHOUSE_MAX_FILES_PER_TRIGGER": "1"}
-    stream = subprocess.Popen(lakehouse("stream"), env=stream_env, start_new_session=True,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stream = subprocess.Popen(
+        lakehouse("stream"), env=stream_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     try:
         progress_log = tmp_path / "home" / "warehouse" / "ops" / "stream_progress" / "_delta_log"
         deadline = time.time() + 240
@@ -61,10 +75,13 @@ def test_sql_answers_from_another_process_while_the_stream_runs(tmp_path, cli_en
             assert stream.poll() is None, stream.stderr.read().decode()[-2000:]
             assert time.time() < deadline, "the stream wrote no progress in time"
             time.sleep(0.5)
-        query = ("SELECT count(*) AS accepted, max(batch_id) AS last_batch FROM bronze.toll_traffic_events "
-                 "UNION ALL SELECT count(*), NULL FROM bronze.toll_traffic_events VERSION AS OF 0")
-        finished = subprocess.run(lakehouse("sql", query, "--format", "json"), env=cli_env,
-                                  capture_output=True, text=True, timeout=240)
+        query = (
+            "SELECT count(*) AS accepted, max(batch_id) AS last_batch FROM bronze.toll_traffic_events "
+            "UNION ALL SELECT count(*), NULL FROM bronze.toll_traffic_events VERSION AS OF 0"
+        )
+        finished = subprocess.run(
+            lakehouse("sql", query, "--format", "json"), env=cli_env, capture_output=True, text=True, timeout=240
+        )
         assert finished.returncode == 0, finished.stderr[-2000:]
         latest, first_version = json.loads(finished.stdout)
         assert latest["accepted"] > 0 and first_version["accepted"] == 0
@@ -76,8 +93,11 @@ def test_sql_answers_from_another_process_while_the_stream_runs(tmp_path, cli_en
 
 @pytest.mark.slow
 def test_unresolvable_jars_are_a_clear_error_naming_the_coordinates(cli_env, tmp_path):
-    env = {**cli_env, "LAKEHOUSE_IVY_DIR": str(tmp_path / "ivy"),
-           "LAKEHOUSE_SPARK_PACKAGES": "org.example.nonexistent:no-such-artifact:0.0.1"}
+    env = {
+        **cli_env,
+        "LAKEHOUSE_IVY_DIR": str(tmp_path / "ivy"),
+        "LAKEHOUSE_SPARK_PACKAGES": "org.example.nonexistent:no-such-artifact:0.0.1",
+    }
     finished = subprocess.run(lakehouse("sql", "SELECT 1"), env=env, capture_output=True, text=True, timeout=300)
     assert finished.returncode == 2
     last_line = finished.stderr.strip().splitlines()[-1]
@@ -91,9 +111,22 @@ def test_spark_submit_runs_a_backfill_job_from_the_raw_log(tmp_path, cli_env):
 
     settings = make_settings(tmp_path / "home")
     generate(settings, GeneratorConfig(events=400, events_per_file=200, seed=4))
-    command = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[1]",
-               "--jars", spark_submit_jars(settings), str(PROJECT / "jobs" / "backfill.py"),
-               "--source", "log", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T08:10Z", "--chunk", "5m"]
+    command = [
+        str(Path(sys.executable).with_name("spark-submit")),
+        "--master",
+        "local[1]",
+        "--jars",
+        spark_submit_jars(settings),
+        str(PROJECT / "jobs" / "backfill.py"),
+        "--source",
+        "log",
+        "--start",
+        "2026-01-05T08:00Z",
+        "--end",
+        "2026-01-05T08:10Z",
+        "--chunk",
+        "5m",
+    ]
     import pyspark
 
     # spark-submit finds Spark through SPARK_HOME (pip's pyspark is one) and runs the job with the

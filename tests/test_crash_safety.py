@@ -12,17 +12,25 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
-from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.settings import local_path
+from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.settings import local_path
+from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
 from tests.conftest import make_settings
 
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
-CONFIG = GeneratorConfig(events=2400, seed=5, rate=8.0, late_fraction=0.06, late_delay="3m",
-                         duplicate_fraction=0.04, malformed_fraction=0.03, events_per_file=300)
+CONFIG = GeneratorConfig(
+    events=2400,
+    seed=5,
+    rate=8.0,
+    late_fraction=0.06,
+    late_delay="3m",
+    duplicate_fraction=0.04,
+    malformed_fraction=0.03,
+    events_per_file=300,
+)
 # Processing-time columns differ between any two runs; everything else must be identical.
 VOLATILE = {"ingested_at", "quarantined_at", "updated_at", "started_at", "duration_ms"}
 # (table whose commit count we watch, commits after which the process is killed). Commit 0 creates
@@ -49,8 +57,9 @@ def stream_command() -> list[str]:
 
 
 def kill_after(settings, env, table, target_commits: int, timeout: float = 240) -> None:
-    process = subprocess.Popen(stream_command(), env=env, start_new_session=True,
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    process = subprocess.Popen(
+        stream_command(), env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+    )
     deadline = time.time() + timeout
     try:
         while commits(settings, table) < target_commits:
@@ -75,8 +84,7 @@ def test_sigkill_at_several_points_then_restart_gives_the_uninterrupted_tables(s
     run_speed_layer(spark, reference.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
 
     crashed = make_settings(tmp_path / "crashed", **shared_log)
-    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "crashed"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
-           **shared_log}
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "crashed"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", **shared_log}
     for table, target in KILL_POINTS:
         kill_after(crashed, env, table, target)
     finished = subprocess.run(stream_command(), env=env, capture_output=True, text=True, timeout=600)
@@ -85,23 +93,32 @@ def test_sigkill_at_several_points_then_restart_gives_the_uninterrupted_tables(s
     assert snapshot(spark, crashed) == snapshot(spark, reference)
 
 
+def team_scores_batch(spark, n: int):
+    """Micro-batch ``n`` as the stream hands it over: two scores in minute n and a malformed line."""
+    from tests.frames import inline_frame
+
+    lines = [
+        f'{{"event_id":"a{n}","user":"u1","team":"red","score":3,"event_time":"2026-01-05T12:0{n}:10Z"}}',
+        f'{{"event_id":"b{n}","user":"u2","team":"blue","score":4,"event_time":"2026-01-05T12:0{n}:20Z"}}',
+        "not json",
+    ]
+    return inline_frame(
+        spark, "value string, source_file string", [(line, f"file:/log/{n:03d}.jsonl") for line in lines]
+    )
+
+
 def test_a_micro_batch_that_failed_between_its_writes_writes_each_table_once_when_run_again(
-        spark, tmp_path: Path, monkeypatch):
+    spark, tmp_path: Path, monkeypatch
+):
     # The appends are skipped on a second run by the rows they stamp, not by Delta's txnAppId: a
     # batch that failed after bronze, quarantine and the pane log committed, but before the MERGE,
     # must not append them twice when the query runs it again (in the same process, as here, or
     # after a restart).
     from lakehouse.layers import speed
-    from tests.frames import inline_frame
 
     pipeline = get_pipeline("team_scores")
-    def lines(n: int) -> list[str]:
-        return [f'{{"event_id":"a{n}","user":"u1","team":"red","score":3,"event_time":"2026-01-05T12:0{n}:10Z"}}',
-                f'{{"event_id":"b{n}","user":"u2","team":"blue","score":4,"event_time":"2026-01-05T12:0{n}:20Z"}}',
-                "not json"]
 
-    batches = [inline_frame(spark, "value string, source_file string",
-                            [(line, f"file:/log/{n:03d}.jsonl") for line in lines(n)]) for n in range(2)]
+    batches = [team_scores_batch(spark, n) for n in range(2)]
     homes = {name: make_settings(tmp_path / name) for name in ("through", "failed")}
     speed.SpeedLayer(spark, homes["through"], pipeline, query_id="q").process_batch(batches[0], 0)
     speed.SpeedLayer(spark, homes["through"], pipeline, query_id="q").process_batch(batches[1], 1)
@@ -126,6 +143,8 @@ def test_a_micro_batch_that_failed_between_its_writes_writes_each_table_once_whe
 
     tables = pipeline_tables(pipeline)
     for table in (tables.bronze, tables.quarantine, tables.panes, tables.speed, STREAM_PROGRESS):
-        rows = [spark.read.format("delta").load(table.uri(homes[name]))
-                .drop(*VOLATILE, "emitted_at").collect() for name in ("through", "failed")]
+        rows = [
+            spark.read.format("delta").load(table.uri(homes[name])).drop(*VOLATILE, "emitted_at").collect()
+            for name in ("through", "failed")
+        ]
         assert sorted(map(tuple, rows[0])) == sorted(map(tuple, rows[1])), table.qualified_name

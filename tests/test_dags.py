@@ -11,19 +11,18 @@ import shutil
 import subprocess
 import sys
 import threading
-from datetime import datetime, timedelta, timezone
-from pathlib import Path
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow.fingerprints import parse_bronze_fingerprint
-from lakehouse.storage.catalog import ALERTS, BACKFILL_RUNS, BATCH_COVERAGE, RECONCILIATIONS, pipeline_tables
-from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.storage.log import LocalLogWriter
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.settings import local_path
+from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.settings import local_path
+from lakehouse.storage.catalog import ALERTS, BACKFILL_RUNS, BATCH_COVERAGE, RECONCILIATIONS, pipeline_tables
+from lakehouse.storage.log import LocalLogWriter
 from tests.airflow_env import PROJECT, DagTestRunner, airflow_env
 from tests.conftest import make_settings
 from tests.oracle import run_oracle
@@ -32,10 +31,16 @@ pytestmark = pytest.mark.airflow
 
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
-DAG_IDS = {"lakehouse_backfill", "lakehouse_batch_layer", "lakehouse_late_corrections", "lakehouse_audit",
-           "lakehouse_maintenance", "lakehouse_stream_health"}
+DAG_IDS = {
+    "lakehouse_backfill",
+    "lakehouse_batch_layer",
+    "lakehouse_late_corrections",
+    "lakehouse_audit",
+    "lakehouse_maintenance",
+    "lakehouse_stream_health",
+}
 # Recent enough for the log retention, whole hours so every range falls on window boundaries.
-HOUR0 = (datetime.now(timezone.utc) - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+HOUR0 = (datetime.now(UTC) - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0, tzinfo=None)
 # A manual run of an hourly DAG at a given time gets the hour that ended then as its data interval.
 FIRST_HOUR_RUN = HOUR0 + timedelta(hours=1)
 
@@ -60,8 +65,9 @@ print(json.dumps({
 }))
 """
     env = airflow_env(tmp_path / "airflow", tmp_path / "home")
-    out = subprocess.run([sys.executable, "-c", probe], env=env, cwd=PROJECT, capture_output=True, text=True,
-                         timeout=300, check=True).stdout
+    out = subprocess.run(
+        [sys.executable, "-c", probe], env=env, cwd=PROJECT, capture_output=True, text=True, timeout=300, check=True
+    ).stdout
     report = json.loads(out.strip().splitlines()[-1])
     assert report["errors"] == {}
     assert set(report["dags"]) == DAG_IDS
@@ -85,8 +91,17 @@ def airflow(tmp_path_factory):
 def streamed(spark, tmp_path_factory):
     """Two hours of events, drained through the speed layer: bronze, __speed and stream progress exist."""
     settings = make_settings(tmp_path_factory.mktemp("dags") / "home")
-    config = GeneratorConfig(events=1200, seed=5, start=HOUR0, rate=0.18, late_fraction=0.05, late_delay="3m",
-                             duplicate_fraction=0.02, malformed_fraction=0.02, events_per_file=150)
+    config = GeneratorConfig(
+        events=1200,
+        seed=5,
+        start=HOUR0,
+        rate=0.18,
+        late_fraction=0.05,
+        late_delay="3m",
+        duplicate_fraction=0.02,
+        malformed_fraction=0.02,
+        events_per_file=150,
+    )
     generate(settings, config)
     # File by file, so the watermark advances between micro-batches and stragglers come out late.
     run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
@@ -119,16 +134,29 @@ def truth(oracle, start: datetime, end: datetime) -> set[tuple]:
 def test_backfill_dag_recomputes_each_chunk_to_the_truth_and_summarises(spark, airflow, home):
     settings, oracle = home
     start, end = HOUR0, HOUR0 + timedelta(hours=2)
-    conf = {"pipeline": "toll_traffic", "start": iso(start), "end": iso(end), "source": "bronze", "chunk": "1h",
-            "reprocess": "skip", "dry_run": False}
+    conf = {
+        "pipeline": "toll_traffic",
+        "start": iso(start),
+        "end": iso(end),
+        "source": "bronze",
+        "chunk": "1h",
+        "reprocess": "skip",
+        "dry_run": False,
+    }
     run = airflow.run(local_path(settings.home), "lakehouse_backfill", conf=conf)
     assert run["state"] == "success", run["output"][-3000:]
-    assert run["tasks"] == {"validate_and_plan": "success", "recompute_chunk[0]": "success",
-                            "recompute_chunk[1]": "success", "summarise": "success"}
+    assert run["tasks"] == {
+        "validate_and_plan": "success",
+        "recompute_chunk[0]": "success",
+        "recompute_chunk[1]": "success",
+        "summarise": "success",
+    }
     assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, start, end)
     coverage = read(spark, settings, BATCH_COVERAGE).orderBy("range_start").collect()
-    assert [(c.range_start, c.range_end) for c in coverage] == [(start, start + timedelta(hours=1)),
-                                                                 (start + timedelta(hours=1), end)]
+    assert [(c.range_start, c.range_end) for c in coverage] == [
+        (start, start + timedelta(hours=1)),
+        (start + timedelta(hours=1), end),
+    ]
     assert all(parse_bronze_fingerprint(c.input_fingerprint) for c in coverage)
     labels = [r.label for r in read(spark, settings, BACKFILL_RUNS).collect()]
     assert len(labels) == 2 and all("|" in label for label in labels)
@@ -138,8 +166,15 @@ def test_backfill_dag_recomputes_each_chunk_to_the_truth_and_summarises(spark, a
 @pytest.mark.slow
 def test_backfill_dag_rejects_an_end_before_its_start_without_writing(spark, airflow, home):
     settings, _ = home
-    conf = {"pipeline": "toll_traffic", "start": iso(HOUR0 + timedelta(hours=1)), "end": iso(HOUR0),
-            "source": "bronze", "chunk": "1h", "reprocess": "redo", "dry_run": False}
+    conf = {
+        "pipeline": "toll_traffic",
+        "start": iso(HOUR0 + timedelta(hours=1)),
+        "end": iso(HOUR0),
+        "source": "bronze",
+        "chunk": "1h",
+        "reprocess": "redo",
+        "dry_run": False,
+    }
     run = airflow.run(local_path(settings.home), "lakehouse_backfill", conf=conf)
     assert run["state"] == "failed" and run["tasks"]["validate_and_plan"] == "failed"
     assert "must be after start" in run["output"]
@@ -182,13 +217,18 @@ def test_audit_dag_passes_on_a_consistent_stream_and_alerts_when_speed_was_tampe
 
     first_window = read(spark, settings, TABLES.speed).agg(F.min("window_start")).first()[0]
     DeltaTable.forPath(spark, TABLES.speed.uri(settings)).update(
-        F.col("window_start") == F.lit(first_window), {"vehicles": F.col("vehicles") + 100})
+        F.col("window_start") == F.lit(first_window), {"vehicles": F.col("vehicles") + 100}
+    )
     server = http.server.HTTPServer(("127.0.0.1", 0), _Webhook)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     webhook = json.dumps({"conn_type": "http", "host": f"http://127.0.0.1:{server.server_port}/alerts"})
     try:
-        run = airflow.run(lakehouse_home, "lakehouse_audit", logical_date=iso(FIRST_HOUR_RUN),
-                       AIRFLOW_CONN_LAKEHOUSE_ALERTS_WEBHOOK=webhook)
+        run = airflow.run(
+            lakehouse_home,
+            "lakehouse_audit",
+            logical_date=iso(FIRST_HOUR_RUN),
+            AIRFLOW_CONN_LAKEHOUSE_ALERTS_WEBHOOK=webhook,
+        )
     finally:
         server.shutdown()
     assert run["state"] == "failed"
@@ -201,7 +241,7 @@ def test_audit_dag_passes_on_a_consistent_stream_and_alerts_when_speed_was_tampe
 def test_maintenance_dag_compacts_vacuums_and_expires_old_log_hours_without_changing_data(spark, airflow, home):
     settings, _ = home
     log_root = local_path(settings.pipeline_log_uri(PIPELINE.name))
-    old = datetime.now(timezone.utc) - timedelta(days=60)
+    old = datetime.now(UTC) - timedelta(days=60)
     old_hour = log_root / f"ingest_date={old:%Y-%m-%d}" / f"ingest_hour={old:%H}"
     old_hour.mkdir(parents=True)
     (old_hour / "old.jsonl").write_text("{}\n")
@@ -236,14 +276,26 @@ def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retrac
 
     settings, _ = home
     # A straggler for the first minute, arriving after everything else: the stream marks it late.
-    straggler = {"event_id": "straggler-1", "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-0",
-                 "vehicle_type": "car", "axles": 2, "toll_amount": 6.0, "event_time": iso(HOUR0 + timedelta(seconds=30)),
-                 "sent_at": iso(HOUR0 + timedelta(seconds=30))}
+    straggler = {
+        "event_id": "straggler-1",
+        "bridge_id": "bridge-00",
+        "booth_id": "bridge-00-booth-0",
+        "vehicle_type": "car",
+        "axles": 2,
+        "toll_amount": 6.0,
+        "event_time": iso(HOUR0 + timedelta(seconds=30)),
+        "sent_at": iso(HOUR0 + timedelta(seconds=30)),
+    }
     LocalLogWriter(settings, PIPELINE.name).write(HOUR0 + timedelta(hours=3), "straggler", [json.dumps(straggler)])
     run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
     oracle = run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
-    late_windows = {r.window_start for r in read(spark, settings, TABLES.bronze).where("fate = 'late'")
-                    .select(F.window(F.col("event_time"), "1 minute").start.alias("window_start")).collect()}
+    late_windows = {
+        r.window_start
+        for r in read(spark, settings, TABLES.bronze)
+        .where("fate = 'late'")
+        .select(F.window(F.col("event_time"), "1 minute").start.alias("window_start"))
+        .collect()
+    }
     assert late_windows, "the scenario has late events"
     run = airflow.run(local_path(settings.home), "lakehouse_late_corrections")
     assert run["state"] == "success", run["output"][-3000:]
@@ -254,4 +306,6 @@ def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retrac
     corrected = {r.window_start for r in read(spark, settings, CORRECTIONS).collect()}
     assert corrected and corrected <= late_windows
     batch = read(spark, settings, TABLES.batch)
-    assert gold_rows(batch) == {row for row in oracle.rows("batch") if row[0] in {r.window_start for r in batch.collect()}}
+    assert gold_rows(batch) == {
+        row for row in oracle.rows("batch") if row[0] in {r.window_start for r in batch.collect()}
+    }

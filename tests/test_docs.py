@@ -35,8 +35,12 @@ def test_every_relative_link_and_anchor_resolves(doc):
 
 
 def test_nothing_points_outside_the_repository():
-    tracked = [p for folder in ("lakehouse", "tests", "dags", "jobs", "bench", "docs", "scripts")
-               for p in (PROJECT / folder).rglob("*") if p.suffix in {".py", ".md", ".sh"}]
+    tracked = [
+        p
+        for folder in ("lakehouse", "tests", "dags", "jobs", "bench", "docs", "scripts")
+        for p in (PROJECT / folder).rglob("*")
+        if p.suffix in {".py", ".md", ".sh"}
+    ]
     for path in [*tracked, PROJECT / "README.md"]:
         if path == Path(__file__):
             continue

@@ -11,20 +11,26 @@ from decimal import Decimal
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.layers.batch import BatchLayer
-from lakehouse.storage.catalog import BATCH_COVERAGE, STREAM_PROGRESS, pipeline_tables, register_tables
-from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.settings import local_path
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.settings import local_path
+from lakehouse.storage.catalog import BATCH_COVERAGE, STREAM_PROGRESS, pipeline_tables, register_tables
 from tests.conftest import make_settings
 from tests.oracle import run_oracle
 
 PIPELINE = get_pipeline("toll_traffic")
 START = datetime(2026, 1, 5, 8, 0)
 CONFIG = GeneratorConfig(
-    events=3000, seed=11, rate=8.0, late_fraction=0.05, late_delay="3m", duplicate_fraction=0.03,
-    malformed_fraction=0.03, events_per_file=400,
+    events=3000,
+    seed=11,
+    rate=8.0,
+    late_fraction=0.05,
+    late_delay="3m",
+    duplicate_fraction=0.03,
+    malformed_fraction=0.03,
+    events_per_file=400,
 )
 BATCH_RANGE = (START + timedelta(minutes=1), START + timedelta(minutes=4))
 
@@ -64,10 +70,15 @@ def test_each_micro_batch_gives_every_record_exactly_one_fate(spark, lambda_run)
     settings, _, _, oracle = lambda_run
     progress = read(spark, settings, STREAM_PROGRESS).orderBy("batch_id").collect()
     assert len(progress) == len(oracle.per_batch)
-    for row, expected in zip(progress, oracle.per_batch):
+    for row, expected in zip(progress, oracle.per_batch, strict=True):
         assert row.input_rows == row.quarantined + row.duplicates + row.on_time + row.late
-        fates = {"input_rows": row.input_rows, "quarantined": row.quarantined, "duplicates": row.duplicates,
-                 "on_time": row.on_time, "late": row.late}
+        fates = {
+            "input_rows": row.input_rows,
+            "quarantined": row.quarantined,
+            "duplicates": row.duplicates,
+            "on_time": row.on_time,
+            "late": row.late,
+        }
         assert fates == {key: expected.get(key, 0) for key in fates}
 
 
@@ -134,11 +145,15 @@ def test_backfill_twice_leaves_the_same_rows(spark, lambda_run):
 def test_restarting_a_drained_stream_changes_no_table(spark, lambda_run):
     settings, _, _, _ = lambda_run
     tables = pipeline_tables(PIPELINE)
-    versions = {t.name: spark.sql(f"DESCRIBE HISTORY delta.`{t.uri(settings)}`").count()
-                for t in (tables.bronze, tables.quarantine, tables.speed)}
+    versions = {
+        t.name: spark.sql(f"DESCRIBE HISTORY delta.`{t.uri(settings)}`").count()
+        for t in (tables.bronze, tables.quarantine, tables.speed)
+    }
     run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
-    after = {t.name: spark.sql(f"DESCRIBE HISTORY delta.`{t.uri(settings)}`").count()
-             for t in (tables.bronze, tables.quarantine, tables.speed)}
+    after = {
+        t.name: spark.sql(f"DESCRIBE HISTORY delta.`{t.uri(settings)}`").count()
+        for t in (tables.bronze, tables.quarantine, tables.speed)
+    }
     assert after == versions
 
 
@@ -177,15 +192,27 @@ def test_the_dedupe_read_of_bronze_opens_no_file_outside_the_batch_horizon(spark
     old_event = spark.sql(f"""
         SELECT 'old-1' AS event_id, 'B1' AS bridge_id, 'B1-1' AS booth_id, 'car' AS vehicle_type, 2 AS axles,
                CAST(5.50 AS DECIMAL(9, 2)) AS toll_amount, CAST(NULL AS STRING) AS plate_hash,
-               TIMESTAMP'{START - timedelta(hours=6)}' AS event_time, TIMESTAMP'{START - timedelta(hours=6)}' AS sent_at,
+               TIMESTAMP'{START - timedelta(hours=6)}' AS event_time,
+               TIMESTAMP'{START - timedelta(hours=6)}' AS sent_at,
                DATE'{START.date()}' AS event_date, 'on_time' AS fate, 'earlier-stream' AS app_id, 0L AS batch_id,
                'earlier-file' AS source_file, current_timestamp() AS ingested_at""")
     bronze = tables.bronze.uri(settings)
     old_event.select(tables.bronze.columns.fieldNames()).write.format("delta").mode("append").save(bronze)
     (old_file,) = spark.read.format("delta").load(bronze).inputFiles()
     local_path(old_file).unlink()
-    generate(settings, GeneratorConfig(events=200, seed=5, start=START, rate=4.0, late_fraction=0.0,
-                                       duplicate_fraction=0.0, malformed_fraction=0.0, events_per_file=100))
+    generate(
+        settings,
+        GeneratorConfig(
+            events=200,
+            seed=5,
+            start=START,
+            rate=4.0,
+            late_fraction=0.0,
+            duplicate_fraction=0.0,
+            malformed_fraction=0.0,
+            events_per_file=100,
+        ),
+    )
 
     run_speed_layer(spark, settings, PIPELINE, available_now=True)
 

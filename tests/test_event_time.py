@@ -18,11 +18,11 @@ from datetime import datetime
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.layers.batch import BatchLayer
-from lakehouse.storage.catalog import CORRECTIONS, pipeline_tables, register_tables
-from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.layers.batch import BatchLayer
+from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.replay import read_scenario, replay, replay_result
+from lakehouse.storage.catalog import CORRECTIONS, pipeline_tables, register_tables
 from tests.conftest import RESOURCES, make_settings
 
 TEAM_SCORES = get_pipeline("team_scores")
@@ -59,8 +59,9 @@ def slow_enough(spark, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def with_allowed_lateness(spark, tmp_path_factory):
-    return replayed(spark, tmp_path_factory, TEAM_SCORES, "team_scores_102.jsonl", watermark_delay="1m",
-                    allowed_lateness="5m")
+    return replayed(
+        spark, tmp_path_factory, TEAM_SCORES, "team_scores_102.jsonl", watermark_delay="1m", allowed_lateness="5m"
+    )
 
 
 @pytest.fixture(scope="module")
@@ -93,20 +94,21 @@ def test_watermark_slow_enough_waits_for_the_9(slow_enough):
 
 def test_panes_are_early_then_on_time_when_the_watermark_passes(too_fast):
     _, result = too_fast
-    panes = [(p["batch_id"], p["window_start"], p["total_score"], p["pane_index"], p["timing"])
-             for p in result["panes"]]
+    panes = [
+        (p["batch_id"], p["window_start"], p["total_score"], p["pane_index"], p["timing"]) for p in result["panes"]
+    ]
     assert panes == [
         (0, W1, 5, 0, "EARLY"),
         (1, W2, 7, 0, "EARLY"),
-        (2, W1, 5, 1, "ON_TIME"),   # watermark 12:03:39 - 1m passes 12:02 with no new event
-        (2, W2, 14, 1, "EARLY"),    # the 3 and the 4 arrive together
+        (2, W1, 5, 1, "ON_TIME"),  # watermark 12:03:39 - 1m passes 12:02 with no new event
+        (2, W2, 14, 1, "EARLY"),  # the 3 and the 4 arrive together
         (3, W3, 3, 0, "EARLY"),
         (4, W2, 22, 2, "EARLY"),
         (5, W2, 22, 3, "ON_TIME"),
         (5, W4, 8, 0, "EARLY"),
         (6, W3, 3, 1, "ON_TIME"),
         (6, W4, 11, 1, "EARLY"),
-        (8, W4, 12, 2, "EARLY"),    # batch 7 held only the late 9: no pane
+        (8, W4, 12, 2, "EARLY"),  # batch 7 held only the late 9: no pane
     ]
 
 
@@ -135,8 +137,15 @@ def test_retracting_log_nets_to_the_final_value(spark, too_fast):
         net[row["window_start"]] = net.get(row["window_start"], 0) + row["total_score"]
     assert net == speed_totals(result)
     second_window = sorted((r["pane_index"], r["change"], r["total_score"]) for r in rows if r["window_start"] == W2)
-    assert second_window == [(0, "insert", 7), (1, "insert", 14), (1, "retract", -7), (2, "insert", 22),
-                             (2, "retract", -14), (3, "insert", 22), (3, "retract", -22)]
+    assert second_window == [
+        (0, "insert", 7),
+        (1, "insert", 14),
+        (1, "retract", -7),
+        (2, "insert", 22),
+        (2, "retract", -14),
+        (3, "insert", 22),
+        (3, "retract", -22),
+    ]
 
 
 def test_correction_restores_the_late_9_with_a_retraction(spark, corrected):
@@ -144,10 +153,16 @@ def test_correction_restores_the_late_9_with_a_retraction(spark, corrected):
     assert (run.late_events, run.windows_recomputed, run.rows_changed) == (1, 1, 1)
     log = spark.read.format("delta").load(CORRECTIONS.uri(settings)).where(F.col("pipeline") == "team_scores")
     assert sorted((r["change"], r["values"]["total_score"], r["late_events"]) for r in log.collect()) == [
-        ("insert", "14", 1), ("retract", "5", 1)]
+        ("insert", "14", 1),
+        ("retract", "5", 1),
+    ]
     served = view_rows(spark, settings, "gold.team_scores")
     assert {r["window_start"]: (r["total_score"], r["source"]) for r in served} == {
-        W1: (14, "batch"), W2: (22, "speed"), W3: (3, "speed"), W4: (12, "speed")}
+        W1: (14, "batch"),
+        W2: (22, "speed"),
+        W3: (3, "speed"),
+        W4: (12, "speed"),
+    }
 
 
 def test_speed_value_plus_corrections_equals_the_batch_value(spark, corrected, tmp_path_factory):
@@ -162,23 +177,36 @@ def test_speed_value_plus_corrections_equals_the_batch_value(spark, corrected, t
 
 
 def test_team_scores_audit_explains_the_late_9_and_the_corrected_serving_view_agrees(spark, corrected, tmp_path):
-    from lakehouse.audit.reconcile import Auditor
     from lakehouse.audit.quality import validate_audit
+    from lakehouse.audit.reconcile import Auditor
     from lakehouse.audit.report import gather_inputs, render_report
 
     settings, _ = corrected
     auditor = Auditor(spark, settings, TEAM_SCORES)
     speed = auditor.reconcile(W1, END)  # the watermark (12:06:47) has closed the first three windows
-    assert (speed.windows_compared, speed.matched, speed.explained["late"], speed.explained["corrected"]) == (3, 2, 1, 1)
+    assert (speed.windows_compared, speed.matched, speed.explained["late"], speed.explained["corrected"]) == (
+        3,
+        2,
+        1,
+        1,
+    )
     [late] = [row for row in speed.rows if row["status"] == "explained"]
     assert (late["window_start"], late["truth"], late["speed"], late["late_events"]) == (
-        W1, {"total_score": "14"}, {"total_score": "5"}, 1)
+        W1,
+        {"total_score": "14"},
+        {"total_score": "5"},
+        1,
+    )
     serving = auditor.reconcile(W1, END, target="serving")
     assert serving.ok and serving.matched == serving.windows_compared == 3
-    quality = validate_audit(spark, settings, TEAM_SCORES, serving.run_id, serving.pins, W1, END,
-                             serving.newest_event_time)
+    quality = validate_audit(
+        spark, settings, TEAM_SCORES, serving.run_id, serving.pins, W1, END, serving.newest_event_time
+    )
     assert quality.ok and [s.suite for s in quality.suites] == [
-        "team_scores.raw_events", "team_scores.bronze", "team_scores.gold"]
+        "team_scores.raw_events",
+        "team_scores.bronze",
+        "team_scores.gold",
+    ]
     page = render_report(serving, gather_inputs(spark, settings, TEAM_SCORES, serving), quality=quality)
     assert "Audit of team_scores: serving view" in page and "All differences explained" in page
 
@@ -197,6 +225,7 @@ def test_rerunning_the_correction_changes_nothing(spark, corrected):
 # 12:03:30)); her 2 at 12:01:35 arrives last and bridges them: both are retracted, [12:00:00,
 # 12:03:30) with 14 replaces them. bob's 6 and 1 are 4m40s apart: two sessions.
 
+
 def at(minute: int, second: int = 0) -> datetime:
     return datetime(2026, 1, 5, 12, minute, second)
 
@@ -208,13 +237,18 @@ def sessions(spark, tmp_path_factory):
 
 def test_sessions_merge_and_retract_the_sessions_they_absorb(sessions):
     _, result = sessions
-    alice = [(p["batch_id"], p["window_start"], p["window_end"], p["total_score"], p["is_retraction"], p["timing"])
-             for p in result["panes"] if p["user"] == "alice"]
+    alice = [
+        (p["batch_id"], p["window_start"], p["window_end"], p["total_score"], p["is_retraction"], p["timing"])
+        for p in result["panes"]
+        if p["user"] == "alice"
+    ]
     assert alice == [
         (0, at(0), at(1), 5, False, "EARLY"),
-        (2, at(0), at(1), 5, True, "EARLY"), (2, at(0), at(1, 40), 8, False, "EARLY"),  # the 3 extends it
+        (2, at(0), at(1), 5, True, "EARLY"),
+        (2, at(0), at(1, 40), 8, False, "EARLY"),  # the 3 extends it
         (3, at(2, 30), at(3, 30), 4, False, "EARLY"),
-        (4, at(0), at(1, 40), 8, True, "EARLY"), (4, at(0), at(3, 30), 14, False, "EARLY"),  # the 2 bridges
+        (4, at(0), at(1, 40), 8, True, "EARLY"),
+        (4, at(0), at(3, 30), 14, False, "EARLY"),  # the 2 bridges
         (4, at(2, 30), at(3, 30), 4, True, "EARLY"),
         (5, at(0), at(3, 30), 14, False, "ON_TIME"),  # bob's 12:05 moves the watermark to 12:04
     ]
@@ -256,30 +290,35 @@ def test_scenario_line_without_arrival_is_refused(tmp_path):
         read_scenario(scenario)
 
 
-
 # --- the toll pipelines ------------------------------------------------------------------------------
 # tests/resources/toll_straggler.jsonl: the README's straggler (e4, event time 08:00:20) arrives when
 # the watermark is 08:01:30.
+
 
 @pytest.mark.slow
 def test_replay_and_correct_from_the_command_line_on_toll_traffic(tmp_path):
     env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
 
     def lakehouse(*args):
-        done = subprocess.run([sys.executable, "-m", "lakehouse.cli", *args], env=env, capture_output=True,
-                              text=True, timeout=600)
+        done = subprocess.run(
+            [sys.executable, "-m", "lakehouse.cli", *args], env=env, capture_output=True, text=True, timeout=600
+        )
         assert done.returncode == 0, done.stderr[-2000:]
         return done.stdout
 
-    replayed_json = json.loads(lakehouse("replay", "--pipeline", "toll_traffic",
-                                          str(RESOURCES / "toll_straggler.jsonl"), "--format", "json"))
+    replayed_json = json.loads(
+        lakehouse("replay", "--pipeline", "toll_traffic", str(RESOURCES / "toll_straggler.jsonl"), "--format", "json")
+    )
     first_window = [s for s in replayed_json["speed"] if s["window_start"] == "2026-01-05T08:00:00"]
     assert [(s["vehicles"], s["revenue"]) for s in first_window] == [(2, "11.10")]
     assert "1 late events" in lakehouse("correct", "--pipeline", "toll_traffic")
-    corrections = json.loads(lakehouse("sql", "SELECT change, values FROM audit.corrections ORDER BY change",
-                                       "--format", "json"))
-    assert corrections == [{"change": "insert", "values": {"vehicles": "3", "revenue": "17.10"}},
-                           {"change": "retract", "values": {"vehicles": "2", "revenue": "11.10"}}]
+    corrections = json.loads(
+        lakehouse("sql", "SELECT change, values FROM audit.corrections ORDER BY change", "--format", "json")
+    )
+    assert corrections == [
+        {"change": "insert", "values": {"vehicles": "3", "revenue": "17.10"}},
+        {"change": "retract", "values": {"vehicles": "2", "revenue": "11.10"}},
+    ]
     assert "nothing to do" in lakehouse("correct", "--pipeline", "toll_traffic")
 
 
@@ -290,13 +329,16 @@ def test_hopping_windows_late_event_is_corrected_in_every_window_it_falls_in(spa
     # before the watermark (08:01:30), so it is late for all five.
     run = CorrectionRun(spark, settings, hopping).run()
     assert (run.late_events, run.windows_recomputed) == (1, 5)
-    BatchLayer(spark, settings, hopping).backfill(datetime(2026, 1, 5, 7, 56), datetime(2026, 1, 5, 8, 4),
-                                                  source="log", chunk="1h")
+    BatchLayer(spark, settings, hopping).backfill(
+        datetime(2026, 1, 5, 7, 56), datetime(2026, 1, 5, 8, 4), source="log", chunk="1h"
+    )
     batch = spark.read.format("delta").load(pipeline_tables(hopping).batch.uri(settings))
     corrections = spark.read.format("delta").load(CORRECTIONS.uri(settings)).collect()
     corrected = {s["window_start"]: s["vehicles"] for s in result["speed"]}
     for row in corrections:
         sign = 1 if row["change"] == "insert" else -1
         corrected[row["window_start"]] = corrected.get(row["window_start"], 0) + sign * int(row["values"]["vehicles"])
-    assert corrected == {r["window_start"]: r["vehicles"] for r in batch.where(F.col("window_start") < datetime(
-        2026, 1, 5, 8, 4)).collect()}
+    assert corrected == {
+        r["window_start"]: r["vehicles"]
+        for r in batch.where(F.col("window_start") < datetime(2026, 1, 5, 8, 4)).collect()
+    }

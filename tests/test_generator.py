@@ -5,22 +5,29 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections import Counter
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.generator import MALFORMED_KINDS, GeneratorConfig, generate, generate_records
-from lakehouse.storage.log import partition_dir
-from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.settings import Settings, local_path
+from lakehouse.storage.log import partition_dir
 
 # Crosses midnight (so both the ingest date and hour change) with plenty of every kind of record.
 CONFIG = GeneratorConfig(
-    events=600, seed=11, start=datetime(2026, 1, 5, 23, 59, 30, tzinfo=timezone.utc), rate=10.0,
-    late_fraction=0.05, late_delay="1m", duplicate_fraction=0.05, malformed_fraction=0.1, events_per_file=40,
+    events=600,
+    seed=11,
+    start=datetime(2026, 1, 5, 23, 59, 30, tzinfo=UTC),
+    rate=10.0,
+    late_fraction=0.05,
+    late_delay="1m",
+    duplicate_fraction=0.05,
+    malformed_fraction=0.1,
+    events_per_file=40,
 )
 
 
@@ -54,13 +61,14 @@ def records_by_file(settings: Settings) -> list[tuple[Path, list[tuple[datetime,
     paired, position = [], 0
     for path in log_files(settings):
         count = len(file_lines(path))
-        paired.append((path, records[position:position + count]))
+        paired.append((path, records[position : position + count]))
         position += count
     assert position == len(records)
     return paired
 
 
 # --- determinism -----------------------------------------------------------------------------------
+
 
 def test_same_seed_and_config_give_identical_records():
     assert generate_records(CONFIG) == generate_records(CONFIG)
@@ -83,6 +91,7 @@ def test_different_seed_gives_different_records():
 
 
 # --- what is generated -----------------------------------------------------------------------------
+
 
 def test_records_are_the_valid_events_plus_their_duplicate_copies_plus_the_malformed_ones():
     records, kinds = generate_records(CONFIG)
@@ -133,6 +142,7 @@ def test_generate_reports_the_records_and_files_it_wrote(tmp_path):
 
 # --- the files in the log --------------------------------------------------------------------------
 
+
 def test_files_land_in_the_ingest_hour_folder_of_their_first_record(written):
     for path, records in records_by_file(written):
         assert str(path.parent.relative_to(log_root(written))) == partition_dir(records[0][0])
@@ -169,6 +179,7 @@ def test_nothing_is_left_in_the_incoming_temp_folder(written):
 
 # --- validation ------------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("name", ["late_fraction", "duplicate_fraction", "malformed_fraction"])
 @pytest.mark.parametrize("value", [-0.01, 1.01])
 def test_validate_rejects_a_fraction_outside_zero_to_one(name, value):
@@ -184,8 +195,15 @@ def test_validate_accepts_the_fraction_bounds(name, value):
 
 @pytest.mark.parametrize(
     "changes",
-    [{"events": -1}, {"rate": 0.0}, {"bridges": 0}, {"booths_per_bridge": 0}, {"events_per_file": 0},
-     {"wall_rate": -1.0}, {"late_delay": "soon"}],
+    [
+        {"events": -1},
+        {"rate": 0.0},
+        {"bridges": 0},
+        {"booths_per_bridge": 0},
+        {"events_per_file": 0},
+        {"wall_rate": -1.0},
+        {"late_delay": "soon"},
+    ],
 )
 def test_validate_rejects_impossible_knobs(changes):
     with pytest.raises(LakehouseError):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.storage.catalog import BACKFILL_RUNS, ensure_table
 from lakehouse.storage.maintenance import maintain
-from lakehouse.dataflow.pipelines import get_pipeline
 
 
 def test_maintain_compacts_and_vacuums_a_small_table_in_a_few_hundred_tasks_at_most(spark, settings):
@@ -19,11 +19,15 @@ def test_maintain_compacts_and_vacuums_a_small_table_in_a_few_hundred_tasks_at_m
     tracker = spark.sparkContext.statusTracker()
     spark.sparkContext.setJobGroup("maintain-small-table", "maintain one small table")
     try:
-        report = maintain(spark, settings, get_pipeline("toll_traffic"), datetime.now(timezone.utc))
+        report = maintain(spark, settings, get_pipeline("toll_traffic"), datetime.now(UTC))
     finally:
         spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)
-    tasks = sum(stage.numTasks for job in tracker.getJobIdsForGroup("maintain-small-table")
-                for stage in map(tracker.getStageInfo, tracker.getJobInfo(job).stageIds) if stage)
+    tasks = sum(
+        stage.numTasks
+        for job in tracker.getJobIdsForGroup("maintain-small-table")
+        for stage in map(tracker.getStageInfo, tracker.getJobInfo(job).stageIds)
+        if stage
+    )
 
     assert report["tables"] == {BACKFILL_RUNS.qualified_name: {"files_added": 1, "files_removed": 3}}
     from delta.tables import DeltaTable

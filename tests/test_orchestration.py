@@ -9,21 +9,36 @@ from jsonschema import FormatChecker, ValidationError, validate
 
 from lakehouse.errors import LakehouseError
 from lakehouse.ops.health import assess_stream_health
-from lakehouse.storage.maintenance import expired_log_partitions, log_retention, vacuum_retention
 from lakehouse.ops.orchestration import (
-    backfill_param_schemas, chunk_job_args, pipeline_names, session_pipeline_names, plan_chunks, request_from_params, summarise_backfill,
+    backfill_param_schemas,
+    chunk_job_args,
+    pipeline_names,
+    plan_chunks,
+    request_from_params,
+    session_pipeline_names,
+    summarise_backfill,
     validate_backfill_request,
 )
 from lakehouse.settings import Settings
+from lakehouse.storage.maintenance import expired_log_partitions, log_retention, vacuum_retention
 
 NOW = datetime(2026, 11, 22, 12, 0)
-SETTINGS = Settings.from_env({"LAKEHOUSE_HOME": "/tmp/unused", "LAKEHOUSE_BACKFILL_MAX_RANGE": "2d",
-                              "LAKEHOUSE_LOG_RETENTION": "30d"})
+SETTINGS = Settings.from_env(
+    {"LAKEHOUSE_HOME": "/tmp/unused", "LAKEHOUSE_BACKFILL_MAX_RANGE": "2d", "LAKEHOUSE_LOG_RETENTION": "30d"}
+)
 
 
 def params(**changes) -> dict:
-    return {"pipeline": "toll_traffic", "start": "2026-11-20T08:00:00Z", "end": "2026-11-20T11:00:00Z",
-            "source": "bronze", "chunk": "1h", "reprocess": "skip", "dry_run": False, **changes}
+    return {
+        "pipeline": "toll_traffic",
+        "start": "2026-11-20T08:00:00Z",
+        "end": "2026-11-20T11:00:00Z",
+        "source": "bronze",
+        "chunk": "1h",
+        "reprocess": "skip",
+        "dry_run": False,
+        **changes,
+    }
 
 
 def test_pipeline_names_match_the_shipped_pipelines():
@@ -43,14 +58,17 @@ def test_valid_parameters_become_a_request_in_naive_utc():
     assert (request.start, request.end) == (datetime(2026, 11, 20, 8), datetime(2026, 11, 20, 11))
 
 
-@pytest.mark.parametrize("changes, message", [
-    ({"pipeline": "nope"}, "unknown pipeline 'nope'"),
-    ({"end": "2026-11-20T07:00:00Z"}, "must be after start"),
-    ({"end": "2026-11-23T08:00:00Z"}, "longer than the 2d one backfill may cover"),
-    ({"start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"}, "older than the log's retention of 30d"),
-    ({"source": "kafka"}, "source must be one of bronze, log"),
-    ({"start": "yesterday"}, "cannot read start 'yesterday'"),
-])
+@pytest.mark.parametrize(
+    "changes, message",
+    [
+        ({"pipeline": "nope"}, "unknown pipeline 'nope'"),
+        ({"end": "2026-11-20T07:00:00Z"}, "must be after start"),
+        ({"end": "2026-11-23T08:00:00Z"}, "longer than the 2d one backfill may cover"),
+        ({"start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"}, "older than the log's retention of 30d"),
+        ({"source": "kafka"}, "source must be one of bronze, log"),
+        ({"start": "yesterday"}, "cannot read start 'yesterday'"),
+    ],
+)
 def test_bad_parameters_are_rejected_with_a_message_that_says_why(changes, message):
     with pytest.raises(LakehouseError, match=message):
         validate_backfill_request(params(**changes), SETTINGS, NOW)
@@ -61,8 +79,12 @@ def test_param_schemas_reject_single_value_errors_the_way_airflow_checks_them():
     for name, bad in (("pipeline", "nope"), ("start", "next tuesday"), ("chunk", "7m"), ("reprocess", "maybe")):
         with pytest.raises(ValidationError):
             validate(bad, schemas[name], format_checker=FormatChecker())
-    for name, good in (("start", "2026-11-20T08:00:00Z"), ("start", "2026-11-20T08:00:00.000+00:00"),
-                       ("end", "2026-11-20T08:00"), ("dry_run", True)):
+    for name, good in (
+        ("start", "2026-11-20T08:00:00Z"),
+        ("start", "2026-11-20T08:00:00.000+00:00"),
+        ("end", "2026-11-20T08:00"),
+        ("dry_run", True),
+    ):
         validate(good, schemas[name], format_checker=FormatChecker())
 
 
@@ -84,9 +106,11 @@ def test_a_chunk_job_recomputes_exactly_its_chunk_with_the_requested_reprocessin
 
 def test_summary_counts_only_succeeded_runs_and_reports_failed_attempts():
     request = request_from_params(params())
-    runs = [{"status": "failed", "rows_written": 0},
-            {"status": "succeeded", "chunks": 1, "chunks_skipped": 0, "rows_written": 10, "events_used": 40},
-            {"status": "succeeded", "chunks": 0, "chunks_skipped": 1, "rows_written": 0, "events_used": 0}]
+    runs = [
+        {"status": "failed", "rows_written": 0},
+        {"status": "succeeded", "chunks": 1, "chunks_skipped": 0, "rows_written": 10, "events_used": 40},
+        {"status": "succeeded", "chunks": 0, "chunks_skipped": 1, "rows_written": 0, "events_used": 0},
+    ]
     summary = summarise_backfill(request, plan_chunks(request), runs)
     assert (summary["chunks_planned"], summary["chunks_recomputed"], summary["chunks_skipped"]) == (3, 1, 1)
     assert (summary["rows_written"], summary["events_used"], summary["failed_attempts"]) == (10, 40, 1)
@@ -139,8 +163,10 @@ def test_scheduled_dags_run_the_configured_pipelines_or_all_shipped_ones():
 
 def test_a_check_judges_its_own_moment_on_the_batches_started_by_then():
     # A late or retried check of 10:00 must not pass on micro-batches that started after 10:00.
-    batches = [progress(7, NOW - timedelta(minutes=42), timedelta(seconds=5)),
-               progress(8, NOW + timedelta(minutes=30), timedelta(seconds=5))]
+    batches = [
+        progress(7, NOW - timedelta(minutes=42), timedelta(seconds=5)),
+        progress(8, NOW + timedelta(minutes=30), timedelta(seconds=5)),
+    ]
     verdict = assess_stream_health("toll_traffic", batches, NOW, timedelta(minutes=15), 3)
     assert not verdict.ok and "batch 7" in verdict.message and "42m ago" in verdict.message
     assert assess_stream_health("toll_traffic", batches, NOW + timedelta(minutes=31), timedelta(minutes=15), 3).ok

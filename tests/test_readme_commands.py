@@ -46,8 +46,16 @@ def checkout(tmp_path_factory) -> Path:
     # install from the copy would point the shared venv's editable lakehouse at it).
     subprocess.run(["make", "-s", "setup"], cwd=PROJECT, check=True, capture_output=True)
     copy = tmp_path_factory.mktemp("newcomer") / "lakehouse"
-    listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"], cwd=PROJECT,
-                            capture_output=True, check=True).stdout.decode().split("\0")
+    listed = (
+        subprocess.run(
+            ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+            cwd=PROJECT,
+            capture_output=True,
+            check=True,
+        )
+        .stdout.decode()
+        .split("\0")
+    )
     for name in filter(None, listed):
         source = PROJECT / name
         if source.is_file():
@@ -64,8 +72,13 @@ def checkout(tmp_path_factory) -> Path:
 
 def newcomer(checkout: Path, command: str, timeout: int) -> subprocess.CompletedProcess:
     scrubbed = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
-    return subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in scrubbed.items()), "bash", "-c", command],
-                          cwd=checkout, capture_output=True, text=True, timeout=timeout)
+    return subprocess.run(
+        ["env", "-i", *(f"{k}={v}" for k, v in scrubbed.items()), "bash", "-c", command],
+        cwd=checkout,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
 
 
 def test_make_demo_then_the_queries_the_readme_suggests(checkout):
@@ -89,9 +102,8 @@ def test_make_airflow_starts_and_stops_without_any_variable_set(checkout):
         assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
         assert "Airflow is up: http://127.0.0.1:8080" in started.stdout
         password = json.loads((checkout / ".cache/airflow/simple_auth_manager_passwords.json").read_text())["admin"]
-        assert f"Generated admin password (shown once; kept in" in started.stdout and password in started.stdout
+        assert "Generated admin password (shown once; kept in" in started.stdout and password in started.stdout
     finally:
         stopped = newcomer(checkout, documented("make airflow-stop", AIRFLOW_DOC), timeout=300)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout, stopped.stderr[-3000:]
     assert all(port_is_free(port) for port in DEFAULT_PORTS)
-

@@ -12,8 +12,13 @@ from tests.airflow_env import PROJECT
 
 def run_script(root: Path, *args: str) -> subprocess.CompletedProcess:
     scrubbed = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
-    return subprocess.run(["env", "-i", *(f"{k}={v}" for k, v in scrubbed.items()), "bash", *args],
-                          cwd=root, capture_output=True, text=True, timeout=60)
+    return subprocess.run(
+        ["env", "-i", *(f"{k}={v}" for k, v in scrubbed.items()), "bash", *args],
+        cwd=root,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
 
 
 def test_airflow_script_in_a_checkout_without_setup_says_to_run_make_setup(tmp_path):

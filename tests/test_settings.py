@@ -10,8 +10,8 @@ from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import format_duration, parse_duration
 from lakehouse.settings import PROJECT_ROOT, Settings, local_path, to_uri
 
-
 # --- parse_duration / format_duration -------------------------------------------------------------
+
 
 @pytest.mark.parametrize(
     ("text", "expected"),
@@ -59,6 +59,7 @@ def test_format_duration_reads_back_to_the_same_duration(text):
 
 # --- to_uri / local_path ---------------------------------------------------------------------------
 
+
 def test_to_uri_turns_an_absolute_local_path_into_a_hadoop_file_uri(tmp_path):
     folder = tmp_path.resolve() / "home"
     assert to_uri(folder) == f"file:{folder}"
@@ -100,20 +101,30 @@ def test_local_path_refuses_an_object_store_uri():
 
 # --- Settings.from_env -----------------------------------------------------------------------------
 
+
 def test_settings_derive_every_location_from_lakehouse_home(tmp_path):
     home = tmp_path.resolve() / "home"
     settings = Settings.from_env({"LAKEHOUSE_HOME": str(home)})
     assert (settings.home, settings.log_uri, settings.warehouse_uri, settings.checkpoint_uri) == (
-        f"file:{home}", f"file:{home}/log", f"file:{home}/warehouse", f"file:{home}/checkpoints"
+        f"file:{home}",
+        f"file:{home}/log",
+        f"file:{home}/warehouse",
+        f"file:{home}/checkpoints",
     )
 
 
 def test_settings_without_overrides_take_the_documented_defaults(tmp_path):
     settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path)})
     assert (
-        settings.spark_master, settings.shuffle_partitions, settings.driver_memory, settings.trigger_interval,
-        settings.max_files_per_trigger, settings.dedupe_horizon, settings.watermark_delay,
-        settings.allowed_lateness, settings.extra_packages,
+        settings.spark_master,
+        settings.shuffle_partitions,
+        settings.driver_memory,
+        settings.trigger_interval,
+        settings.max_files_per_trigger,
+        settings.dedupe_horizon,
+        settings.watermark_delay,
+        settings.allowed_lateness,
+        settings.extra_packages,
     ) == ("local[2]", 4, "2g", "5s", 0, "1h", None, None, ())
 
 
@@ -170,7 +181,12 @@ def test_an_empty_lateness_override_means_the_pipelines_own(tmp_path, variable):
 
 @pytest.mark.parametrize(
     "variable",
-    ["LAKEHOUSE_TRIGGER_INTERVAL", "LAKEHOUSE_DEDUPE_HORIZON", "LAKEHOUSE_WATERMARK_DELAY", "LAKEHOUSE_ALLOWED_LATENESS"],
+    [
+        "LAKEHOUSE_TRIGGER_INTERVAL",
+        "LAKEHOUSE_DEDUPE_HORIZON",
+        "LAKEHOUSE_WATERMARK_DELAY",
+        "LAKEHOUSE_ALLOWED_LATENESS",
+    ],
 )
 def test_an_unreadable_duration_in_the_environment_is_a_lakehouse_error(tmp_path, variable):
     with pytest.raises(LakehouseError, match=r"cannot read duration 'soon'"):

@@ -8,10 +8,10 @@ from decimal import Decimal
 
 import pytest
 
-from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_table
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings
 from lakehouse.serving.sql import format_rows, run_sql
+from lakehouse.settings import Settings
+from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_table
 from tests.frames import inline_frame
 
 COLUMNS = ["bridge_id", "vehicles", "revenue"]
@@ -19,6 +19,7 @@ ROWS = [("bridge-00", 12, Decimal("1234.50")), ("bridge-01", None, Decimal("0.30
 
 
 # --- format_rows: table ----------------------------------------------------------------------------
+
 
 def test_table_left_aligns_text_right_aligns_numbers_and_counts_the_rows():
     assert format_rows(COLUMNS, ROWS, "table") == (
@@ -30,7 +31,7 @@ def test_table_left_aligns_text_right_aligns_numbers_and_counts_the_rows():
     )
 
 
-def test_table_shows_null_as_NULL():
+def test_table_shows_null_as_the_word_null():
     assert format_rows(["plate_hash"], [("9f86d081",), (None,)], "table").splitlines()[3] == "NULL"
 
 
@@ -44,9 +45,7 @@ def test_table_notes_that_more_rows_were_not_shown_when_truncated():
 
 def test_table_of_no_rows_shows_the_header_and_a_zero_count():
     assert format_rows(["window_start", "vehicles"], [], "table") == (
-        "window_start | vehicles\n"
-        "-------------+---------\n"
-        "(0 rows)\n"
+        "window_start | vehicles\n-------------+---------\n(0 rows)\n"
     )
 
 
@@ -58,6 +57,7 @@ def test_table_shows_timestamps_with_a_space_between_date_and_time():
 
 # --- format_rows: csv ------------------------------------------------------------------------------
 
+
 def test_csv_writes_a_header_and_leaves_null_cells_empty():
     assert format_rows(COLUMNS, ROWS, "csv") == "bridge_id,vehicles,revenue\nbridge-00,12,1234.50\nbridge-01,,0.30\n"
 
@@ -67,24 +67,33 @@ def test_csv_quotes_a_value_holding_a_comma():
 
 
 def test_csv_writes_timestamps_as_in_the_table():
-    assert format_rows(["window_start"], [(datetime(2026, 1, 5, 8, 1),)], "csv") == "window_start\n2026-01-05 08:01:00\n"
+    assert (
+        format_rows(["window_start"], [(datetime(2026, 1, 5, 8, 1),)], "csv") == "window_start\n2026-01-05 08:01:00\n"
+    )
 
 
 # --- format_rows: json -----------------------------------------------------------------------------
 
+
 def test_json_writes_decimals_as_exact_strings():
     assert json.loads(format_rows(["revenue"], [(Decimal("0.30"),), (Decimal("1234567890123456.10"),)], "json")) == [
-        {"revenue": "0.30"}, {"revenue": "1234567890123456.10"}
+        {"revenue": "0.30"},
+        {"revenue": "1234567890123456.10"},
     ]
 
 
 def test_json_writes_null_as_null_and_keeps_integers_as_numbers():
-    assert json.loads(format_rows(COLUMNS, ROWS, "json"))[1] == {"bridge_id": "bridge-01", "vehicles": None,
-                                                                 "revenue": "0.30"}
+    assert json.loads(format_rows(COLUMNS, ROWS, "json"))[1] == {
+        "bridge_id": "bridge-01",
+        "vehicles": None,
+        "revenue": "0.30",
+    }
 
 
 def test_json_writes_timestamps_and_dates_in_iso_format():
-    out = format_rows(["window_start", "event_date"], [(datetime(2026, 1, 5, 8, 1, 0, 250000), date(2026, 1, 5))], "json")
+    out = format_rows(
+        ["window_start", "event_date"], [(datetime(2026, 1, 5, 8, 1, 0, 250000), date(2026, 1, 5))], "json"
+    )
     assert json.loads(out) == [{"window_start": "2026-01-05T08:01:00.250000", "event_date": "2026-01-05"}]
 
 
@@ -94,17 +103,21 @@ def test_json_of_no_rows_is_an_empty_array():
 
 # --- run_sql ---------------------------------------------------------------------------------------
 
+
 @pytest.fixture(scope="module")
 def progress_home(spark, tmp_path_factory) -> Settings:
     """ops.stream_progress with 0 rows at version 0 (creation), 1 row at version 1, 3 rows at version 2."""
     settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path_factory.mktemp("sql-home"))})
     ensure_table(spark, STREAM_PROGRESS, settings)
     started = datetime(2026, 1, 5, 8, 0)
-    batch = [("toll_traffic", "app-1", n, started, 100, 10, 0, 0, 10, 0, None, started, 2, [f"file-{n}.jsonl"])
-             for n in range(3)]
+    batch = [
+        ("toll_traffic", "app-1", n, started, 100, 10, 0, 0, 10, 0, None, started, 2, [f"file-{n}.jsonl"])
+        for n in range(3)
+    ]
     for rows in (batch[:1], batch[1:]):
         inline_frame(spark, STREAM_PROGRESS.columns, rows).write.format("delta").mode("append").save(
-            STREAM_PROGRESS.uri(settings))
+            STREAM_PROGRESS.uri(settings)
+        )
     return settings
 
 
@@ -119,8 +132,9 @@ def test_version_as_of_reads_the_table_as_it_was(spark, progress_home):
 
 
 def test_run_sql_shows_at_most_max_rows_and_says_more_exist(spark, progress_home):
-    out = run_sql(spark, progress_home, "SELECT batch_id FROM ops.stream_progress ORDER BY batch_id", "table",
-                  max_rows=2)
+    out = run_sql(
+        spark, progress_home, "SELECT batch_id FROM ops.stream_progress ORDER BY batch_id", "table", max_rows=2
+    )
     assert out == "batch_id\n--------\n       0\n       1\n(2 rows, more not shown)\n"
 
 

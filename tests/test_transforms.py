@@ -11,20 +11,26 @@ from datetime import datetime
 from decimal import Decimal
 
 import pytest
-from pyspark.sql import functions as F, types as T
+from pyspark.sql import functions as F
+from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines import get_pipeline
 from tests.frames import inline_frame
 
-
 PIPELINE = get_pipeline("toll_traffic")
 
 VALID = {
-    "event_id": "e-1", "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-1", "vehicle_type": "van",
-    "axles": 3, "toll_amount": 12.34, "plate_hash": "9f86d081884c7d65",
-    "event_time": "2026-01-05T08:00:30.250Z", "sent_at": "2026-01-05T08:00:31.000Z",
+    "event_id": "e-1",
+    "bridge_id": "bridge-00",
+    "booth_id": "bridge-00-booth-1",
+    "vehicle_type": "van",
+    "axles": 3,
+    "toll_amount": 12.34,
+    "plate_hash": "9f86d081884c7d65",
+    "event_time": "2026-01-05T08:00:30.250Z",
+    "sent_at": "2026-01-05T08:00:31.000Z",
 }
 
 
@@ -51,7 +57,9 @@ CASES: dict[str, tuple[str, str | None]] = {
     "valid_axles_2": (event(axles=2), None),
     "valid_axles_9": (event(axles=9), None),
     "valid_event_time_exactly_one_day_after_sent_at": (
-        event(event_time="2026-01-06T08:00:31.000Z", sent_at="2026-01-05T08:00:31.000Z"), None),
+        event(event_time="2026-01-06T08:00:31.000Z", sent_at="2026-01-05T08:00:31.000Z"),
+        None,
+    ),
     "valid_event_time_long_before_sent_at": (event(event_time="2025-12-01T00:00:00Z"), None),
     "truncated_json": (event()[:30], "bad_json"),
     "empty_line": ("", "bad_json"),
@@ -78,12 +86,17 @@ CASES: dict[str, tuple[str, str | None]] = {
     "toll_1000": (event(toll_amount=1000), "toll_out_of_range"),
     "event_time_one_day_and_a_millisecond_after_sent_at": (
         event(event_time="2026-01-06T08:00:31.001Z", sent_at="2026-01-05T08:00:31.000Z"),
-        "event_time_too_far_in_future"),
+        "event_time_too_far_in_future",
+    ),
     # Several rules broken: the first in declaration order names the record.
     "missing_bridge_id_and_unknown_vehicle_type": (
-        event_without("bridge_id", vehicle_type="tractor"), "missing_field:bridge_id"),
+        event_without("bridge_id", vehicle_type="tractor"),
+        "missing_field:bridge_id",
+    ),
     "bad_event_time_and_unknown_vehicle_type": (
-        event(event_time="2026-01-05T08:00:30", vehicle_type="tractor"), "bad_timestamp:event_time"),
+        event(event_time="2026-01-05T08:00:30", vehicle_type="tractor"),
+        "bad_timestamp:event_time",
+    ),
     "axles_and_toll_out_of_range": (event(axles=1, toll_amount=1000), "axles_out_of_range"),
     "wrong_type_axles_and_missing_toll": (event_without("toll_amount", axles="3"), "wrong_type:axles"),
 }
@@ -113,6 +126,7 @@ def ts(text: str) -> datetime:
 
 # --- parse_events ----------------------------------------------------------------------------------
 
+
 def test_every_input_line_comes_out_exactly_once(reasons):
     assert {name: len(found) for name, found in reasons.items()} == {name: 1 for name in CASES}
 
@@ -128,10 +142,23 @@ def test_broken_line_is_quarantined_for_the_first_rule_it_breaks(reasons, case):
 
 
 def test_valid_event_is_read_into_typed_values(spark, parsed):
-    expected = inline_frame(spark, PIPELINE.event_schema, [
-        ("e-1", "bridge-00", "bridge-00-booth-1", "van", 3, Decimal("12.34"), "9f86d081884c7d65",
-         ts("08:00:30.250"), ts("08:00:31")),
-    ])
+    expected = inline_frame(
+        spark,
+        PIPELINE.event_schema,
+        [
+            (
+                "e-1",
+                "bridge-00",
+                "bridge-00-booth-1",
+                "van",
+                3,
+                Decimal("12.34"),
+                "9f86d081884c7d65",
+                ts("08:00:30.250"),
+                ts("08:00:31"),
+            )
+        ],
+    )
     actual = parsed.where(F.col("source_file") == "valid").select(*PIPELINE.field_names)
     assertDataFrameEqual(actual, expected, rtol=0, atol=0)
 
@@ -142,25 +169,36 @@ def test_a_zone_offset_is_converted_to_utc(spark, parsed):
 
 
 def test_toll_amounts_are_exact_decimals_to_the_cent(spark, parsed):
-    tolls = [("valid", Decimal("12.34")), ("valid_toll_999.99", Decimal("999.99")), ("valid_toll_0", Decimal("0.00")),
-             ("valid_toll_one_decimal", Decimal("12.50")), ("valid_toll_integer", Decimal("7.00"))]
+    tolls = [
+        ("valid", Decimal("12.34")),
+        ("valid_toll_999.99", Decimal("999.99")),
+        ("valid_toll_0", Decimal("0.00")),
+        ("valid_toll_one_decimal", Decimal("12.50")),
+        ("valid_toll_integer", Decimal("7.00")),
+    ]
     actual = parsed.where(F.col("source_file").isin([case for case, _ in tolls])).select("source_file", "toll_amount")
-    assertDataFrameEqual(actual, inline_frame(spark, "source_file string, toll_amount decimal(9,2)", tolls),
-                         rtol=0, atol=0)
+    assertDataFrameEqual(
+        actual, inline_frame(spark, "source_file string, toll_amount decimal(9,2)", tolls), rtol=0, atol=0
+    )
 
 
 def test_absent_and_null_plate_hash_both_read_as_null(spark, parsed):
     cases = ["valid_without_plate_hash", "valid_with_null_plate_hash"]
     actual = parsed.where(F.col("source_file").isin(cases)).select("source_file", "plate_hash")
-    assertDataFrameEqual(actual, inline_frame(spark, "source_file string, plate_hash string",
-                                              [(name, None) for name in cases]))
+    assertDataFrameEqual(
+        actual, inline_frame(spark, "source_file string, plate_hash string", [(name, None) for name in cases])
+    )
 
 
 # --- valid_events / quarantined_records ------------------------------------------------------------
 
+
 def test_valid_events_keep_only_the_lines_without_a_reason(spark, parsed):
-    expected = inline_frame(spark, "source_file string, value string",
-                            [(name, line) for name, (line, reason) in CASES.items() if reason is None])
+    expected = inline_frame(
+        spark,
+        "source_file string, value string",
+        [(name, line) for name, (line, reason) in CASES.items() if reason is None],
+    )
     assertDataFrameEqual(tx.valid_events(parsed, PIPELINE).select("source_file", "value"), expected)
 
 
@@ -170,11 +208,15 @@ def test_valid_events_carry_the_source_file_the_raw_line_and_the_typed_fields(pa
 
 def test_quarantined_records_keep_the_raw_line_its_reason_and_the_event_id_it_names(spark, parsed):
     cases = ["truncated_json", "axles_10", "missing_event_id", "valid"]
-    expected = inline_frame(spark, "raw string, reason string, event_id string, source_file string", [
-        (CASES["truncated_json"][0], "bad_json", None, "truncated_json"),
-        (CASES["axles_10"][0], "axles_out_of_range", "e-1", "axles_10"),
-        (CASES["missing_event_id"][0], "missing_field:event_id", None, "missing_event_id"),
-    ])
+    expected = inline_frame(
+        spark,
+        "raw string, reason string, event_id string, source_file string",
+        [
+            (CASES["truncated_json"][0], "bad_json", None, "truncated_json"),
+            (CASES["axles_10"][0], "axles_out_of_range", "e-1", "axles_10"),
+            (CASES["missing_event_id"][0], "missing_field:event_id", None, "missing_event_id"),
+        ],
+    )
     assertDataFrameEqual(tx.quarantined_records(parsed.where(F.col("source_file").isin(cases))), expected)
 
 
@@ -212,13 +254,16 @@ def test_hopping_event_exactly_at_a_window_end_leaves_that_window(spark):
     assert ends == [ts("08:06:00"), ts("08:07:00"), ts("08:08:00"), ts("08:09:00"), ts("08:10:00")]
 
 
-@pytest.mark.parametrize("pipeline, event_time, first_end", [
-    (PIPELINE, "08:00:59.999", "08:01:00"),
-    (PIPELINE, "08:01:00", "08:02:00"),
-    (HOPPING, "08:04:30", "08:05:00"),
-    (HOPPING, "08:05:00", "08:06:00"),
-    (SESSIONS, "08:04:30", "08:05:30"),
-])
+@pytest.mark.parametrize(
+    "pipeline, event_time, first_end",
+    [
+        (PIPELINE, "08:00:59.999", "08:01:00"),
+        (PIPELINE, "08:01:00", "08:02:00"),
+        (HOPPING, "08:04:30", "08:05:00"),
+        (HOPPING, "08:05:00", "08:06:00"),
+        (SESSIONS, "08:04:30", "08:05:30"),
+    ],
+)
 def test_first_window_end_is_the_earliest_end_of_the_event_windows(spark, pipeline, event_time, first_end):
     events = inline_frame(spark, "event_time timestamp", [(ts(event_time),)])
     assert events.select(tx.first_window_end(pipeline)).first()[0] == ts(first_end)
@@ -228,14 +273,25 @@ SESSION_POINTS = "user string, window_start timestamp, window_end timestamp, tot
 
 
 def test_sessions_less_than_a_gap_apart_merge_and_a_session_ending_where_the_next_starts_does_not(spark):
-    events = inline_frame(spark, "event_id string, user string, score int, event_time timestamp", [
-        ("a", "u", 1, ts("08:00:00")), ("b", "u", 2, ts("08:00:59")),  # 59 s apart: one session
-        ("c", "u", 4, ts("08:01:59")),                                   # starts where it ends: a new one
-        ("d", "v", 8, ts("08:00:30")),
-    ])
-    expected = inline_frame(spark, SESSION_POINTS, [
-        ("u", ts("08:00:00"), ts("08:01:59"), 3), ("u", ts("08:01:59"), ts("08:02:59"), 4),
-        ("v", ts("08:00:30"), ts("08:01:30"), 8)])
+    events = inline_frame(
+        spark,
+        "event_id string, user string, score int, event_time timestamp",
+        [
+            ("a", "u", 1, ts("08:00:00")),
+            ("b", "u", 2, ts("08:00:59")),  # 59 s apart: one session
+            ("c", "u", 4, ts("08:01:59")),  # starts where it ends: a new one
+            ("d", "v", 8, ts("08:00:30")),
+        ],
+    )
+    expected = inline_frame(
+        spark,
+        SESSION_POINTS,
+        [
+            ("u", ts("08:00:00"), ts("08:01:59"), 3),
+            ("u", ts("08:01:59"), ts("08:02:59"), 4),
+            ("v", ts("08:00:30"), ts("08:01:30"), 8),
+        ],
+    )
     assertDataFrameEqual(tx.window_values(events, SESSIONS).select(*expected.columns), expected)
 
 
@@ -263,8 +319,9 @@ def test_label_fates_adds_only_the_fate_column(spark):
 
 def test_copy_from_the_earliest_source_file_is_on_time_and_later_copies_are_duplicates(spark):
     rows = [("e-1", "f3.jsonl", "v", *W0), ("e-1", "f1.jsonl", "v", *W0), ("e-1", "f2.jsonl", "v", *W0)]
-    expected = inline_frame(spark, FATES, [
-        ("f1.jsonl", "v", "on_time"), ("f2.jsonl", "v", "duplicate"), ("f3.jsonl", "v", "duplicate")])
+    expected = inline_frame(
+        spark, FATES, [("f1.jsonl", "v", "on_time"), ("f2.jsonl", "v", "duplicate"), ("f3.jsonl", "v", "duplicate")]
+    )
     assertDataFrameEqual(fates(spark, rows), expected)
 
 
@@ -306,10 +363,18 @@ def test_a_late_duplicate_is_labelled_duplicate(spark):
 
 # --- first_copies ----------------------------------------------------------------------------------
 
+
 def test_first_copies_keeps_the_copy_from_the_earliest_source_file(spark):
     schema = "event_id string, source_file string, value string, plate_hash string"
-    events = inline_frame(spark, schema, [
-        ("e-1", "f2.jsonl", "v", "second-copy"), ("e-1", "f1.jsonl", "v", "first-copy"), ("e-2", "f2.jsonl", "w", None)])
+    events = inline_frame(
+        spark,
+        schema,
+        [
+            ("e-1", "f2.jsonl", "v", "second-copy"),
+            ("e-1", "f1.jsonl", "v", "first-copy"),
+            ("e-2", "f2.jsonl", "w", None),
+        ],
+    )
     expected = inline_frame(spark, schema, [("e-1", "f1.jsonl", "v", "first-copy"), ("e-2", "f2.jsonl", "w", None)])
     assertDataFrameEqual(tx.first_copies(events, PIPELINE), expected)
 
@@ -317,37 +382,58 @@ def test_first_copies_keeps_the_copy_from_the_earliest_source_file(spark):
 # --- aggregate_metrics -----------------------------------------------------------------------------
 
 EVENTS = "window_start timestamp, window_end timestamp, bridge_id string, vehicle_type string, toll_amount decimal(9,2)"
-GOLD = T.StructType([
-    T.StructField("window_start", T.TimestampType()), T.StructField("window_end", T.TimestampType()),
-    T.StructField("bridge_id", T.StringType()), T.StructField("vehicle_type", T.StringType()),
-    T.StructField("vehicles", T.LongType()), T.StructField("revenue", T.DecimalType(18, 2)),
-])
+GOLD = T.StructType(
+    [
+        T.StructField("window_start", T.TimestampType()),
+        T.StructField("window_end", T.TimestampType()),
+        T.StructField("bridge_id", T.StringType()),
+        T.StructField("vehicle_type", T.StringType()),
+        T.StructField("vehicles", T.LongType()),
+        T.StructField("revenue", T.DecimalType(18, 2)),
+    ]
+)
 
 
 def test_revenue_is_summed_exactly_to_the_cent(spark):
-    events = inline_frame(spark, EVENTS, [(*W0, "bridge-00", "car", Decimal("0.10")),
-                                          (*W0, "bridge-00", "car", Decimal("0.20"))])
+    events = inline_frame(
+        spark, EVENTS, [(*W0, "bridge-00", "car", Decimal("0.10")), (*W0, "bridge-00", "car", Decimal("0.20"))]
+    )
     expected = inline_frame(spark, GOLD, [(*W0, "bridge-00", "car", 2, Decimal("0.30"))])
     assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE), expected, rtol=0, atol=0)
 
 
 def test_large_revenue_sums_keep_every_cent(spark):
-    events = inline_frame(spark, EVENTS, [(*W0, "bridge-00", "truck", Decimal("999.99"))] * 3
-                          + [(*W0, "bridge-00", "truck", Decimal("0.01"))])
+    events = inline_frame(
+        spark,
+        EVENTS,
+        [(*W0, "bridge-00", "truck", Decimal("999.99"))] * 3 + [(*W0, "bridge-00", "truck", Decimal("0.01"))],
+    )
     expected = inline_frame(spark, GOLD, [(*W0, "bridge-00", "truck", 4, Decimal("2999.98"))])
     assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE), expected, rtol=0, atol=0)
 
 
 def test_metrics_are_computed_per_window_bridge_and_vehicle_type(spark):
-    events = inline_frame(spark, EVENTS, [
-        (*W0, "bridge-00", "car", Decimal("6.00")), (*W0, "bridge-00", "car", Decimal("5.10")),
-        (*W0, "bridge-00", "truck", Decimal("14.25")), (*W0, "bridge-01", "car", Decimal("6.00")),
-        (*W1, "bridge-00", "car", Decimal("6.00")),
-    ])
-    expected = inline_frame(spark, GOLD, [
-        (*W0, "bridge-00", "car", 2, Decimal("11.10")), (*W0, "bridge-00", "truck", 1, Decimal("14.25")),
-        (*W0, "bridge-01", "car", 1, Decimal("6.00")), (*W1, "bridge-00", "car", 1, Decimal("6.00")),
-    ])
+    events = inline_frame(
+        spark,
+        EVENTS,
+        [
+            (*W0, "bridge-00", "car", Decimal("6.00")),
+            (*W0, "bridge-00", "car", Decimal("5.10")),
+            (*W0, "bridge-00", "truck", Decimal("14.25")),
+            (*W0, "bridge-01", "car", Decimal("6.00")),
+            (*W1, "bridge-00", "car", Decimal("6.00")),
+        ],
+    )
+    expected = inline_frame(
+        spark,
+        GOLD,
+        [
+            (*W0, "bridge-00", "car", 2, Decimal("11.10")),
+            (*W0, "bridge-00", "truck", 1, Decimal("14.25")),
+            (*W0, "bridge-01", "car", 1, Decimal("6.00")),
+            (*W1, "bridge-00", "car", 1, Decimal("6.00")),
+        ],
+    )
     assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE), expected, rtol=0, atol=0)
 
 
@@ -357,8 +443,12 @@ def test_aggregate_metrics_returns_the_gold_columns_in_contract_order(spark):
 
 
 def test_event_count_is_added_after_the_gold_columns_on_request(spark):
-    events = inline_frame(spark, EVENTS, [(*W0, "bridge-00", "car", Decimal("6.00")),
-                                          (*W0, "bridge-00", "car", Decimal("6.00"))])
-    expected = inline_frame(spark, T.StructType([*GOLD.fields, T.StructField("events", T.LongType())]),
-                            [(*W0, "bridge-00", "car", 2, Decimal("12.00"), 2)])
+    events = inline_frame(
+        spark, EVENTS, [(*W0, "bridge-00", "car", Decimal("6.00")), (*W0, "bridge-00", "car", Decimal("6.00"))]
+    )
+    expected = inline_frame(
+        spark,
+        T.StructType([*GOLD.fields, T.StructField("events", T.LongType())]),
+        [(*W0, "bridge-00", "car", 2, Decimal("12.00"), 2)],
+    )
     assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE, with_event_count=True), expected, rtol=0, atol=0)

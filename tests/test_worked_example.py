@@ -9,11 +9,11 @@ from decimal import Decimal
 
 from pyspark.sql import functions as F
 
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers.batch import BatchLayer, parse_range
+from lakehouse.layers.speed import run_speed_layer
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.storage.log import LocalLogWriter
-from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.layers.speed import run_speed_layer
 from tests.conftest import RESOURCES
 
 PIPELINE = get_pipeline("toll_traffic")
@@ -36,8 +36,7 @@ def test_straggler_behind_the_watermark_is_late_in_speed_and_counted_by_batch(sp
 
     progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(settings)).orderBy("batch_id").collect()
     assert [(p.on_time, p.late) for p in progress] == [(2, 0), (1, 0), (0, 1)]
-    assert [p.watermark for p in progress] == [None, datetime(2026, 1, 5, 7, 58, 50),
-                                               datetime(2026, 1, 5, 8, 1, 30)]
+    assert [p.watermark for p in progress] == [None, datetime(2026, 1, 5, 7, 58, 50), datetime(2026, 1, 5, 8, 1, 30)]
 
     tables = pipeline_tables(PIPELINE)
     speed = spark.read.format("delta").load(tables.speed.uri(settings)).where(F.col("window_start") == WINDOW)

@@ -10,8 +10,8 @@ import pytest
 from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
-from lakehouse.storage.catalog import ensure_table, pipeline_tables
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.storage.catalog import ensure_table, pipeline_tables
 from lakehouse.storage.writers import append_stamped_once, replace_where, upsert_once
 from tests.conftest import make_settings
 from tests.frames import inline_frame
@@ -41,8 +41,15 @@ def _speed_table(spark, home, hours: range) -> str:
 def _upsert(spark, panes, uri: str, version: int, bounded: bool = True) -> None:
     bounds = panes.agg(F.min("window_end"), F.max("window_end")).first()
     upsert_once(
-        spark, panes, uri, match_columns=["window_start", "window_end", "team"], value_columns=["total_score"],
-        also_set={}, delete_when="is_retraction", app_id="writer-test", version=version,
+        spark,
+        panes,
+        uri,
+        match_columns=["window_start", "window_end", "team"],
+        value_columns=["total_score"],
+        also_set={},
+        delete_when="is_retraction",
+        app_id="writer-test",
+        version=version,
         target_rows=F.col("t.window_end").between(*bounds) if bounded else None,
     )
 
@@ -53,12 +60,16 @@ def _speed_rows(spark, uri: str):
 
 def test_an_upsert_bounded_by_its_rows_window_ends_sets_the_same_rows_as_an_unbounded_one(spark, tmp_path):
     # An old window and new ones; teams updated, added and retracted.
-    panes = inline_frame(spark, PANES, [
-        (hour(0), hour(1), "red", 1, False),  # update of the oldest window
-        (hour(5), hour(6), "blue", None, True),  # retraction
-        (hour(5), hour(6), "green", 7, False),  # a new team in a known window
-        (hour(30), hour(31), "red", 8, False),  # a new window on the next day
-    ])
+    panes = inline_frame(
+        spark,
+        PANES,
+        [
+            (hour(0), hour(1), "red", 1, False),  # update of the oldest window
+            (hour(5), hour(6), "blue", None, True),  # retraction
+            (hour(5), hour(6), "green", 7, False),  # a new team in a known window
+            (hour(30), hour(31), "red", 8, False),  # a new window on the next day
+        ],
+    )
     tables = {}
     for bounded in (False, True):
         uri = _speed_table(spark, tmp_path / f"bounded={bounded}", range(6))
@@ -87,14 +98,20 @@ def test_a_replacement_of_a_range_writes_the_window_date_of_its_rows(spark, tmp_
     settings = make_settings(tmp_path)
     ensure_table(spark, TABLES.batch, settings)
     uri = TABLES.batch.uri(settings)
-    rows = inline_frame(spark, GOLD + ", run_id string, updated_at timestamp",
-                        [(hour(h), hour(h + 1), "red", h, "run", hour(50)) for h in (22, 23, 24)])
+    rows = inline_frame(
+        spark,
+        GOLD + ", run_id string, updated_at timestamp",
+        [(hour(h), hour(h + 1), "red", h, "run", hour(50)) for h in (22, 23, 24)],
+    )
 
     replace_where(rows, uri, f"window_start >= TIMESTAMP'{hour(22)}' AND window_start < TIMESTAMP'{hour(25)}'")
 
     written = spark.read.format("delta").load(uri)
     assert sorted((r["window_date"], r["total_score"]) for r in written.collect()) == [
-        (DAY.date(), 22), (DAY.date(), 23), ((DAY + timedelta(days=1)).date(), 24)]
+        (DAY.date(), 22),
+        (DAY.date(), 23),
+        ((DAY + timedelta(days=1)).date(), 24),
+    ]
     assert spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").first()["partitionColumns"] == ["window_date"]
 
 
@@ -127,8 +144,10 @@ def test_a_read_of_a_window_range_is_pruned_to_the_days_it_covers(spark, tmp_pat
     # filter from the generated column's expression.
     uri = _speed_table(spark, tmp_path, range(72))
 
-    plan = spark.sql(f"EXPLAIN FORMATTED SELECT * FROM delta.`{uri}` "
-                     f"WHERE window_start >= TIMESTAMP'{hour(48)}' AND window_start < TIMESTAMP'{hour(50)}'").first()[0]
+    plan = spark.sql(
+        f"EXPLAIN FORMATTED SELECT * FROM delta.`{uri}` "
+        f"WHERE window_start >= TIMESTAMP'{hour(48)}' AND window_start < TIMESTAMP'{hour(50)}'"
+    ).first()[0]
 
     partition_filters = [line for line in plan.splitlines() if "PartitionFilters" in line]
     assert partition_filters and all("window_date" in line for line in partition_filters), plan
@@ -190,7 +209,8 @@ def _gated(frame, column: str, gates):
 
 @pytest.mark.parametrize("write", ["merge", "replace_where"])
 def test_a_write_that_loses_its_commit_to_a_concurrent_compaction_runs_again_and_lands_once(
-        spark, tmp_path, caplog, write):
+    spark, tmp_path, caplog, write
+):
     # The daily OPTIMIZE runs beside the stream and the batch jobs. Without the retry, Delta refuses
     # the MERGE's (or replaceWhere's) commit with a ConcurrentAppendException and the stream stops.
     uri = _speed_table(spark, tmp_path / "home", range(0, 2))
@@ -201,21 +221,30 @@ def test_a_write_that_loses_its_commit_to_a_concurrent_compaction_runs_again_and
 
     if write == "merge":
         _compaction_during(spark, uri, gates, lambda: _upsert(spark, panes, uri, version=0))
-        expected = [(hour(0), hour(1), "red", 99), (hour(0), hour(1), "blue", 0), (hour(1), hour(2), "red", 10),
-                    (hour(1), hour(2), "blue", 10), (hour(2), hour(3), "red", 20)]
+        expected = [
+            (hour(0), hour(1), "red", 99),
+            (hour(0), hour(1), "blue", 0),
+            (hour(1), hour(2), "red", 10),
+            (hour(1), hour(2), "blue", 10),
+            (hour(2), hour(3), "red", 20),
+        ]
     else:
         day = f"window_start >= '{hour(0)}' AND window_start < '{hour(1)}'"
-        _compaction_during(spark, uri, gates,
-                           lambda: replace_where(panes.drop("is_retraction"), uri, day))
-        expected = [(hour(0), hour(1), "red", 99), (hour(1), hour(2), "red", 10), (hour(1), hour(2), "blue", 10),
-                    (hour(2), hour(3), "red", 20)]
+        _compaction_during(spark, uri, gates, lambda: replace_where(panes.drop("is_retraction"), uri, day))
+        expected = [
+            (hour(0), hour(1), "red", 99),
+            (hour(1), hour(2), "red", 10),
+            (hour(1), hour(2), "blue", 10),
+            (hour(2), hour(3), "red", 20),
+        ]
 
-    assert any("lost a commit race" in record.getMessage() for record in caplog.records), \
+    assert any("lost a commit race" in record.getMessage() for record in caplog.records), (
         "the compaction did not commit inside the write: the test proved nothing"
-    assertDataFrameEqual(spark.read.format("delta").load(uri).select(*SPEED_COLUMNS[:4]),
-                         inline_frame(spark, GOLD, expected))
-    operations = [row.operation for row in
-                  spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").orderBy("version").collect()]
+    )
+    assertDataFrameEqual(
+        spark.read.format("delta").load(uri).select(*SPEED_COLUMNS[:4]), inline_frame(spark, GOLD, expected)
+    )
+    operations = [row.operation for row in spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").orderBy("version").collect()]
     assert operations[-2] == "OPTIMIZE" and operations[-1] in ("MERGE", "WRITE")
 
 
@@ -227,8 +256,10 @@ def test_a_stamped_append_that_may_be_a_replay_skips_a_table_holding_its_stamp(s
     append_stamped_once(inline_frame(spark, rows, [("q", 0, 1), ("q", 0, 2)]), uri, "q", 0)  # a replay
     append_stamped_once(inline_frame(spark, rows, [("q", 1, 3)]), uri, "q", 1)
     append_stamped_once(inline_frame(spark, rows, [("other", 1, 4)]), uri, "other", 1)
-    assertDataFrameEqual(spark.read.format("delta").load(uri),
-                         inline_frame(spark, rows, [("q", 0, 1), ("q", 0, 2), ("q", 1, 3), ("other", 1, 4)]))
+    assertDataFrameEqual(
+        spark.read.format("delta").load(uri),
+        inline_frame(spark, rows, [("q", 0, 1), ("q", 0, 2), ("q", 1, 3), ("other", 1, 4)]),
+    )
 
 
 # -- the batch layer's chunk write: whole window_date partitions, the rest of their days kept ------
@@ -279,15 +310,22 @@ def test_a_change_to_a_kept_row_that_commits_during_a_chunk_write_is_not_undone(
     uri = layer.tables.batch.uri(layer.settings)
     chunk = (hour(20), hour(26))
     gates = (tmp_path / "write-started", tmp_path / "corrected")
-    new = _gated(inline_frame(spark, BATCH, [(hour(h), hour(h + 1), "red", 1000 + h, "new", hour(61))
-                                             for h in range(20, 26)]), "total_score", gates)
+    new = _gated(
+        inline_frame(spark, BATCH, [(hour(h), hour(h + 1), "red", 1000 + h, "new", hour(61)) for h in range(20, 26)]),
+        "total_score",
+        gates,
+    )
     correction = inline_frame(spark, BATCH, [(hour(10), hour(11), "red", 999, "correction", hour(62))])
 
-    _commit_during(gates, lambda: replace_where(*layer._chunk_replacement(new, chunk)),
-                   lambda: replace_where(correction, uri, f"window_start = TIMESTAMP'{hour(10)}' AND team = 'red'"))
+    _commit_during(
+        gates,
+        lambda: replace_where(*layer._chunk_replacement(new, chunk)),
+        lambda: replace_where(correction, uri, f"window_start = TIMESTAMP'{hour(10)}' AND team = 'red'"),
+    )
 
-    assert any("lost a commit race" in record.getMessage() for record in caplog.records), \
+    assert any("lost a commit race" in record.getMessage() for record in caplog.records), (
         "the correction did not commit inside the chunk's write: the test proved nothing"
+    )
     rows = _batch_rows(spark, layer)
     assert rows[(hour(10), "red")] == (999, "correction")
     assert rows[(hour(21), "red")] == (1021, "new") and (hour(21), "blue") not in rows
@@ -301,8 +339,8 @@ def test_table_version_is_the_latest_commit_even_one_made_outside_this_jvm(spark
     from delta.tables import DeltaTable
     from deltalake import write_deltalake
 
-    from lakehouse.storage.catalog import table_version
     from lakehouse.errors import LakehouseError
+    from lakehouse.storage.catalog import table_version
 
     uri = str(tmp_path / "table")
     spark.range(3).write.format("delta").save(uri)

@@ -19,7 +19,6 @@ from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.vocabulary import Cause, Layer, Verdict
 
 
-
 def empty_strings() -> Column:
     return F.array().cast("array<string>")
 
@@ -31,15 +30,20 @@ def grouping(pipeline: Pipeline) -> list[str]:
 def metric_totals(events: DataFrame, pipeline: Pipeline, prefix: str) -> DataFrame:
     """The pipeline's metrics over ``events`` per window and key, as ``<prefix>_<metric>`` columns."""
     return tx.aggregate_metrics(events, pipeline).select(
-        *grouping(pipeline), *[F.col(m).alias(f"{prefix}_{m}") for m in pipeline.metric_names])
+        *grouping(pipeline), *[F.col(m).alias(f"{prefix}_{m}") for m in pipeline.metric_names]
+    )
 
 
-def closed_audited_rows(audited: DataFrame, pipeline: Pipeline, start: datetime, end: datetime,
-                        in_scope: Column, watermark: datetime | None) -> DataFrame:
+def closed_audited_rows(
+    audited: DataFrame, pipeline: Pipeline, start: datetime, end: datetime, in_scope: Column, watermark: datetime | None
+) -> DataFrame:
     """The audited rows of closed windows in the range and scope, their metrics as ``speed_<metric>``."""
     return audited.where(tx.in_window_range(start, end) & in_scope & tx.closed_by(watermark)).select(
-        *grouping(pipeline), *[F.col(m).alias(f"speed_{m}") for m in pipeline.metric_names], "source",
-        F.col("updated_at").alias("row_written_at"))
+        *grouping(pipeline),
+        *[F.col(m).alias(f"speed_{m}") for m in pipeline.metric_names],
+        "source",
+        F.col("updated_at").alias("row_written_at"),
+    )
 
 
 def cause_counts(caused: DataFrame, pipeline: Pipeline) -> DataFrame:
@@ -47,8 +51,9 @@ def cause_counts(caused: DataFrame, pipeline: Pipeline) -> DataFrame:
     return caused.groupBy(*grouping(pipeline)).agg(
         F.count(F.when(F.col("cause") == Cause.LATE, 1)).alias("late_events"),
         F.count(F.when(F.col("cause") == Cause.NOT_YET_READ, 1)).alias("not_yet_read_events"),
-        F.sort_array(F.collect_list(F.when(F.col("cause") == Cause.MISSING, F.col(pipeline.event_id))))
-        .alias("unexplained_event_ids"),
+        F.sort_array(F.collect_list(F.when(F.col("cause") == Cause.MISSING, F.col(pipeline.event_id)))).alias(
+            "unexplained_event_ids"
+        ),
     )
 
 
@@ -75,7 +80,8 @@ def joined_totals(caused: DataFrame, closed_rows: DataFrame, pipeline: Pipeline)
     batch_written = closed_rows.where(F.col("source") == Layer.BATCH).select(*keys, "row_written_at")
     for_batch = caused.join(batch_written, on=keys, how="inner")
     return (
-        metric_totals(caused, pipeline, "truth").join(closed_rows, on=keys, how="full")
+        metric_totals(caused, pipeline, "truth")
+        .join(closed_rows, on=keys, how="full")
         .join(metric_totals(caused.where(F.col("cause") == Cause.ON_TIME), pipeline, "on_time"), on=keys, how="left")
         .join(metric_totals(for_batch.where(in_bronze_before()), pipeline, "bronze_before"), on=keys, how="left")
         .join(metric_totals(for_batch.where(in_log_before()), pipeline, "log_before"), on=keys, how="left")
@@ -92,8 +98,9 @@ def filled(joined: DataFrame, prefix: str, metric: str) -> Column:
 
 def audited_equals(joined: DataFrame, metrics: list[str], prefix: str) -> Column:
     """The audited value equals the ``prefix`` totals in every metric."""
-    return functools.reduce(lambda a, b: a & b, [filled(joined, "speed", m) == filled(joined, prefix, m)
-                                                 for m in metrics])
+    return functools.reduce(
+        lambda a, b: a & b, [filled(joined, "speed", m) == filled(joined, prefix, m) for m in metrics]
+    )
 
 
 def from_batch() -> Column:
@@ -103,19 +110,21 @@ def from_batch() -> Column:
 def explained_by_timing(joined: DataFrame, metrics: list[str]) -> Column:
     """The value equals what its layer could have counted: a speed value its on-time events, a batch
     value the events that had reached bronze (or the log) when it was written."""
-    return (F.when(from_batch(), audited_equals(joined, metrics, "bronze_before")
-                   | audited_equals(joined, metrics, "log_before"))
-            .otherwise(audited_equals(joined, metrics, "on_time")))
+    return F.when(
+        from_batch(), audited_equals(joined, metrics, "bronze_before") | audited_equals(joined, metrics, "log_before")
+    ).otherwise(audited_equals(joined, metrics, "on_time"))
 
 
 def verdict(joined: DataFrame, metrics: list[str]) -> Column:
     """Matched, explained or unexplained. An event the stream read but bronze lost is unexplained even
     where the totals still agree."""
     no_missing = F.size(F.coalesce(F.col("unexplained_event_ids"), F.array())) == 0
-    return (F.when(~no_missing, F.lit(Verdict.UNEXPLAINED))
-            .when(audited_equals(joined, metrics, "truth"), F.lit(Verdict.MATCHED))
-            .when(explained_by_timing(joined, metrics), F.lit(Verdict.EXPLAINED))
-            .otherwise(F.lit(Verdict.UNEXPLAINED)))
+    return (
+        F.when(~no_missing, F.lit(Verdict.UNEXPLAINED))
+        .when(audited_equals(joined, metrics, "truth"), F.lit(Verdict.MATCHED))
+        .when(explained_by_timing(joined, metrics), F.lit(Verdict.EXPLAINED))
+        .otherwise(F.lit(Verdict.UNEXPLAINED))
+    )
 
 
 def late_events() -> Column:
@@ -129,19 +138,24 @@ def unread_events() -> Column:
 def causes(joined: DataFrame, metrics: list[str]) -> Column:
     """What the speed layer left out, by cause; a batch row's events are judged by their timing."""
     batch_causes = F.when(explained_by_timing(joined, metrics), F.array(F.lit(Cause.ARRIVED_AFTER_BATCH))).otherwise(
-        empty_strings())
-    speed_causes = F.filter(F.array(
-        F.when(late_events() > 0, F.lit(Cause.LATE)),
-        F.when(unread_events() > 0, F.lit(Cause.NOT_YET_READ)),
-        F.when((late_events() > 0) & F.col("corrected"), F.lit(Cause.CORRECTED)),
-    ), lambda cause: cause.isNotNull())
+        empty_strings()
+    )
+    speed_causes = F.filter(
+        F.array(
+            F.when(late_events() > 0, F.lit(Cause.LATE)),
+            F.when(unread_events() > 0, F.lit(Cause.NOT_YET_READ)),
+            F.when((late_events() > 0) & F.col("corrected"), F.lit(Cause.CORRECTED)),
+        ),
+        lambda cause: cause.isNotNull(),
+    )
     return F.when(from_batch(), batch_causes).otherwise(speed_causes)
 
 
 def after_batch_events(joined: DataFrame, metrics: list[str]) -> Column:
     """For a batch row: events that arrived after it was computed (counted by the source it matches)."""
     counted = F.when(audited_equals(joined, metrics, "bronze_before"), F.col("after_bronze_batch_events")).otherwise(
-        F.col("after_log_batch_events"))
+        F.col("after_log_batch_events")
+    )
     return F.when(from_batch(), F.coalesce(counted, F.lit(0))).otherwise(F.lit(0))
 
 
@@ -151,9 +165,18 @@ def metric_map(joined: DataFrame, metrics: list[str], prefix: str) -> Column:
 
 def residual(joined: DataFrame, metrics: list[str]) -> Column:
     """By how much the value differs from what its layer counted: a hand-edited value shows here."""
-    return F.create_map(*[part for m in metrics for part in (F.lit(m), F.when(
-        from_batch(), filled(joined, "speed", m) - filled(joined, "bronze_before", m)).otherwise(
-        filled(joined, "speed", m) - filled(joined, "on_time", m)).cast("string"))])
+    return F.create_map(
+        *[
+            part
+            for m in metrics
+            for part in (
+                F.lit(m),
+                F.when(from_batch(), filled(joined, "speed", m) - filled(joined, "bronze_before", m))
+                .otherwise(filled(joined, "speed", m) - filled(joined, "on_time", m))
+                .cast("string"),
+            )
+        ]
+    )
 
 
 def with_corrections(joined: DataFrame, corrected: DataFrame | None, pipeline: Pipeline) -> DataFrame:
@@ -162,10 +185,14 @@ def with_corrections(joined: DataFrame, corrected: DataFrame | None, pipeline: P
     if corrected is None:
         return joined.withColumn("corrected", F.lit(False))
     key_json = F.to_json(F.create_map(*[part for k in pipeline.keys for part in (F.lit(k), F.col(k).cast("string"))]))
-    return (joined.withColumn("_key_json", key_json)
-            .join(corrected.withColumn("corrected", F.lit(True)), on=["window_start", "window_end", "_key_json"],
-                  how="left")
-            .withColumn("corrected", F.coalesce("corrected", F.lit(False))).drop("_key_json"))
+    return (
+        joined.withColumn("_key_json", key_json)
+        .join(
+            corrected.withColumn("corrected", F.lit(True)), on=["window_start", "window_end", "_key_json"], how="left"
+        )
+        .withColumn("corrected", F.coalesce("corrected", F.lit(False)))
+        .drop("_key_json")
+    )
 
 
 def per_window_verdicts(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
@@ -173,13 +200,16 @@ def per_window_verdicts(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
     metrics, keys = pipeline.metric_names, list(pipeline.keys)
     status = verdict(joined, metrics)
     return joined.select(
-        "window_start", "window_end",
+        "window_start",
+        "window_end",
         F.create_map(*[part for k in keys for part in (F.lit(k), F.col(k))]).alias("key"),
         status.alias("status"),
         F.when(status == Verdict.MATCHED, empty_strings()).otherwise(causes(joined, metrics)).alias("causes"),
-        metric_map(joined, metrics, "truth").alias("truth"), metric_map(joined, metrics, "speed").alias("speed"),
+        metric_map(joined, metrics, "truth").alias("truth"),
+        metric_map(joined, metrics, "speed").alias("speed"),
         F.coalesce(F.col("source"), F.lit(Layer.SPEED)).alias("source"),
-        late_events().alias("late_events"), unread_events().alias("not_yet_read_events"),
+        late_events().alias("late_events"),
+        unread_events().alias("not_yet_read_events"),
         after_batch_events(joined, metrics).cast("long").alias("after_batch_events"),
         F.coalesce("unexplained_event_ids", empty_strings()).alias("unexplained_event_ids"),
         residual(joined, metrics).alias("speed_minus_on_time"),

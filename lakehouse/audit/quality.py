@@ -20,19 +20,19 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.storage.catalog import DATA_QUALITY, ensure_table, pipeline_tables
-from lakehouse.errors import LakehouseError
-from lakehouse.storage.frames import literal_frame
 from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.dataflow.pipelines.row_rules import BRONZE, EXPECTATIONS_DIR, GOLD, RAW_EVENTS, load_suite, suite_path
+from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import PROJECT_ROOT, Settings, local_path
-from lakehouse.dataflow.pipelines.row_rules import BRONZE, EXPECTATIONS_DIR, GOLD, RAW_EVENTS, load_suite, suite_path
+from lakehouse.storage.catalog import DATA_QUALITY, ensure_table, pipeline_tables
+from lakehouse.storage.frames import literal_frame
 
 DATA_SOURCE = "lakehouse"
 DOCS_SITE = "lakehouse"
@@ -65,7 +65,9 @@ class SuiteOutcome:
 def failure_text(outcome: ExpectationOutcome) -> str:
     """What went wrong, in a few words: rows that broke it, or the value GX observed."""
     if outcome.unexpected_count is not None:
-        return f"{outcome.name}: {outcome.unexpected_count} unexpected row{'s' if outcome.unexpected_count != 1 else ''}"
+        return (
+            f"{outcome.name}: {outcome.unexpected_count} unexpected row{'s' if outcome.unexpected_count != 1 else ''}"
+        )
     return f"{outcome.name}: observed {outcome.observed.strip(chr(34)) or 'nothing'}"
 
 
@@ -157,8 +159,11 @@ def _outcome(result) -> ExpectationOutcome:
     details = result.result or {}
     observed = details.get("observed_value")
     return ExpectationOutcome(
-        name=_expectation_name(config), expectation_type=config["type"], success=bool(result.success),
-        element_count=details.get("element_count"), unexpected_count=details.get("unexpected_count"),
+        name=_expectation_name(config),
+        expectation_type=config["type"],
+        success=bool(result.success),
+        element_count=details.get("element_count"),
+        unexpected_count=details.get("unexpected_count"),
         observed="" if observed is None else json.dumps(observed, default=str),
     )
 
@@ -168,11 +173,13 @@ def validate_frame(context, suite_file: Path, asset_name: str, frame: DataFrame,
     import great_expectations as gx
 
     suite = _suite(context, suite_file)
-    definition = gx.ValidationDefinition(name=f"{asset_name}:{suite.name}", data=_batch_definition(context, asset_name),
-                                         suite=suite)
+    definition = gx.ValidationDefinition(
+        name=f"{asset_name}:{suite.name}", data=_batch_definition(context, asset_name), suite=suite
+    )
     definition = context.validation_definitions.add_or_update(definition)
-    return definition.run(batch_parameters={"dataframe": frame}, expectation_parameters=parameters or {},
-                          result_format="SUMMARY")
+    return definition.run(
+        batch_parameters={"dataframe": frame}, expectation_parameters=parameters or {}, result_format="SUMMARY"
+    )
 
 
 def _validation_page(settings: Settings, suite_name: str, asset_name: str, result) -> str:
@@ -187,8 +194,9 @@ def freshness_floor(newest_event_time: datetime | None, suite: dict) -> datetime
     return (newest_event_time or datetime(1970, 1, 1)) - tolerance
 
 
-def audit_frames(spark: SparkSession, settings: Settings, pipeline: Pipeline, pins: dict[str, str],
-                 start: datetime, end: datetime) -> dict[str, tuple[str, str, DataFrame]]:
+def audit_frames(
+    spark: SparkSession, settings: Settings, pipeline: Pipeline, pins: dict[str, str], start: datetime, end: datetime
+) -> dict[str, tuple[str, str, DataFrame]]:
     """Per suite layer: (table, version, the rows of the range at the pinned version)."""
     tables = pipeline_tables(pipeline)
 
@@ -199,7 +207,8 @@ def audit_frames(spark: SparkSession, settings: Settings, pipeline: Pipeline, pi
     # Bronze is partitioned by event date: the date bounds prune it to the files of the range.
     bronze = at(tables.bronze, pins["bronze"]).where(
         F.col("event_date").between(F.lit(start.date()), F.lit((end + window).date()))
-        & (F.col(pipeline.event_time) >= F.lit(start)) & (F.col(pipeline.event_time) < F.lit(end + window))
+        & (F.col(pipeline.event_time) >= F.lit(start))
+        & (F.col(pipeline.event_time) < F.lit(end + window))
     )
     speed = at(tables.speed, pins["speed"]).where(
         (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
@@ -211,9 +220,18 @@ def audit_frames(spark: SparkSession, settings: Settings, pipeline: Pipeline, pi
     }
 
 
-def validate_audit(spark: SparkSession, settings: Settings, pipeline: Pipeline, run_id: str, pins: dict[str, str],
-                   start: datetime, end: datetime, newest_event_time: datetime | None,
-                   expectations_dir: Path = EXPECTATIONS_DIR, record: bool = True) -> QualityResult:
+def validate_audit(
+    spark: SparkSession,
+    settings: Settings,
+    pipeline: Pipeline,
+    run_id: str,
+    pins: dict[str, str],
+    start: datetime,
+    end: datetime,
+    newest_event_time: datetime | None,
+    expectations_dir: Path = EXPECTATIONS_DIR,
+    record: bool = True,
+) -> QualityResult:
     """Validate every suite the pipeline has, record the outcomes, and rebuild the Data Docs."""
     context = gx_context(settings)
     outcomes: list[SuiteOutcome] = []
@@ -229,9 +247,16 @@ def validate_audit(spark: SparkSession, settings: Settings, pipeline: Pipeline, 
             parameters["fresh_since"] = freshness_floor(newest_event_time, load_suite(path))
         asset, suite_name = f"{pipeline.name}.{layer}", load_suite(path)["name"]
         result = validate_frame(context, path, asset, frame, parameters)
-        outcomes.append(SuiteOutcome(suite=suite_name, table=table, table_version=version,
-                                     success=bool(result.success), expectations=[_outcome(r) for r in result.results],
-                                     page=_validation_page(settings, suite_name, asset, result)))
+        outcomes.append(
+            SuiteOutcome(
+                suite=suite_name,
+                table=table,
+                table_version=version,
+                success=bool(result.success),
+                expectations=[_outcome(r) for r in result.results],
+                page=_validation_page(settings, suite_name, asset, result),
+            )
+        )
     for _, _, frame in frames.values():
         frame.unpersist()
     context.build_data_docs(site_names=[DOCS_SITE])
@@ -241,29 +266,45 @@ def validate_audit(spark: SparkSession, settings: Settings, pipeline: Pipeline, 
     return quality
 
 
-def record_quality(spark: SparkSession, settings: Settings, pipeline: Pipeline, run_id: str,
-                   quality: QualityResult) -> None:
+def record_quality(
+    spark: SparkSession, settings: Settings, pipeline: Pipeline, run_id: str, quality: QualityResult
+) -> None:
     ensure_table(spark, DATA_QUALITY, settings)
-    now = datetime.now(timezone.utc)
+    now = datetime.now(UTC)
     rows = [
-        {"run_id": run_id, "pipeline": pipeline.name, "suite": suite.suite, "table_name": suite.table,
-         "table_version": int(suite.table_version), "suite_success": suite.success, "expectation": e.name,
-         "expectation_type": e.expectation_type, "success": e.success, "element_count": e.element_count,
-         "unexpected_count": e.unexpected_count, "observed_value": e.observed, "data_docs": quality.data_docs,
-         "validated_at": now}
-        for suite in quality.suites for e in suite.expectations
+        {
+            "run_id": run_id,
+            "pipeline": pipeline.name,
+            "suite": suite.suite,
+            "table_name": suite.table,
+            "table_version": int(suite.table_version),
+            "suite_success": suite.success,
+            "expectation": e.name,
+            "expectation_type": e.expectation_type,
+            "success": e.success,
+            "element_count": e.element_count,
+            "unexpected_count": e.unexpected_count,
+            "observed_value": e.observed,
+            "data_docs": quality.data_docs,
+            "validated_at": now,
+        }
+        for suite in quality.suites
+        for e in suite.expectations
     ]
     if rows:
         literal_frame(spark, DATA_QUALITY.columns, rows).write.format("delta").mode("append").save(
-            DATA_QUALITY.uri(settings))
+            DATA_QUALITY.uri(settings)
+        )
 
 
 def render_quality(quality: QualityResult) -> str:
     lines = [f"data quality: {'all suites pass' if quality.ok else 'FAILED'}; Data Docs at {quality.data_docs}"]
     for suite in quality.suites:
         passed = sum(e.success for e in suite.expectations)
-        lines.append(f"  {suite.suite:<28} {'pass' if suite.success else 'FAIL'}  {passed}/{len(suite.expectations)} "
-                     f"expectations on {suite.table}@v{suite.table_version}")
+        lines.append(
+            f"  {suite.suite:<28} {'pass' if suite.success else 'FAIL'}  {passed}/{len(suite.expectations)} "
+            f"expectations on {suite.table}@v{suite.table_version}"
+        )
         for failed in suite.failed:
             lines.append(f"    FAILED {failure_text(failed)} ({failed.expectation_type})")
     return "\n".join(lines)

@@ -17,8 +17,9 @@ written, the rest having ``arrived_after_batch`` (the next correction run folds 
 
 A window and key is **matched** when speed equals the truth, **explained** when the speed value
 equals its on-time events and every other event has an explaining cause, and **unexplained**
-otherwise (or whenever an event is ``missing``), with the event ids that account for it. The audit pins what it read (Delta versions
-and the last log file), so re-running it with the same pins gives the same result.
+otherwise (or whenever an event is ``missing``), with the event ids that account for it. The audit pins
+what it read (Delta versions and the last log file), so re-running it with the same pins gives the same
+result.
 """
 
 from __future__ import annotations
@@ -27,25 +28,35 @@ import dataclasses
 import json
 import time
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.vocabulary import EXPLAINING_CAUSES, AuditTarget, Cause, Layer, Verdict, choices
+from lakehouse import eventtime
 from lakehouse.audit import compare
 from lakehouse.dataflow import transforms as tx
-from lakehouse.storage.catalog import (
-    BATCH_COVERAGE, CORRECTIONS, DIFFERENCES, RECONCILIATIONS, STREAM_PROGRESS, Table, ensure_table, pipeline_tables,
-    require_table, serving_view_sql, table_exists, table_version,
-)
-from lakehouse.errors import LakehouseError
-from lakehouse.storage.frames import literal_frame
-from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write, read_log
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse import eventtime
+from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
+from lakehouse.storage.catalog import (
+    BATCH_COVERAGE,
+    CORRECTIONS,
+    DIFFERENCES,
+    RECONCILIATIONS,
+    STREAM_PROGRESS,
+    Table,
+    ensure_table,
+    pipeline_tables,
+    require_table,
+    serving_view_sql,
+    table_exists,
+    table_version,
+)
+from lakehouse.storage.frames import literal_frame
+from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write, read_log
+from lakehouse.vocabulary import EXPLAINING_CAUSES, AuditTarget, Cause, Layer, Verdict, choices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,9 +94,25 @@ class AuditResult:
     def ok(self) -> bool:
         return not self.unexplained
 
+    @classmethod
+    def from_rows(cls, rows: list, **fields) -> AuditResult:
+        """The result of the per-window verdict rows, counted by verdict and cause; ``fields`` give the rest."""
+        return cls(
+            windows_compared=len(rows),
+            matched=sum(r.status == Verdict.MATCHED for r in rows),
+            explained={
+                cause: sum(r.status == Verdict.EXPLAINED and cause in r.causes for r in rows)
+                for cause in EXPLAINING_CAUSES
+            },
+            unexplained=[r.asDict(recursive=True) for r in rows if r.status == Verdict.UNEXPLAINED],
+            rows=[r.asDict(recursive=True) for r in rows],
+            **fields,
+        )
 
-def current_pins(spark: SparkSession, settings: Settings, pipeline: Pipeline,
-                 arrived_from: datetime | None = None) -> dict[str, str]:
+
+def current_pins(
+    spark: SparkSession, settings: Settings, pipeline: Pipeline, arrived_from: datetime | None = None
+) -> dict[str, str]:
     """The versions of what the audit reads: bronze, the speed table, stream progress, the log.
 
     The log is pinned by the newest write time among the files the audit will read (those that
@@ -123,17 +150,114 @@ def _previous_audit(spark: SparkSession, settings: Settings, pipeline: Pipeline)
     return runs.where(F.col("pipeline") == pipeline.name).orderBy(F.col("started_at").desc()).first()
 
 
-def _changed_windows(spark: SparkSession, table_uri: str, since: str | None, until: str | None,
-                     window_range: Column) -> set[datetime]:
+def _changed_windows(
+    spark: SparkSession, table_uri: str, since: str | None, until: str | None, window_range: Column
+) -> set[datetime]:
     """Window starts in ``window_range`` whose rows changed in versions (since, until] (Change Data Feed)."""
     if until is None:
         return set()
     first = int(since) + 1 if since is not None else 0
     if first > int(until):
         return set()
-    changes = (spark.read.format("delta").option("readChangeFeed", "true")
-               .option("startingVersion", first).option("endingVersion", int(until)).load(table_uri))
+    changes = (
+        spark.read.format("delta")
+        .option("readChangeFeed", "true")
+        .option("startingVersion", first)
+        .option("endingVersion", int(until))
+        .load(table_uri)
+    )
     return {row[0] for row in changes.where(window_range).select("window_start").distinct().collect()}
+
+
+@dataclasses.dataclass(frozen=True)
+class PinnedReads:
+    """What an audit reads, each at the version its pins name: so a re-run with the same pins reads
+    exactly the same rows, whatever was written since."""
+
+    spark: SparkSession
+    settings: Settings
+    pipeline: Pipeline
+    pins: dict[str, str]
+
+    def stream_position(self) -> tuple[datetime | None, DataFrame]:
+        """The speed layer's watermark now, and the log files it has processed."""
+        progress = _at(self.spark, STREAM_PROGRESS, self.settings, self.pins["progress"]).where(
+            F.col("pipeline") == self.pipeline.name
+        )
+        max_event_time = progress.agg(F.max("max_event_time")).first()[0]
+        delay = self.settings.watermark_delay or self.pipeline.watermark_delay
+        lateness = self.settings.allowed_lateness or self.pipeline.allowed_lateness
+        current = eventtime.watermark(max_event_time, parse_duration(delay), parse_duration(lateness))
+        files = progress.select(F.explode("source_files").alias("source_file"))
+        read_files = files.select(_file_name(F.col("source_file")).alias("file_name")).distinct()
+        return current, read_files
+
+    def truth_events(self, start: datetime, end: datetime) -> DataFrame:
+        """First copies of the valid events in windows starting in [start, end), from the pinned log."""
+        pipeline = self.pipeline
+        raw = read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(start))
+        pinned = raw.where(F.col("written_at") <= F.lit(self.pins["log_until"]).cast("timestamp"))
+        events = tx.first_copies(tx.valid_events(tx.parse_events(pinned, pipeline), pipeline), pipeline)
+        return tx.assign_windows(events, pipeline).where(tx.in_window_range(start, end))
+
+    def with_causes(self, events: DataFrame, read_files: DataFrame, start: datetime) -> DataFrame:
+        """Each event's cause, plus when it reached the log (``written_at``) and bronze (``ingested_at``)."""
+        pipeline = self.pipeline
+        bronze = _at(self.spark, pipeline_tables(self.pipeline).bronze, self.settings, self.pins["bronze"]).select(
+            pipeline.event_id, F.col("fate").alias("bronze_fate"), "ingested_at"
+        )
+        read = read_files.withColumn("file_read", F.lit(True))
+        written = literal_frame(
+            self.spark,
+            "file_name string, written_at timestamp",
+            sorted(file_write_times(self.spark, self.settings, pipeline.topic, earliest_arrival_for(start)).items()),
+        )
+        events = events.withColumn("file_name", _file_name(F.col("source_file"))).join(
+            written, on="file_name", how="left"
+        )
+        cause = (
+            F.when(F.col("bronze_fate").isNotNull(), F.col("bronze_fate"))
+            .when(F.coalesce(F.col("file_read"), F.lit(False)), F.lit(Cause.MISSING))
+            .otherwise(F.lit(Cause.NOT_YET_READ))
+        )
+        return (
+            events.join(bronze, on=pipeline.event_id, how="left")
+            .join(read, on="file_name", how="left")
+            .withColumn("cause", cause)
+        )
+
+    def audited_rows(self, target: str) -> DataFrame:
+        """What the audit checks, at the pins: gold columns plus ``source`` and ``updated_at``."""
+        speed = _at(self.spark, pipeline_tables(self.pipeline).speed, self.settings, self.pins["speed"])
+        if target == AuditTarget.SPEED:
+            return speed.select(*self.pipeline.gold_columns, F.lit(Layer.SPEED).alias("source"), "updated_at")
+        batch = (
+            _at(self.spark, pipeline_tables(self.pipeline).batch, self.settings, self.pins["batch"])
+            if "batch" in self.pins
+            else literal_frame(self.spark, pipeline_tables(self.pipeline).batch.columns, [])
+        )
+        coverage = (
+            _at(self.spark, BATCH_COVERAGE, self.settings, self.pins["coverage"])
+            if "coverage" in self.pins
+            else literal_frame(self.spark, BATCH_COVERAGE.columns, [])
+        )
+        # The serving view's own definition, over temporary views of the pinned versions.
+        names = {part: f"audit_{self.pipeline.name}_{part}" for part in ("speed", "batch", "coverage")}
+        for part, frame in (("speed", speed), ("batch", batch), ("coverage", coverage)):
+            frame.createOrReplaceTempView(names[part])
+        served = self.spark.sql(serving_view_sql(self.pipeline, **names))
+        return served.select(*self.pipeline.gold_columns, "source", "updated_at")
+
+    def corrected(self) -> DataFrame | None:
+        """The (window, key) rows a correction run has recomputed, as of the pins; None before any."""
+        if "corrections" not in self.pins:
+            return None
+        return (
+            _at(self.spark, CORRECTIONS, self.settings, self.pins["corrections"])
+            .where((F.col("pipeline") == self.pipeline.name) & (F.col("change") == "insert"))
+            .select("window_start", "window_end", F.to_json("key").alias("_key_json"))
+            .distinct()
+        )
 
 
 class Auditor:
@@ -141,43 +265,48 @@ class Auditor:
         self.spark, self.settings, self.pipeline = spark, settings, pipeline
         self.tables = pipeline_tables(pipeline)
 
-    def reconcile(self, start: datetime, end: datetime, pins: dict[str, str] | None = None,
-                  record: bool = True, incremental: bool = False, target: str = AuditTarget.SPEED) -> AuditResult:
+    def reconcile(
+        self,
+        start: datetime,
+        end: datetime,
+        pins: dict[str, str] | None = None,
+        record: bool = True,
+        incremental: bool = False,
+        target: str = AuditTarget.SPEED,
+    ) -> AuditResult:
         """Audit the closed windows starting in ``[start, end)``; ``incremental``: only those changed
-        since the previous audit (see :meth:`_changed_since_previous_audit`); ``target``: the speed
+        since the previous audit (see :meth:`_scope`); ``target``: the speed
         table or the serving view."""
-        if target not in choices(AuditTarget):
-            raise LakehouseError(f"unknown audit target {target!r}: one of {', '.join(AuditTarget)}")
-        if self.pipeline.window.is_session:
-            raise LakehouseError(f"{self.pipeline.name} has session windows; the audit compares fixed windows "
-                                 "(audit the pipeline it is a variant of)")
         started = time.time()
-        pins = pins or current_pins(self.spark, self.settings, self.pipeline, earliest_arrival_for(start))
-        missing_pins = {"bronze", "speed", "progress", "log_until"} - set(pins)
-        if missing_pins:
-            raise LakehouseError(f"pins lack {', '.join(sorted(missing_pins))}")
-        watermark, read_files = self._stream_position(pins)
-        scope = (self._changed_since_previous_audit(pins, start, end, watermark) if incremental
-                 else Scope("full", {}, F.lit(True), None, start))
-        truth_events = self._truth_events(scope.start, end, pins).where(scope.windows)
+        pins = self._checked_pins(target, pins, start)
+        reads = PinnedReads(self.spark, self.settings, self.pipeline, pins)
+        watermark, read_files = reads.stream_position()
+        scope = self._scope(pins, start, end, watermark, incremental)
+        truth_events = reads.truth_events(scope.start, end).where(scope.windows)
         # Parsed once: the open-window count, the comparison and the recorded differences share it.
-        caused = self._with_causes(truth_events, pins, read_files, scope.start).persist()
+        caused = reads.with_causes(truth_events, read_files, scope.start).persist()
         closed = tx.closed_by(watermark)
-        audited = self._audited_rows(target, pins)
-        per_key = self._compare(caused.where(closed), audited, pins, scope.start, end, watermark,
-                                scope.windows).persist()
-        open_windows = caused.where(~closed).select("window_start", *self.pipeline.keys).distinct().count()
-        rows = per_key.collect()
-        newest_event_time = caused.agg(F.max(self.pipeline.event_time)).first()[0]
-        result = AuditResult(
-            run_id=str(uuid.uuid4()), pins=pins, watermark=watermark, windows_compared=len(rows),
-            open_windows=open_windows, matched=sum(r.status == Verdict.MATCHED for r in rows),
-            explained={cause: sum(r.status == Verdict.EXPLAINED and cause in r.causes for r in rows)
-                       for cause in EXPLAINING_CAUSES},
-            unexplained=[r.asDict(recursive=True) for r in rows if r.status == Verdict.UNEXPLAINED],
-            pipeline=self.pipeline.name, range_start=start, range_end=end, newest_event_time=newest_event_time,
-            rows=[r.asDict(recursive=True) for r in rows], mode=scope.mode, changes_since=scope.since,
-            changed_windows=scope.changed_windows, target=target,
+        closed_rows = compare.closed_audited_rows(
+            reads.audited_rows(target), self.pipeline, scope.start, end, scope.windows, watermark
+        )
+        joined = compare.with_corrections(
+            compare.joined_totals(caused.where(closed), closed_rows, self.pipeline), reads.corrected(), self.pipeline
+        )
+        per_key = compare.per_window_verdicts(joined, self.pipeline).persist()
+        result = AuditResult.from_rows(
+            per_key.collect(),
+            run_id=str(uuid.uuid4()),
+            pins=pins,
+            watermark=watermark,
+            pipeline=self.pipeline.name,
+            open_windows=caused.where(~closed).select("window_start", *self.pipeline.keys).distinct().count(),
+            range_start=start,
+            range_end=end,
+            newest_event_time=caused.agg(F.max(self.pipeline.event_time)).first()[0],
+            mode=scope.mode,
+            changes_since=scope.since,
+            changed_windows=scope.changed_windows,
+            target=target,
         )
         if record:
             record_audit(self.spark, self.settings, result, per_key.where(F.col("status") != Verdict.MATCHED), started)
@@ -185,9 +314,27 @@ class Auditor:
         caused.unpersist()
         return result
 
-    def _changed_since_previous_audit(self, pins, start: datetime, end: datetime, watermark) -> Scope:
-        """Windows whose speed or batch rows changed since the previous audit, plus those the watermark
-        closed since then (an unchanged window that was open then was never compared)."""
+    def _checked_pins(self, target: str, pins: dict[str, str] | None, start: datetime) -> dict[str, str]:
+        """The pins to read at (the current versions unless given), once the request is known to be valid."""
+        if target not in choices(AuditTarget):
+            raise LakehouseError(f"unknown audit target {target!r}: one of {', '.join(AuditTarget)}")
+        if self.pipeline.window.is_session:
+            raise LakehouseError(
+                f"{self.pipeline.name} has session windows; the audit compares fixed windows "
+                "(audit the pipeline it is a variant of)"
+            )
+        pins = pins or current_pins(self.spark, self.settings, self.pipeline, earliest_arrival_for(start))
+        missing_pins = {"bronze", "speed", "progress", "log_until"} - set(pins)
+        if missing_pins:
+            raise LakehouseError(f"pins lack {', '.join(sorted(missing_pins))}")
+        return pins
+
+    def _scope(self, pins, start: datetime, end: datetime, watermark, incremental: bool) -> Scope:
+        """Every window of the range; or, ``incremental``, the windows whose speed or batch rows changed
+        since the previous audit, plus those the watermark closed since then (an unchanged window that
+        was open then was never compared)."""
+        if not incremental:
+            return Scope("full", {}, F.lit(True), None, start)
         previous = _previous_audit(self.spark, self.settings, self.pipeline)
         if previous is None:
             return Scope("incremental", {}, F.lit(True), None, start)
@@ -201,92 +348,14 @@ class Auditor:
         # The log holding those windows arrived no earlier than the earliest of them: read from there.
         earliest = [*changed, *([previous.watermark - self.pipeline.window.size_delta] if previous.watermark else [])]
         scoped_start = max(start, min(earliest)) if earliest and previous.watermark else start
-        return Scope("incremental", {k: since[k] for k in ("speed", "batch") if k in since}, windows,
-                     len(changed), scoped_start)
-
-    def _stream_position(self, pins) -> tuple[datetime | None, DataFrame]:
-        """The speed layer's watermark now, and the log files it has processed."""
-        progress = _at(self.spark, STREAM_PROGRESS, self.settings, pins["progress"]).where(
-            F.col("pipeline") == self.pipeline.name
-        )
-        max_event_time = progress.agg(F.max("max_event_time")).first()[0]
-        delay = self.settings.watermark_delay or self.pipeline.watermark_delay
-        lateness = self.settings.allowed_lateness or self.pipeline.allowed_lateness
-        current = eventtime.watermark(max_event_time, parse_duration(delay), parse_duration(lateness))
-        files = progress.select(F.explode("source_files").alias("source_file"))
-        read_files = files.select(_file_name(F.col("source_file")).alias("file_name")).distinct()
-        return current, read_files
-
-    def _truth_events(self, start: datetime, end: datetime, pins) -> DataFrame:
-        """First copies of the valid events in windows starting in [start, end), from the pinned log."""
-        pipeline = self.pipeline
-        raw = read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(start))
-        pinned = raw.where(F.col("written_at") <= F.lit(pins["log_until"]).cast("timestamp"))
-        events = tx.first_copies(tx.valid_events(tx.parse_events(pinned, pipeline), pipeline), pipeline)
-        return tx.assign_windows(events, pipeline).where(tx.in_window_range(start, end))
-
-    def _with_causes(self, events: DataFrame, pins, read_files: DataFrame, start: datetime) -> DataFrame:
-        """Each event's cause, plus when it reached the log (``written_at``) and bronze (``ingested_at``)."""
-        pipeline = self.pipeline
-        bronze = _at(self.spark, self.tables.bronze, self.settings, pins["bronze"]).select(
-            pipeline.event_id, F.col("fate").alias("bronze_fate"), "ingested_at"
-        )
-        read = read_files.withColumn("file_read", F.lit(True))
-        written = literal_frame(self.spark, "file_name string, written_at timestamp", sorted(
-            file_write_times(self.spark, self.settings, pipeline.topic, earliest_arrival_for(start)).items()))
-        events = events.withColumn("file_name", _file_name(F.col("source_file"))).join(
-            written, on="file_name", how="left")
-        cause = (
-            F.when(F.col("bronze_fate").isNotNull(), F.col("bronze_fate"))
-            .when(F.coalesce(F.col("file_read"), F.lit(False)), F.lit(Cause.MISSING))
-            .otherwise(F.lit(Cause.NOT_YET_READ))
-        )
-        return (
-            events.join(bronze, on=pipeline.event_id, how="left")
-            .join(read, on="file_name", how="left")
-            .withColumn("cause", cause)
-        )
-
-    def _audited_rows(self, target: str, pins) -> DataFrame:
-        """What the audit checks, at the pins: gold columns plus ``source`` and ``updated_at``."""
-        speed = _at(self.spark, self.tables.speed, self.settings, pins["speed"])
-        if target == AuditTarget.SPEED:
-            return speed.select(*self.pipeline.gold_columns, F.lit(Layer.SPEED).alias("source"), "updated_at")
-        batch = (_at(self.spark, self.tables.batch, self.settings, pins["batch"]) if "batch" in pins
-                 else literal_frame(self.spark, self.tables.batch.columns, []))
-        coverage = (_at(self.spark, BATCH_COVERAGE, self.settings, pins["coverage"]) if "coverage" in pins
-                    else literal_frame(self.spark, BATCH_COVERAGE.columns, []))
-        # The serving view's own definition, over temporary views of the pinned versions.
-        names = {part: f"audit_{self.pipeline.name}_{part}" for part in ("speed", "batch", "coverage")}
-        for part, frame in (("speed", speed), ("batch", batch), ("coverage", coverage)):
-            frame.createOrReplaceTempView(names[part])
-        served = self.spark.sql(serving_view_sql(self.pipeline, **names))
-        return served.select(*self.pipeline.gold_columns, "source", "updated_at")
-
-    def _compare(self, caused: DataFrame, audited: DataFrame, pins, start, end, watermark,
-                 in_scope: Column) -> DataFrame:
-        """Per closed window and key: truth, the audited value (column ``speed``: the speed table's or
-        the serving view's), the status and its causes (``lakehouse.audit.compare``)."""
-        closed_rows = compare.closed_audited_rows(audited, self.pipeline, start, end, in_scope, watermark)
-        joined = compare.joined_totals(caused, closed_rows, self.pipeline)
-        return compare.per_window_verdicts(compare.with_corrections(joined, self._corrected(pins), self.pipeline),
-                                           self.pipeline)
-
-    def _corrected(self, pins) -> DataFrame | None:
-        """The (window, key) rows a correction run has recomputed, as of the pins; None before any."""
-        if "corrections" not in pins:
-            return None
-        return (
-            _at(self.spark, CORRECTIONS, self.settings, pins["corrections"])
-            .where((F.col("pipeline") == self.pipeline.name) & (F.col("change") == "insert"))
-            .select("window_start", "window_end", F.to_json("key").alias("_key_json"))
-            .distinct()
+        return Scope(
+            "incremental", {k: since[k] for k in ("speed", "batch") if k in since}, windows, len(changed), scoped_start
         )
 
 
-
-def record_audit(spark: SparkSession, settings: Settings, result: AuditResult, differences: DataFrame,
-             started: float) -> None:
+def record_audit(
+    spark: SparkSession, settings: Settings, result: AuditResult, differences: DataFrame, started: float
+) -> None:
     """Append the run's differences, then its summary row (so a summary row means every difference of
     its run is recorded).
 
@@ -300,25 +369,35 @@ def record_audit(spark: SparkSession, settings: Settings, result: AuditResult, d
     for table in (RECONCILIATIONS, DIFFERENCES):
         ensure_table(spark, table, settings)
     run = {
-        "run_id": result.run_id, "pipeline": result.pipeline, "range_start": result.range_start, "range_end": result.range_end,
-        "pins": result.pins, "watermark": result.watermark, "windows_compared": result.windows_compared,
-        "open_windows": result.open_windows, "matched": result.matched,
-        "explained_late": result.explained[Cause.LATE], "explained_not_yet_read": result.explained[Cause.NOT_YET_READ],
+        "run_id": result.run_id,
+        "pipeline": result.pipeline,
+        "range_start": result.range_start,
+        "range_end": result.range_end,
+        "pins": result.pins,
+        "watermark": result.watermark,
+        "windows_compared": result.windows_compared,
+        "open_windows": result.open_windows,
+        "matched": result.matched,
+        "explained_late": result.explained[Cause.LATE],
+        "explained_not_yet_read": result.explained[Cause.NOT_YET_READ],
         "explained_corrected": result.explained[Cause.CORRECTED],
-        "explained_after_batch": result.explained[Cause.ARRIVED_AFTER_BATCH], "target": result.target,
-        "unexplained": len(result.unexplained), "mode": result.mode, "changes_since": result.changes_since,
-        "changed_windows": result.changed_windows, "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
+        "explained_after_batch": result.explained[Cause.ARRIVED_AFTER_BATCH],
+        "target": result.target,
+        "unexplained": len(result.unexplained),
+        "mode": result.mode,
+        "changes_since": result.changes_since,
+        "changed_windows": result.changed_windows,
+        "started_at": datetime.fromtimestamp(started, tz=UTC),
         "duration_ms": int((time.time() - started) * 1000),
     }
-    differences.withColumns({"run_id": F.lit(result.run_id), "pipeline": F.lit(result.pipeline)}) \
-        .select(DIFFERENCES.columns.fieldNames()).write.format("delta").mode("append") \
-        .option("mergeSchema", "true").save(DIFFERENCES.uri(settings))
+    differences.withColumns({"run_id": F.lit(result.run_id), "pipeline": F.lit(result.pipeline)}).select(
+        DIFFERENCES.columns.fieldNames()
+    ).write.format("delta").mode("append").option("mergeSchema", "true").save(DIFFERENCES.uri(settings))
     # The summary row last: a reconciliation row means its differences are all recorded.
     # mergeSchema: a table made before the incremental mode gains its columns on the first write.
-    literal_frame(spark, RECONCILIATIONS.columns, [run]).write.format("delta").mode("append") \
-        .option("mergeSchema", "true").save(
-        RECONCILIATIONS.uri(settings)
-    )
+    literal_frame(spark, RECONCILIATIONS.columns, [run]).write.format("delta").mode("append").option(
+        "mergeSchema", "true"
+    ).save(RECONCILIATIONS.uri(settings))
 
 
 AUDITED = {AuditTarget.SPEED: "the speed table", AuditTarget.SERVING: "the serving view"}
@@ -326,13 +405,18 @@ AUDITED = {AuditTarget.SPEED: "the speed table", AuditTarget.SERVING: "the servi
 
 def render_audit(result: AuditResult) -> str:
     lines = [
-        f"audit {result.run_id} of {AUDITED[result.target]}: {result.windows_compared} closed (window, key) rows compared, "
+        f"audit {result.run_id} of {AUDITED[result.target]}: "
+        f"{result.windows_compared} closed (window, key) rows compared, "
         f"{result.open_windows} still open (watermark {result.watermark})",
         f"  matched          {result.matched}",
         f"  explained late   {result.explained[Cause.LATE]}",
         f"    of which already corrected {result.explained[Cause.CORRECTED]}",
         f"  explained unread {result.explained[Cause.NOT_YET_READ]}",
-        *([f"  explained after batch {result.explained[Cause.ARRIVED_AFTER_BATCH]}"] if result.target == AuditTarget.SERVING else []),
+        *(
+            [f"  explained after batch {result.explained[Cause.ARRIVED_AFTER_BATCH]}"]
+            if result.target == AuditTarget.SERVING
+            else []
+        ),
         f"  unexplained      {len(result.unexplained)}",
         f"  pins             {json.dumps(result.pins, sort_keys=True)}",
     ]

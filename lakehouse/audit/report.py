@@ -18,16 +18,27 @@ from pathlib import Path
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.audit.reconcile import AuditResult
-from lakehouse.vocabulary import AuditTarget, Cause, Fate, Layer
-from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, table_exists
-from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.audit.quality import QualityResult, failure_text
+from lakehouse.audit.reconcile import AuditResult
+from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.settings import Settings
+from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, table_exists
+from lakehouse.vocabulary import AuditTarget, Cause, Fate, Layer
 
-CAUSE_COLOURS = {Cause.LATE: "#d97706", Cause.NOT_YET_READ: "#2563eb", Cause.ARRIVED_AFTER_BATCH: "#7c3aed", "unexplained": "#dc2626"}
-DELAY_BUCKETS = ((60, "< 1 min"), (120, "1-2 min"), (300, "2-5 min"), (600, "5-10 min"), (1800, "10-30 min"),
-                 (None, ">= 30 min"))
+CAUSE_COLOURS = {
+    Cause.LATE: "#d97706",
+    Cause.NOT_YET_READ: "#2563eb",
+    Cause.ARRIVED_AFTER_BATCH: "#7c3aed",
+    "unexplained": "#dc2626",
+}
+DELAY_BUCKETS = (
+    (60, "< 1 min"),
+    (120, "1-2 min"),
+    (300, "2-5 min"),
+    (600, "5-10 min"),
+    (1800, "10-30 min"),
+    (None, ">= 30 min"),
+)
 
 
 @dataclasses.dataclass
@@ -51,10 +62,13 @@ def gather_inputs(spark: SparkSession, settings: Settings, pipeline: Pipeline, r
     in_range = F.col(pipeline.event_time).between(result.range_start, result.range_end)
     late = at(tables.bronze, "bronze").where((F.col("fate") == Fate.LATE) & in_range)
     frontier = at(STREAM_PROGRESS, "progress").select(
-        "app_id", (F.col("batch_id") + 1).alias("batch_id"), F.col("max_event_time").alias("frontier"))
+        "app_id", (F.col("batch_id") + 1).alias("batch_id"), F.col("max_event_time").alias("frontier")
+    )
     delays = [
-        row[0] for row in late.join(frontier, on=["app_id", "batch_id"], how="left")
-        .select((F.unix_micros("frontier") - F.unix_micros(pipeline.event_time)) / 1e6).collect()
+        row[0]
+        for row in late.join(frontier, on=["app_id", "batch_id"], how="left")
+        .select((F.unix_micros("frontier") - F.unix_micros(pipeline.event_time)) / 1e6)
+        .collect()
         if row[0] is not None
     ]
     reasons: dict[str, int] = {}
@@ -96,17 +110,19 @@ def _chart(windows: list[dict], metric: str, width: int = 960, height: int = 260
         if cause is None:
             continue
         label = f"{w['window_start']:%H:%M} {cause}: truth {w['truth']}, speed {w['speed']}"
-        marks.append(f'<circle cx="{x(i):.1f}" cy="{y(w["speed"]):.1f}" r="4" fill="{CAUSE_COLOURS[cause]}">'
-                     f"<title>{html.escape(label)}</title></circle>")
+        marks.append(
+            f'<circle cx="{x(i):.1f}" cy="{y(w["speed"]):.1f}" r="4" fill="{CAUSE_COLOURS[cause]}">'
+            f"<title>{html.escape(label)}</title></circle>"
+        )
     first, last = windows[0]["window_start"], windows[-1]["window_start"]
     return f"""<svg viewBox="0 0 {width} {height}" role="img" aria-label="{metric} per window, speed vs truth">
   <line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>
   <text x="{pad}" y="{height - 12}" font-size="11">{first:%Y-%m-%d %H:%M}</text>
   <text x="{width - pad}" y="{height - 12}" font-size="11" text-anchor="end">{last:%H:%M}</text>
   <text x="4" y="{pad - 8}" font-size="11">{html.escape(metric)} (max {top})</text>
-  <polyline points="{line('truth')}" fill="none" stroke="#16a34a" stroke-width="2"/>
-  <polyline points="{line('speed')}" fill="none" stroke="#334155" stroke-width="1.5" stroke-dasharray="4 3"/>
-  {''.join(marks)}
+  <polyline points="{line("truth")}" fill="none" stroke="#16a34a" stroke-width="2"/>
+  <polyline points="{line("speed")}" fill="none" stroke="#334155" stroke-width="1.5" stroke-dasharray="4 3"/>
+  {"".join(marks)}
 </svg>"""
 
 
@@ -115,7 +131,9 @@ def _cause_of(window: dict) -> str | None:
         return "unexplained"
     if window["truth"] == window["speed"]:
         return None
-    return next(cause for cause in (Cause.LATE, Cause.ARRIVED_AFTER_BATCH, Cause.NOT_YET_READ) if cause in window["causes"])
+    return next(
+        cause for cause in (Cause.LATE, Cause.ARRIVED_AFTER_BATCH, Cause.NOT_YET_READ) if cause in window["causes"]
+    )
 
 
 def _difference_chart(windows: list[dict], metric: str, width: int = 960, height: int = 200) -> str:
@@ -144,7 +162,7 @@ def _difference_chart(windows: list[dict], metric: str, width: int = 960, height
   <text x="{pad}" y="{height - 12}" font-size="11">{first:%Y-%m-%d %H:%M}</text>
   <text x="{width - pad}" y="{height - 12}" font-size="11" text-anchor="end">{last:%H:%M}</text>
   <text x="4" y="14" font-size="11">truth - speed, {html.escape(metric)}</text>
-  {''.join(bars) or f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no differences</text>'}
+  {"".join(bars) or f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no differences</text>'}
 </svg>"""
 
 
@@ -192,20 +210,26 @@ def _quality_section(quality: QualityResult | None, report_dir: Path | None) -> 
         name = html.escape(suite.suite)
         if suite.page:  # the run's own page: static HTML, readable even where the Data Docs index's CDN is not
             name = f'<a href="{html.escape(_docs_href(suite.page, report_dir))}">{name}</a>'
-        rows.append(f"<tr><td>{name}</td><td>{mark}</td>"
-                    f"<td class=\"num\">{sum(e.success for e in suite.expectations)}/{len(suite.expectations)}</td>"
-                    f"<td>{html.escape(suite.table)} v{suite.table_version}</td><td>{html.escape(failed)}</td></tr>")
+        rows.append(
+            f"<tr><td>{name}</td><td>{mark}</td>"
+            f'<td class="num">{sum(e.success for e in suite.expectations)}/{len(suite.expectations)}</td>'
+            f"<td>{html.escape(suite.table)} v{suite.table_version}</td><td>{html.escape(failed)}</td></tr>"
+        )
     href = html.escape(_docs_href(quality.data_docs, report_dir))
-    return (f"<table><tr><th>suite</th><th></th><th>expectations met</th><th>validated</th><th>failed</th></tr>"
-            f"{''.join(rows)}</table>"
-            f'<p><a href="{href}">Open the Great Expectations Data Docs</a> (every validation, expectation by expectation)</p>')
+    return (
+        f"<table><tr><th>suite</th><th></th><th>expectations met</th><th>validated</th><th>failed</th></tr>"
+        f"{''.join(rows)}</table>"
+        f'<p><a href="{href}">Open the Great Expectations Data Docs</a> '
+        "(every validation, expectation by expectation)</p>"
+    )
 
 
 _STYLE = """
  body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #0f172a; max-width: 1000px; }
  .verdict { font-size: 22px; font-weight: 600; padding: 10px 14px; border-radius: 6px; color: white;
             display: inline-block; margin: 0 8px 8px 0; }
- .good { background: #16a34a; } .alarm { background: #dc2626; } .ok { color: #16a34a; } .bad { color: #dc2626; font-weight: 600; }
+ .good { background: #16a34a; } .alarm { background: #dc2626; }
+ .ok { color: #16a34a; } .bad { color: #dc2626; font-weight: 600; }
  th { text-align: left; font-weight: 600; padding-right: 10px; }
  .why { color: #b91c1c; font-weight: 600; margin: 4px 0; }
  .counts td, table td { padding: 2px 10px 2px 0; } .num { text-align: right; }
@@ -216,38 +240,61 @@ _STYLE = """
 
 def _verdicts(result: AuditResult, quality: QualityResult | None, report_dir: Path | None) -> str:
     """The two verdicts, the reasons behind a failing one, and the link to the Data Docs."""
-    verdict = ("All differences explained" if result.ok
-               else f"{len(result.unexplained)} unexplained difference{'s' if len(result.unexplained) != 1 else ''}")
-    quality_verdict = ("" if quality is None else
-                       f'<div class="verdict {"good" if quality.ok else "alarm"}">'
-                       f'{"Data quality: all suites pass" if quality.ok else "Data quality: suite failed"}</div>')
-    why = [f"{len(result.unexplained)} (window, key) rows differ with no cause: see Unexplained below"] if not result.ok else []
+    verdict = (
+        "All differences explained"
+        if result.ok
+        else f"{len(result.unexplained)} unexplained difference{'s' if len(result.unexplained) != 1 else ''}"
+    )
+    quality_verdict = (
+        ""
+        if quality is None
+        else f'<div class="verdict {"good" if quality.ok else "alarm"}">'
+        f"{'Data quality: all suites pass' if quality.ok else 'Data quality: suite failed'}</div>"
+    )
+    why = (
+        [f"{len(result.unexplained)} (window, key) rows differ with no cause: see Unexplained below"]
+        if not result.ok
+        else []
+    )
     if quality is not None:
-        why += [f"{suite.suite} &rsaquo; {html.escape(failure_text(e))}" for suite in quality.suites for e in suite.failed]
-    why_list = ("<ul class=\"why\">" + "".join(f"<li>{line}</li>" for line in why) + "</ul>") if why else ""
-    docs_link = ("" if quality is None else
-                 f'<p><a href="{html.escape(_docs_href(quality.data_docs, report_dir))}">Data Docs</a> '
-                 "(Great Expectations: every validation, expectation by expectation)</p>")
-    return f"""<div class="verdict {'good' if result.ok else 'alarm'}">{verdict}</div>{quality_verdict}
+        why += [
+            f"{suite.suite} &rsaquo; {html.escape(failure_text(e))}" for suite in quality.suites for e in suite.failed
+        ]
+    why_list = ('<ul class="why">' + "".join(f"<li>{line}</li>" for line in why) + "</ul>") if why else ""
+    docs_link = (
+        ""
+        if quality is None
+        else f'<p><a href="{html.escape(_docs_href(quality.data_docs, report_dir))}">Data Docs</a> '
+        "(Great Expectations: every validation, expectation by expectation)</p>"
+    )
+    return f"""<div class="verdict {"good" if result.ok else "alarm"}">{verdict}</div>{quality_verdict}
 {why_list}{docs_link}"""
 
 
 def _scope(result: AuditResult) -> str:
     if result.mode != "incremental":
         return ""
-    return (f"<p>Incremental: {result.changed_windows if result.changed_windows is not None else 'all'} windows changed "
-            f"since versions <code>{html.escape(json.dumps(result.changes_since))}</code>, plus windows closed since "
-            "the previous audit.</p>")
+    return (
+        f"<p>Incremental: {result.changed_windows if result.changed_windows is not None else 'all'} windows changed "
+        f"since versions <code>{html.escape(json.dumps(result.changes_since))}</code>, plus windows closed since "
+        "the previous audit.</p>"
+    )
 
 
 def _counts(result: AuditResult) -> str:
-    rows = [("closed (window, key) rows compared", result.windows_compared), ("matched", result.matched),
-            ("explained by late events", result.explained[Cause.LATE]),
-            ("&nbsp;&nbsp;of which a correction run has already fixed", result.explained[Cause.CORRECTED]),
-            ("explained by events that reached the log after the batch value was computed",
-             result.explained[Cause.ARRIVED_AFTER_BATCH]),
-            ("explained by files not yet read", result.explained[Cause.NOT_YET_READ]),
-            ("unexplained", len(result.unexplained)), ("still open (after the watermark)", result.open_windows)]
+    rows = [
+        ("closed (window, key) rows compared", result.windows_compared),
+        ("matched", result.matched),
+        ("explained by late events", result.explained[Cause.LATE]),
+        ("&nbsp;&nbsp;of which a correction run has already fixed", result.explained[Cause.CORRECTED]),
+        (
+            "explained by events that reached the log after the batch value was computed",
+            result.explained[Cause.ARRIVED_AFTER_BATCH],
+        ),
+        ("explained by files not yet read", result.explained[Cause.NOT_YET_READ]),
+        ("unexplained", len(result.unexplained)),
+        ("still open (after the watermark)", result.open_windows),
+    ]
     cells = "".join(f'\n <tr><td>{label}</td><td class="num">{count}</td></tr>' for label, count in rows)
     return f'<table class="counts">{cells}\n</table>'
 
@@ -261,12 +308,19 @@ def _unexplained(result: AuditResult, audited: str) -> str:
     )
     if not rows:
         return ""
-    return (f"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>{audited}</th>"
-            f"<th>event ids</th></tr>{rows}</table>")
+    return (
+        f"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>{audited}</th>"
+        f"<th>event ids</th></tr>{rows}</table>"
+    )
 
 
-def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None = None,
-                  quality: QualityResult | None = None, report_dir: Path | None = None) -> str:
+def render_report(
+    result: AuditResult,
+    inputs: ReportInputs,
+    metric: str | None = None,
+    quality: QualityResult | None = None,
+    report_dir: Path | None = None,
+) -> str:
     """The audit as one self-contained HTML page.
 
     Args:
@@ -285,7 +339,8 @@ def render_report(result: AuditResult, inputs: ReportInputs, metric: str | None 
 <title>Audit {html.escape(result.pipeline)} {result.range_start} - {result.range_end}</title>
 <style>{_STYLE}</style></head><body>
 <h1>Audit of {html.escape(result.pipeline)}: {audited}</h1>
-<p>Event-time range [{result.range_start}, {result.range_end}), watermark {result.watermark}. Run <code>{result.run_id}</code>.</p>
+<p>Event-time range [{result.range_start}, {result.range_end}), watermark {result.watermark}.
+Run <code>{result.run_id}</code>.</p>
 {_scope(result)}
 {_verdicts(result, quality, report_dir)}
 {_counts(result)}

@@ -15,8 +15,11 @@ from lakehouse.dataflow.pipelines.base import Pipeline
 
 LAKEHOUSE = Path(__file__).resolve().parents[1]
 # The code that turns inputs into batch rows; a change to any of it changes every fingerprint.
-BATCH_CODE = (LAKEHOUSE / "dataflow" / "transforms.py", LAKEHOUSE / "dataflow" / "fingerprints.py",
-              LAKEHOUSE / "layers" / "batch.py")
+BATCH_CODE = (
+    LAKEHOUSE / "dataflow" / "transforms.py",
+    LAKEHOUSE / "dataflow" / "fingerprints.py",
+    LAKEHOUSE / "layers" / "batch.py",
+)
 
 
 def definition_fingerprint() -> str:

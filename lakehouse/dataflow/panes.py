@@ -20,9 +20,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
-from lakehouse.vocabulary import PaneTiming
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.vocabulary import PaneTiming
 
 PANE_STATE = ("pane_index", "fired")  # per window and key: index of the latest pane, ON_TIME emitted yet
 
@@ -52,7 +52,8 @@ def advance_state(state: DataFrame, panes: DataFrame, pipeline: Pipeline) -> Dat
     keys = window_key(pipeline)
     fired_before = state.select(*keys, F.col("fired").alias("_fired_before"))
     emitted = panes.join(fired_before, on=keys, how="left").select(
-        *pipeline.gold_columns, "pane_index",
+        *pipeline.gold_columns,
+        "pane_index",
         ((F.col("timing") != PaneTiming.EARLY) | F.coalesce(F.col("_fired_before"), F.lit(False))).alias("fired"),
         "is_retraction",
     )
@@ -62,15 +63,22 @@ def advance_state(state: DataFrame, panes: DataFrame, pipeline: Pipeline) -> Dat
 
 def pane_timing(on_time_watermark: datetime | None, fired_before: Column) -> Column:
     passed = tx.closed_by(on_time_watermark)
-    return F.when(~passed, F.lit(PaneTiming.EARLY)).when(fired_before, F.lit(PaneTiming.LATE)).otherwise(F.lit(PaneTiming.ON_TIME))
+    return (
+        F.when(~passed, F.lit(PaneTiming.EARLY))
+        .when(fired_before, F.lit(PaneTiming.LATE))
+        .otherwise(F.lit(PaneTiming.ON_TIME))
+    )
 
 
 def _renamed(state: DataFrame, pipeline: Pipeline) -> DataFrame:
-    return state.select(*window_key(pipeline), *[F.col(c).alias(f"_prev_{c}") for c in (*pipeline.metric_names, *PANE_STATE)])
+    return state.select(
+        *window_key(pipeline), *[F.col(c).alias(f"_prev_{c}") for c in (*pipeline.metric_names, *PANE_STATE)]
+    )
 
 
-def next_panes(state: DataFrame, partials: DataFrame, on_time_watermark: datetime | None,
-               pipeline: Pipeline) -> DataFrame:
+def next_panes(
+    state: DataFrame, partials: DataFrame, on_time_watermark: datetime | None, pipeline: Pipeline
+) -> DataFrame:
     """Tumbling and hopping windows: the panes one micro-batch emits.
 
     ``partials`` are this batch's on-time values per window and key; each touched window's new value
@@ -80,32 +88,42 @@ def next_panes(state: DataFrame, partials: DataFrame, on_time_watermark: datetim
     keys = window_key(pipeline)
     touched = partials.join(_renamed(state, pipeline), on=keys, how="left").select(
         *keys,
-        *[(F.coalesce(F.col(f"_prev_{m.name}"), F.lit(0)) + F.col(m.name)).cast(m.spark_type).alias(m.name)
-          for m in pipeline.metrics],
+        *[
+            (F.coalesce(F.col(f"_prev_{m.name}"), F.lit(0)) + F.col(m.name)).cast(m.spark_type).alias(m.name)
+            for m in pipeline.metrics
+        ],
         F.coalesce(F.col("_prev_pane_index") + 1, F.lit(0)).alias("pane_index"),
         F.coalesce(F.col("_prev_fired"), F.lit(False)).alias("fired"),
         F.lit(False).alias("is_retraction"),
     )
     return touched.unionByName(_watermark_panes(state, partials, on_time_watermark, pipeline)).select(
-        *pipeline.gold_columns, "pane_index", pane_timing(on_time_watermark, F.col("fired")).alias("timing"),
+        *pipeline.gold_columns,
+        "pane_index",
+        pane_timing(on_time_watermark, F.col("fired")).alias("timing"),
         "is_retraction",
     )
 
 
-def _watermark_panes(state: DataFrame, touched: DataFrame, on_time_watermark: datetime | None,
-                     pipeline: Pipeline) -> DataFrame:
+def _watermark_panes(
+    state: DataFrame, touched: DataFrame, on_time_watermark: datetime | None, pipeline: Pipeline
+) -> DataFrame:
     """ON_TIME panes of windows the watermark has passed that this batch did not touch."""
     passed = tx.closed_by(on_time_watermark)
     return (
         state.join(touched.select(*window_key(pipeline)), on=window_key(pipeline), how="left_anti")
         .where(passed & ~F.col("fired"))
-        .select(*pipeline.gold_columns, (F.col("pane_index") + 1).alias("pane_index"), "fired",
-                F.lit(False).alias("is_retraction"))
+        .select(
+            *pipeline.gold_columns,
+            (F.col("pane_index") + 1).alias("pane_index"),
+            "fired",
+            F.lit(False).alias("is_retraction"),
+        )
     )
 
 
-def next_session_panes(state: DataFrame, on_time_events: DataFrame, on_time_watermark: datetime | None,
-                       pipeline: Pipeline) -> DataFrame:
+def next_session_panes(
+    state: DataFrame, on_time_events: DataFrame, on_time_watermark: datetime | None, pipeline: Pipeline
+) -> DataFrame:
     """Session windows: merge this batch's events into the live sessions of their keys.
 
     A session that keeps its bounds gets its next pane; one whose bounds change is withdrawn (a
@@ -117,13 +135,20 @@ def next_session_panes(state: DataFrame, on_time_events: DataFrame, on_time_wate
     )
     live = state.join(points.select(*keys).distinct(), on=keys, how="left_semi").withColumn("_from_state", F.lit(True))
     absorbed_fields = [*pipeline.gold_columns, *PANE_STATE]
-    merged = tx.merge_sessions(live.unionByName(points), pipeline, carry={
-        "_new_events": F.count(F.when(~F.col("_from_state"), 1)),
-        "_absorbed": F.collect_list(F.when(F.col("_from_state"), F.struct(*absorbed_fields))),
-    }).where(F.col("_new_events") > 0)
+    merged = tx.merge_sessions(
+        live.unionByName(points),
+        pipeline,
+        carry={
+            "_new_events": F.count(F.when(~F.col("_from_state"), 1)),
+            "_absorbed": F.collect_list(F.when(F.col("_from_state"), F.struct(*absorbed_fields))),
+        },
+    ).where(F.col("_new_events") > 0)
     only = F.get(F.col("_absorbed"), 0)  # null when the session is new
-    same_bounds = (F.size("_absorbed") == 1) & (only["window_start"] == F.col("window_start")) & (
-        only["window_end"] == F.col("window_end"))
+    same_bounds = (
+        (F.size("_absorbed") == 1)
+        & (only["window_start"] == F.col("window_start"))
+        & (only["window_end"] == F.col("window_end"))
+    )
     sessions = merged.select(
         *pipeline.gold_columns,
         F.when(same_bounds, only["pane_index"] + 1).otherwise(F.lit(0)).alias("pane_index"),
@@ -138,6 +163,8 @@ def next_session_panes(state: DataFrame, on_time_events: DataFrame, on_time_wate
     )
     changed = sessions.unionByName(withdrawn)
     return changed.unionByName(_watermark_panes(state, changed, on_time_watermark, pipeline)).select(
-        *pipeline.gold_columns, "pane_index", pane_timing(on_time_watermark, F.col("fired")).alias("timing"),
+        *pipeline.gold_columns,
+        "pane_index",
+        pane_timing(on_time_watermark, F.col("fired")).alias("timing"),
         "is_retraction",
     )

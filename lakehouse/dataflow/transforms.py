@@ -16,15 +16,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
-from lakehouse.vocabulary import Fate
 from lakehouse.dataflow.pipelines.base import INTEGER, MONEY, STRING, TIMESTAMP, Field, Pipeline
+from lakehouse.vocabulary import Fate
 
 # ISO-8601 with an explicit zone: a timestamp without one would silently take the reader's zone.
 ISO_TIMESTAMP_WITH_ZONE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"
 _INTEGER_JSON_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 # A JSON number with at most two decimals ("12.5" is DECIMAL(3,1) in a variant).
 _CENT_DECIMAL = r"^DECIMAL\(\d+,[0-2]\)$"
-
 
 
 def _json_value(name: str) -> Column:
@@ -103,10 +102,10 @@ def _parse_columns(pipeline: Pipeline, spark_context: SparkContext) -> _ParseCol
         problems.extend(_field_problems(field))
     problems.extend((rule.violated(), rule.reason) for rule in pipeline.rules)
     return _ParseColumns(
-        json_values={f"_json_{f.name}": F.try_variant_get(document, f"$.{f.name}", "variant")
-                     for f in pipeline.fields},
-        typed_values={f.name: F.when(_is_present(f.name) & _has_right_type(f), _typed_value(f))
-                      for f in pipeline.fields},
+        json_values={f"_json_{f.name}": F.try_variant_get(document, f"$.{f.name}", "variant") for f in pipeline.fields},
+        typed_values={
+            f.name: F.when(_is_present(f.name) & _has_right_type(f), _typed_value(f)) for f in pipeline.fields
+        },
         reason=F.coalesce(*[F.when(condition, F.lit(reason)) for condition, reason in problems]),
         raw_event_id=F.try_variant_get(document, f"$.{pipeline.event_id}", "string").alias("raw_event_id"),
     )
@@ -170,11 +169,15 @@ def assign_windows(events: DataFrame, pipeline: Pipeline) -> DataFrame:
     spec = pipeline.window
     if spec.is_session:
         start = F.col(pipeline.event_time)
-        return events.withColumns({"window_start": start, "window_end": start + F.expr(f"INTERVAL {interval(spec.gap)}")})
+        return events.withColumns(
+            {"window_start": start, "window_end": start + F.expr(f"INTERVAL {interval(spec.gap)}")}
+        )
     window = F.window(pipeline.event_time, interval(spec.size), interval(spec.slide or spec.size))
-    return events.withColumn("_window", window).withColumns(
-        {"window_start": F.col("_window.start"), "window_end": F.col("_window.end")}
-    ).drop("_window")
+    return (
+        events.withColumn("_window", window)
+        .withColumns({"window_start": F.col("_window.start"), "window_end": F.col("_window.end")})
+        .drop("_window")
+    )
 
 
 def first_window_end(pipeline: Pipeline) -> Column:

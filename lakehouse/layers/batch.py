@@ -10,33 +10,43 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import re
 import sys
 import time
 import uuid
 from collections.abc import Callable
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from pyspark.errors import PySparkException
 from pyspark.sql import Column, DataFrame, Observation, SparkSession, Window
 from pyspark.sql import functions as F
 
-from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
 from lakehouse.dataflow import transforms as tx
-from lakehouse.storage.catalog import (
-    BACKFILL_RUNS, BATCH_COVERAGE, ensure_pipeline_tables, pipeline_tables, require_table, table_version,
+from lakehouse.dataflow.fingerprints import (
+    bronze_code_digest,
+    bronze_fingerprint,
+    fingerprint_digest,
+    fingerprint_totals,
+    input_fingerprint,
+    parse_bronze_fingerprint,
 )
+from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
+from lakehouse.eventtime import is_on_boundary, parse_duration, parse_instant
+from lakehouse.settings import Settings
+from lakehouse.storage.catalog import (
+    BACKFILL_RUNS,
+    BATCH_COVERAGE,
+    PipelineTables,
+    ensure_pipeline_tables,
+    pipeline_tables,
+    require_table,
+    table_version,
+)
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, read_log
 from lakehouse.storage.ops_tables import append_rows
-from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.eventtime import is_on_boundary, parse_duration, parse_instant
-from lakehouse.settings import Settings
 from lakehouse.storage.writers import replace_where
-from lakehouse.dataflow.fingerprints import (
-    bronze_code_digest, bronze_fingerprint, fingerprint_digest, fingerprint_totals, input_fingerprint, parse_bronze_fingerprint,
-)
+from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
 
 # A change-feed read opens every commit in its range, one after another on the driver: at the
 # stream's 5 s trigger a day of bronze is 17,280 commits, which costs more than recomputing a chunk
@@ -146,10 +156,18 @@ class BatchLayer:
         self.settings = settings
         self.pipeline = pipeline
         self.tables = ensure_pipeline_tables(spark, settings, pipeline)
+        self._chunks = ChunkWriter(spark, settings, pipeline, self.tables)
 
-    def backfill(self, start: datetime, end: datetime, source: str = "bronze", chunk: str = "1d",
-                 on_chunk: Callable[[int, int], None] | None = None, reprocess: str = "redo",
-                 label: str | None = None) -> BackfillResult:
+    def backfill(
+        self,
+        start: datetime,
+        end: datetime,
+        source: str = "bronze",
+        chunk: str = "1d",
+        on_chunk: Callable[[int, int], None] | None = None,
+        reprocess: str = "redo",
+        label: str | None = None,
+    ) -> BackfillResult:
         """Recompute each chunk of ``[start, end)``; with ``reprocess="skip"`` a chunk whose inputs have
         the fingerprint its last recomputation recorded is left as it is."""
         if source not in choices(Source):
@@ -170,7 +188,7 @@ class BatchLayer:
                 if inputs[chunk].unchanged:
                     result.chunks_skipped += 1
                 else:
-                    self._recompute_chunk(events, chunk, result, inputs[chunk].fingerprint)
+                    self._chunks.recompute(events, chunk, result, inputs[chunk].fingerprint)
                 result.chunks = done - result.chunks_skipped
                 if on_chunk:
                     on_chunk(done, len(chunks))
@@ -184,21 +202,29 @@ class BatchLayer:
             record_run(self.settings, result, started)
         return result
 
-    def _events(self, source: str, start: datetime, end: datetime, result: BackfillResult,
-                cached: list[DataFrame]) -> tuple[DataFrame, int | None]:
+    def _events(
+        self, source: str, start: datetime, end: datetime, result: BackfillResult, cached: list[DataFrame]
+    ) -> tuple[DataFrame, int | None]:
         """Valid, de-duplicated events that can fall in windows starting in [start, end), and the
         version of bronze they come from (None from the log)."""
         pipeline = self.pipeline
         first_event, last_event = event_span(pipeline, start, end)
         if source == "bronze":
-            uri = require_table(self.spark, self.tables.bronze, self.settings,
-                                "run the speed layer first, or backfill with --source log")
+            uri = require_table(
+                self.spark,
+                self.tables.bronze,
+                self.settings,
+                "run the speed layer first, or backfill with --source log",
+            )
             # Read at a pinned version: a chunk's fingerprint names it (see bronze_fingerprint).
             version = table_version(self.spark, uri)
             bronze = self.spark.read.format("delta").option("versionAsOf", version).load(uri)
-            return bronze.where(in_bronze_span(self.pipeline, first_event, last_event)).select(*pipeline.field_names), version
-        parsed = tx.parse_events(read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)),
-                                 pipeline)
+            return bronze.where(in_bronze_span(self.pipeline, first_event, last_event)).select(
+                *pipeline.field_names
+            ), version
+        parsed = tx.parse_events(
+            read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)), pipeline
+        )
         # Counted while the log is read for the events, not in a second pass over the raw JSON.
         log_counts = Observation("log_counts")
         observed = parsed.observe(log_counts, F.count(F.lit(1)).alias("read"), F.count("reason").alias("quarantined"))
@@ -210,12 +236,9 @@ class BatchLayer:
         result.events_read, result.quarantined = counted["read"], counted["quarantined"]
         return in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names), None
 
-    def _chunk_events(self, events: DataFrame, chunk: Chunk) -> DataFrame:
-        """Exactly the events that can reach the chunk's windows (see event_span)."""
-        return events.where(events_between(self.pipeline, *event_span(self.pipeline, *chunk)))
-
-    def _chunk_inputs(self, events: DataFrame, chunks: list[Chunk], source: str, bronze_version: int | None,
-                      skip: bool) -> dict[Chunk, ChunkInputs]:
+    def _chunk_inputs(
+        self, events: DataFrame, chunks: list[Chunk], source: str, bronze_version: int | None, skip: bool
+    ) -> dict[Chunk, ChunkInputs]:
         """Each chunk's input fingerprint if it is known before recomputing, and whether it is the one
         the chunk's last recomputation recorded (only asked with ``skip``)."""
         pipeline = self.pipeline
@@ -231,15 +254,28 @@ class BatchLayer:
         last = last_fingerprints(self.spark, self.settings, pipeline, chunks)
         inputs = {}
         for chunk in chunks:
-            fingerprint = input_fingerprint(self._chunk_events(events, chunk), pipeline, source)
+            fingerprint = input_fingerprint(self._chunks.events_of(events, chunk), pipeline, source)
             inputs[chunk] = ChunkInputs(last.get(chunk) == fingerprint, fingerprint)
         return inputs
 
-    def _recompute_chunk(self, events: DataFrame, chunk: Chunk, result: BackfillResult,
-                         fingerprint: str | None) -> None:
+
+@dataclasses.dataclass(frozen=True)
+class ChunkWriter:
+    """Recomputes one chunk of a backfill and replaces its windows in ``__batch``, in one commit."""
+
+    spark: SparkSession
+    settings: Settings
+    pipeline: Pipeline
+    tables: PipelineTables
+
+    def events_of(self, events: DataFrame, chunk: Chunk) -> DataFrame:
+        """Exactly the events that can reach the chunk's windows (see event_span)."""
+        return events.where(events_between(self.pipeline, *event_span(self.pipeline, *chunk)))
+
+    def recompute(self, events: DataFrame, chunk: Chunk, result: BackfillResult, fingerprint: str | None) -> None:
         pipeline, settings = self.pipeline, self.settings
         chunk_start, chunk_end = chunk
-        chunk_events = unobserved = self._chunk_events(events, chunk)
+        chunk_events = unobserved = self.events_of(events, chunk)
         fingerprinted = None
         if fingerprint is None:
             # Digested while the recomputation reads the events: one pass over the input, not two (an
@@ -249,12 +285,17 @@ class BatchLayer:
         # Counted as the write computes the rows: a count of its own, on the rows cached, cost three
         # Spark jobs (0.3 s of the bench's one-day backfill at 10M events).
         written = Observation(f"written_{uuid.uuid4().hex}")
-        gold = tx.window_values(chunk_events, pipeline, with_event_count=True).where(
-            tx.in_window_range(chunk_start, chunk_end)
-        ).observe(written, F.count(F.lit(1)).alias("rows"), F.sum("events").alias("events"))
+        gold = (
+            tx.window_values(chunk_events, pipeline, with_event_count=True)
+            .where(tx.in_window_range(chunk_start, chunk_end))
+            .observe(written, F.count(F.lit(1)).alias("rows"), F.sum("events").alias("events"))
+        )
         rows = gold.drop("events").withColumns({"run_id": F.lit(result.run_id), "updated_at": F.current_timestamp()})
-        replace_where(*chunk_replacement(self.spark, self.tables.batch.uri(settings),
-                                         rows.select(self.tables.batch.columns.fieldNames()), chunk))
+        replace_where(
+            *chunk_replacement(
+                self.spark, self.tables.batch.uri(settings), rows.select(self.tables.batch.columns.fieldNames()), chunk
+            )
+        )
         totals = written.get
         if fingerprinted and totals["rows"]:
             fingerprint = fingerprint_digest(fingerprinted.get, pipeline, result.source)
@@ -264,12 +305,28 @@ class BatchLayer:
             fingerprint = input_fingerprint(unobserved, pipeline, result.source)
         result.rows_written += totals["rows"]
         result.events_used += totals["events"] or 0
-        # One row, so through delta-rs rather than a Spark job (lakehouse.storage.ops_tables).
-        append_rows(BATCH_COVERAGE.uri(settings), BATCH_COVERAGE.arrow_schema, [{
-            "pipeline": pipeline.name, "range_start": chunk_start, "range_end": chunk_end, "run_id": result.run_id,
-            "source": result.source, "written_at": datetime.now(timezone.utc), "input_fingerprint": fingerprint,
-        }])
+        self._record_coverage(chunk, result, fingerprint)
 
+    def _record_coverage(self, chunk: Chunk, result: BackfillResult, fingerprint: str) -> None:
+        """The chunk's ``ops.batch_coverage`` row: the serving view trusts the batch value there."""
+        pipeline, settings = self.pipeline, self.settings
+        chunk_start, chunk_end = chunk
+        # One row, so through delta-rs rather than a Spark job (lakehouse.storage.ops_tables).
+        append_rows(
+            BATCH_COVERAGE.uri(settings),
+            BATCH_COVERAGE.arrow_schema,
+            [
+                {
+                    "pipeline": pipeline.name,
+                    "range_start": chunk_start,
+                    "range_end": chunk_end,
+                    "run_id": result.run_id,
+                    "source": result.source,
+                    "written_at": datetime.now(UTC),
+                    "input_fingerprint": fingerprint,
+                }
+            ],
+        )
 
 
 def _chunk_name(chunk: Chunk) -> str:
@@ -298,8 +355,11 @@ def chunk_replacement(spark: SparkSession, batch_uri: str, rows: DataFrame, chun
     chunk_start, chunk_end = chunk
     table = spark.read.format("delta").load(batch_uri)
     if "window_date" not in table.columns:  # a table from before the gold tables were partitioned
-        return rows, batch_uri, (f"window_start >= {sql_timestamp(chunk_start)} "
-                           f"AND window_start < {sql_timestamp(chunk_end)}")
+        return (
+            rows,
+            batch_uri,
+            (f"window_start >= {sql_timestamp(chunk_start)} AND window_start < {sql_timestamp(chunk_end)}"),
+        )
     first_day, last_day = chunk_start.date(), (chunk_end - timedelta(microseconds=1)).date()
     whole_days = chunk_start.time() == chunk_end.time() == datetime.min.time()
     if not whole_days:
@@ -309,48 +369,73 @@ def chunk_replacement(spark: SparkSession, batch_uri: str, rows: DataFrame, chun
     return rows, batch_uri, f"window_date >= DATE'{first_day}' AND window_date <= DATE'{last_day}'"
 
 
-def bronze_unchanged(spark: SparkSession, settings: Settings, pipeline: Pipeline, chunks: list[Chunk],
-                     version: int) -> set[Chunk]:
-    """The chunks whose rows in bronze at ``version`` are those their last recomputation read, by
-    the same code: bronze's change feed since then holds none of their events. Compaction changes
-    no data, so it leaves no trace there. One read of the feed answers for every chunk."""
+def bronze_versions_read(fingerprints: dict[Chunk, str], pipeline: Pipeline, version: int) -> dict[Chunk, int]:
+    """The bronze version each chunk's last recomputation read, for the chunks worth checking: read by
+    the same code, from this bronze, and fewer than ``CHANGE_FEED_CHECK_LIMIT`` commits ago."""
     code = bronze_code_digest(pipeline)
     since: dict[Chunk, int] = {}
-    for chunk, fingerprint in last_fingerprints(spark, settings, pipeline, chunks).items():
+    for chunk, fingerprint in fingerprints.items():
         recorded = parse_bronze_fingerprint(fingerprint)
         if recorded is None or recorded[1] != code or recorded[0] > version:  # > : bronze was recreated
             continue
         if version - recorded[0] > CHANGE_FEED_CHECK_LIMIT:
-            log.info("bronze has %d commits since version %d, more than a change-feed check is worth: "
-                     "recomputing %s", version - recorded[0], recorded[0], _chunk_name(chunk))
+            log.info(
+                "bronze has %d commits since version %d, more than a change-feed check is worth: recomputing %s",
+                version - recorded[0],
+                recorded[0],
+                _chunk_name(chunk),
+            )
             continue
         since[chunk] = recorded[0]
+    return since
+
+
+def bronze_unchanged(
+    spark: SparkSession, settings: Settings, pipeline: Pipeline, chunks: list[Chunk], version: int
+) -> set[Chunk]:
+    """The chunks whose rows in bronze at ``version`` are those their last recomputation read, by
+    the same code: bronze's change feed since then holds none of their events. Compaction changes
+    no data, so it leaves no trace there. One read of the feed answers for every chunk."""
+    since = bronze_versions_read(last_fingerprints(spark, settings, pipeline, chunks), pipeline, version)
     unchanged = {chunk for chunk, read in since.items() if read == version}
     to_check = {chunk: read for chunk, read in since.items() if read < version}
     if not to_check:
         return unchanged
     spans = {chunk: event_span(pipeline, *chunk) for chunk in to_check}
-    everywhere = in_bronze_span(pipeline, min(first for first, _ in spans.values()),
-                                      max(last for _, last in spans.values()))
+    everywhere = in_bronze_span(
+        pipeline, min(first for first, _ in spans.values()), max(last for _, last in spans.values())
+    )
     # A chunk changed if a commit after the version it read holds a row in its event span.
-    changed_rows = [F.count(F.when((F.col("_commit_version") > read) & events_between(pipeline, *spans[chunk]),
-                                   1)).alias(f"chunk_{index}")
-                    for index, (chunk, read) in enumerate(to_check.items())]
+    changed_rows = [
+        F.count(F.when((F.col("_commit_version") > read) & events_between(pipeline, *spans[chunk]), 1)).alias(
+            f"chunk_{index}"
+        )
+        for index, (chunk, read) in enumerate(to_check.items())
+    ]
     try:
-        changes = (spark.read.format("delta").option("readChangeFeed", "true")
-                   .option("startingVersion", min(to_check.values()) + 1).option("endingVersion", version)
-                   .load(pipeline_tables(pipeline).bronze.uri(settings)))
+        changes = (
+            spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", min(to_check.values()) + 1)
+            .option("endingVersion", version)
+            .load(pipeline_tables(pipeline).bronze.uri(settings))
+        )
         counts = changes.where(everywhere).agg(*changed_rows).first()
     except PySparkException as error:
         # Expired log entries or vacuumed change files: what changed cannot be known, so recompute.
-        log.warning("bronze's changes since version %d cannot be read (%s): recomputing %d chunks",
-                    min(to_check.values()), str(error).splitlines()[0] if str(error) else type(error).__name__,
-                    len(to_check))
+        log.warning(
+            "bronze's changes since version %d cannot be read (%s): recomputing %d chunks",
+            min(to_check.values()),
+            str(error).splitlines()[0] if str(error) else type(error).__name__,
+            len(to_check),
+        )
         return unchanged
     return unchanged | {chunk for index, chunk in enumerate(to_check) if not counts[index]}
 
 
-def last_fingerprints(spark: SparkSession, settings: Settings, pipeline: Pipeline, chunks: list[Chunk]) -> dict[Chunk, str]:
+def last_fingerprints(
+    spark: SparkSession, settings: Settings, pipeline: Pipeline, chunks: list[Chunk]
+) -> dict[Chunk, str]:
     """The fingerprint of the latest recomputation touching each chunk, for the chunks it covered
     exactly. A later overlapping run with other boundaries may have rewritten part of a chunk, so
     only an exact match of the latest overlapping coverage row counts."""
@@ -359,19 +444,23 @@ def last_fingerprints(spark: SparkSession, settings: Settings, pipeline: Pipelin
         return {}
     wanted = literal_frame(spark, "chunk_start timestamp, chunk_end timestamp", chunks)
     overlapping = coverage.where(F.col("pipeline") == pipeline.name).join(
-        wanted, (F.col("range_start") < F.col("chunk_end")) & (F.col("range_end") > F.col("chunk_start")))
+        wanted, (F.col("range_start") < F.col("chunk_end")) & (F.col("range_end") > F.col("chunk_start"))
+    )
     newest_first = Window.partitionBy("chunk_start").orderBy(F.col("written_at").desc())
     latest = overlapping.withColumn("rank", F.row_number().over(newest_first)).where("rank = 1").collect()
-    return {(row.chunk_start, row.chunk_end): row.input_fingerprint for row in latest
-            if (row.range_start, row.range_end) == (row.chunk_start, row.chunk_end)}
+    return {
+        (row.chunk_start, row.chunk_end): row.input_fingerprint
+        for row in latest
+        if (row.range_start, row.range_end) == (row.chunk_start, row.chunk_end)
+    }
 
 
 def record_run(settings: Settings, result: BackfillResult, started: float) -> None:
     finished = time.time()
     row = {
         **dataclasses.asdict(result),
-        "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
-        "finished_at": datetime.fromtimestamp(finished, tz=timezone.utc),
+        "started_at": datetime.fromtimestamp(started, tz=UTC),
+        "finished_at": datetime.fromtimestamp(finished, tz=UTC),
         "duration_ms": int((finished - started) * 1000),
     }
     append_rows(BACKFILL_RUNS.uri(settings), BACKFILL_RUNS.arrow_schema, [row])

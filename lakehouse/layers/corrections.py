@@ -16,22 +16,26 @@ from __future__ import annotations
 
 import dataclasses
 import uuid
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.vocabulary import Fate, RunStatus
 from lakehouse.dataflow import transforms as tx
+from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.layers.batch import event_span, sql_timestamp
+from lakehouse.settings import Settings
 from lakehouse.storage.catalog import (
-    CORRECTION_RUNS, CORRECTIONS, ensure_pipeline_tables, ensure_table, register_tables, table_version,
+    CORRECTION_RUNS,
+    CORRECTIONS,
+    ensure_pipeline_tables,
+    ensure_table,
+    register_tables,
+    table_version,
 )
 from lakehouse.storage.frames import literal_frame
-from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.settings import Settings
 from lakehouse.storage.writers import append_once, replace_where
-
+from lakehouse.vocabulary import Fate, RunStatus
 
 
 @dataclasses.dataclass
@@ -50,14 +54,17 @@ class CorrectionResult:
     def summary(self) -> str:
         if self.bronze_from_version > self.bronze_to_version:
             return f"correction {self.pipeline}: no new bronze versions since the last run; nothing to do"
-        return (f"correction {self.run_id} ({self.pipeline}, bronze versions {self.bronze_from_version}.."
-                f"{self.bronze_to_version}{', resumed' if self.resumed else ''}): {self.late_events} late events, "
-                f"{self.windows_recomputed} windows recomputed, {self.rows_changed} (window, key) rows changed")
+        return (
+            f"correction {self.run_id} ({self.pipeline}, bronze versions {self.bronze_from_version}.."
+            f"{self.bronze_to_version}{', resumed' if self.resumed else ''}): {self.late_events} late events, "
+            f"{self.windows_recomputed} windows recomputed, {self.rows_changed} (window, key) rows changed"
+        )
 
 
 def _values_map(pipeline: Pipeline, prefix: str) -> Column:
-    return F.create_map(*[part for m in pipeline.metric_names
-                          for part in (F.lit(m), F.col(f"{prefix}{m}").cast("string"))])
+    return F.create_map(
+        *[part for m in pipeline.metric_names for part in (F.lit(m), F.col(f"{prefix}{m}").cast("string"))]
+    )
 
 
 def _key_map(pipeline: Pipeline) -> Column:
@@ -83,14 +90,40 @@ def correction_log_rows(changed: DataFrame, pipeline: Pipeline, run_id: str) -> 
     """One 'retract' row (the old value) and one 'insert' row (the new value) per changed row."""
     had_old = F.col(f"_old_{pipeline.metric_names[0]}").isNotNull()
     has_new = F.col(f"_new_{pipeline.metric_names[0]}").isNotNull()
-    common = [F.lit(run_id).alias("run_id"), F.lit(pipeline.name).alias("pipeline"), "window_start", "window_end",
-              _key_map(pipeline).alias("key")]
-    retract = changed.where(had_old).select(*common, F.lit("retract").alias("change"),
-                                            _values_map(pipeline, "_old_").alias("values"), "late_events")
-    insert = changed.where(has_new).select(*common, F.lit("insert").alias("change"),
-                                           _values_map(pipeline, "_new_").alias("values"), "late_events")
-    return retract.unionByName(insert).withColumn("corrected_at", F.current_timestamp()).select(
-        CORRECTIONS.columns.fieldNames())
+    common = [
+        F.lit(run_id).alias("run_id"),
+        F.lit(pipeline.name).alias("pipeline"),
+        "window_start",
+        "window_end",
+        _key_map(pipeline).alias("key"),
+    ]
+    retract = changed.where(had_old).select(
+        *common, F.lit("retract").alias("change"), _values_map(pipeline, "_old_").alias("values"), "late_events"
+    )
+    insert = changed.where(has_new).select(
+        *common, F.lit("insert").alias("change"), _values_map(pipeline, "_new_").alias("values"), "late_events"
+    )
+    return (
+        retract.unionByName(insert)
+        .withColumn("corrected_at", F.current_timestamp())
+        .select(CORRECTIONS.columns.fieldNames())
+    )
+
+
+def correction_span(pipeline: Pipeline, first: datetime, last: datetime) -> tuple[datetime, datetime]:
+    """Event times that can share a window with the late events (sessions: the lookback)."""
+    window = pipeline.window
+    if window.is_session:
+        return event_span(pipeline, first, last)
+    return first - window.size_delta, last + window.size_delta
+
+
+def correction_scope(late_windows: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """What a run recomputes: whole windows (every key) for fixed windows; for sessions, every
+    session of the touched keys in the span (their bounds move, so they cannot be named first)."""
+    if pipeline.window.is_session:
+        return late_windows.select(*pipeline.keys).distinct()
+    return late_windows.select("window_start").distinct()
 
 
 class CorrectionRun:
@@ -116,13 +149,26 @@ class CorrectionRun:
     # -- plan ----------------------------------------------------------------------------------
 
     def _plan(self) -> CorrectionResult:
-        runs = self.spark.read.format("delta").load(CORRECTION_RUNS.uri(self.settings)).where(
-            F.col("pipeline") == self.pipeline.name)
-        latest = runs.groupBy("sequence", "run_id", "bronze_from_version", "bronze_to_version").agg(
-            F.max((F.col("status") == RunStatus.SUCCEEDED).cast("int")).alias("done")).orderBy(F.col("sequence").desc()).first()
+        runs = (
+            self.spark.read.format("delta")
+            .load(CORRECTION_RUNS.uri(self.settings))
+            .where(F.col("pipeline") == self.pipeline.name)
+        )
+        latest = (
+            runs.groupBy("sequence", "run_id", "bronze_from_version", "bronze_to_version")
+            .agg(F.max((F.col("status") == RunStatus.SUCCEEDED).cast("int")).alias("done"))
+            .orderBy(F.col("sequence").desc())
+            .first()
+        )
         if latest is not None and not latest["done"]:
-            return CorrectionResult(latest["run_id"], self.pipeline.name, latest["sequence"],
-                                    latest["bronze_from_version"], latest["bronze_to_version"], resumed=True)
+            return CorrectionResult(
+                latest["run_id"],
+                self.pipeline.name,
+                latest["sequence"],
+                latest["bronze_from_version"],
+                latest["bronze_to_version"],
+                resumed=True,
+            )
         bronze_version = table_version(self.spark, self.tables.bronze.uri(self.settings))
         sequence = latest["sequence"] + 1 if latest is not None else 0
         from_version = latest["bronze_to_version"] + 1 if latest is not None else 0
@@ -132,40 +178,54 @@ class CorrectionRun:
         return result
 
     def _record(self, result: CorrectionResult) -> None:
-        now = datetime.now(timezone.utc)
-        row = {**dataclasses.asdict(result), "started_at": now, "finished_at": now if result.status == RunStatus.SUCCEEDED else None}
+        now = datetime.now(UTC)
+        row = {
+            **dataclasses.asdict(result),
+            "started_at": now,
+            "finished_at": now if result.status == RunStatus.SUCCEEDED else None,
+        }
         literal_frame(self.spark, CORRECTION_RUNS.columns, [row]).write.format("delta").mode("append").save(
-            CORRECTION_RUNS.uri(self.settings))
+            CORRECTION_RUNS.uri(self.settings)
+        )
 
     # -- the work -------------------------------------------------------------------------------
 
     def _late_events(self, result: CorrectionResult) -> DataFrame:
         changes = (
-            self.spark.read.format("delta").option("readChangeFeed", "true")
-            .option("startingVersion", result.bronze_from_version).option("endingVersion", result.bronze_to_version)
+            self.spark.read.format("delta")
+            .option("readChangeFeed", "true")
+            .option("startingVersion", result.bronze_from_version)
+            .option("endingVersion", result.bronze_to_version)
             .load(self.tables.bronze.uri(self.settings))
         )
         return changes.where((F.col("_change_type") == "insert") & (F.col("fate") == Fate.LATE)).select(
-            *self.pipeline.field_names)
+            *self.pipeline.field_names
+        )
 
     def _correct(self, late: DataFrame, result: CorrectionResult) -> None:
         pipeline = self.pipeline
         window_key = ["window_start", "window_end", *pipeline.keys]
         late_windows = tx.assign_windows(late, pipeline)
         late_counts = late_windows.groupBy(*window_key).agg(F.count(F.lit(1)).alias("late_events"))
-        bounds = late.agg(F.count(F.lit(1)).alias("n"), F.min(pipeline.event_time).alias("first"),
-                          F.max(pipeline.event_time).alias("last")).first()
+        bounds = late.agg(
+            F.count(F.lit(1)).alias("n"),
+            F.min(pipeline.event_time).alias("first"),
+            F.max(pipeline.event_time).alias("last"),
+        ).first()
         result.late_events = bounds["n"]
         if not bounds["n"]:
             return
-        earliest, latest = self._event_span(bounds["first"], bounds["last"])
-        scope = self._scope(late_windows)
+        earliest, latest = correction_span(pipeline, bounds["first"], bounds["last"])
+        scope = correction_scope(late_windows, pipeline)
         in_scope = F.col("window_start").between(earliest, latest)
         new = self._recompute(earliest, latest, scope).where(in_scope).persist()
         try:
             register_tables(self.spark, self.settings, [pipeline])
-            old = self.spark.table(self.tables.serving_view).where(in_scope).join(
-                scope, on=scope.columns, how="left_semi")
+            old = (
+                self.spark.table(self.tables.serving_view)
+                .where(in_scope)
+                .join(scope, on=scope.columns, how="left_semi")
+            )
             changed = changed_rows(old, new, late_counts, pipeline)
             log_rows = correction_log_rows(changed, pipeline, result.run_id).persist()
             try:
@@ -177,31 +237,21 @@ class CorrectionRun:
             finally:
                 log_rows.unpersist()
             rows = new.withColumns({"run_id": F.lit(result.run_id), "updated_at": F.current_timestamp()})
-            replace_where(rows.select(self.tables.batch.columns.fieldNames()), self.tables.batch.uri(self.settings),
-                          self._replace_condition(scope, earliest, latest))
+            replace_where(
+                rows.select(self.tables.batch.columns.fieldNames()),
+                self.tables.batch.uri(self.settings),
+                self._replace_condition(scope, earliest, latest),
+            )
         finally:
             new.unpersist()
-
-    def _event_span(self, first: datetime, last: datetime) -> tuple[datetime, datetime]:
-        """Event times that can share a window with the late events (sessions: the lookback)."""
-        window = self.pipeline.window
-        if window.is_session:
-            return event_span(self.pipeline, first, last)
-        return first - window.size_delta, last + window.size_delta
-
-    def _scope(self, late_windows: DataFrame) -> DataFrame:
-        """What a run recomputes: whole windows (every key) for fixed windows; for sessions, every
-        session of the touched keys in the span (their bounds move, so they cannot be named first)."""
-        if self.pipeline.window.is_session:
-            return late_windows.select(*self.pipeline.keys).distinct()
-        return late_windows.select("window_start").distinct()
 
     def _recompute(self, earliest: datetime, latest: datetime, scope: DataFrame) -> DataFrame:
         """The batch layer's values for the scope, from every accepted event in bronze."""
         pipeline = self.pipeline
         bronze = self.spark.read.format("delta").load(self.tables.bronze.uri(self.settings))
         in_span = F.col("event_date").between(earliest.date(), latest.date()) & F.col(pipeline.event_time).between(
-            earliest, latest)
+            earliest, latest
+        )
         events = bronze.where(in_span).select(*pipeline.field_names)
         if pipeline.window.is_session:
             events = events.join(scope, on=list(pipeline.keys), how="left_semi")
@@ -214,5 +264,4 @@ class CorrectionRun:
             return f"window_start IN ({starts})"
         (key,) = self.pipeline.keys  # session pipelines are keyed by one column
         values = ", ".join("'" + str(row[key]).replace("'", "''") + "'" for row in rows)
-        return (f"{key} IN ({values}) AND window_start BETWEEN {sql_timestamp(earliest)} "
-                f"AND {sql_timestamp(latest)}")
+        return f"{key} IN ({values}) AND window_start BETWEEN {sql_timestamp(earliest)} AND {sql_timestamp(latest)}"

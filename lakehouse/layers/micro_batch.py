@@ -9,7 +9,7 @@ so a replayed batch computes what its first attempt computed.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, Row, SparkSession
 from pyspark.sql import functions as F
@@ -86,7 +86,9 @@ def summarise(parsed: DataFrame, pipeline: Pipeline) -> Row:
 
 def count_fates(fates: DataFrame) -> dict[str, int]:
     accepted_fates = (Fate.ON_TIME, Fate.LATE, Fate.DUPLICATE)
-    return fates.agg(*[F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in accepted_fates]).first().asDict()
+    return (
+        fates.agg(*[F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in accepted_fates]).first().asDict()
+    )
 
 
 def before_batch(app_id: str, batch_id: int) -> Column:
@@ -94,8 +96,15 @@ def before_batch(app_id: str, batch_id: int) -> Column:
     return ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
 
 
-def seen_event_ids(spark: SparkSession, bronze_uri: str, summary: Row, app_id: str, batch_id: int,
-                   pipeline: Pipeline, horizon: timedelta) -> DataFrame:
+def seen_event_ids(
+    spark: SparkSession,
+    bronze_uri: str,
+    summary: Row,
+    app_id: str,
+    batch_id: int,
+    pipeline: Pipeline,
+    horizon: timedelta,
+) -> DataFrame:
     """Ids bronze accepted before this batch, within the dedupe horizon of this batch's events.
 
     Args:
@@ -118,8 +127,9 @@ def seen_event_ids(spark: SparkSession, bronze_uri: str, summary: Row, app_id: s
     return bronze.where(in_horizon & before_batch(app_id, batch_id)).select(pipeline.event_id)
 
 
-def max_event_time_before(spark: SparkSession, progress_uri: str, pipeline: Pipeline, app_id: str,
-                          batch_id: int) -> datetime | None:
+def max_event_time_before(
+    spark: SparkSession, progress_uri: str, pipeline: Pipeline, app_id: str, batch_id: int
+) -> datetime | None:
     """The max event time of the batches this stream committed before ``batch_id``."""
     progress = spark.read.format("delta").load(progress_uri)
     mine = (F.col("pipeline") == pipeline.name) & before_batch(app_id, batch_id)
@@ -134,26 +144,35 @@ def live_windows(panes: DataFrame, watermark: datetime | None, pipeline: Pipelin
     return panes.where(F.col("window_end") > F.lit(watermark - pipeline.window.gap_delta))
 
 
-def next_panes(state: DataFrame, on_time: DataFrame, on_time_watermark: datetime | None,
-               pipeline: Pipeline) -> DataFrame:
+def next_panes(
+    state: DataFrame, on_time: DataFrame, on_time_watermark: datetime | None, pipeline: Pipeline
+) -> DataFrame:
     """The panes a batch emits, from the state before it and its on-time events."""
     if pipeline.window.is_session:
         return pn.next_session_panes(state, on_time, on_time_watermark, pipeline)
     return pn.next_panes(state, tx.window_values(on_time, pipeline), on_time_watermark, pipeline)
 
 
-def progress_row(batch: MicroBatch, pipeline: Pipeline, counts: dict[str, int], started: float,
-                 finished: float) -> dict:
+def progress_row(
+    batch: MicroBatch, pipeline: Pipeline, counts: dict[str, int], started: float, finished: float
+) -> dict:
     """The batch's ``ops.stream_progress`` row: input rows and each fate, watermark, files read."""
     summary = batch.summary
     return {
-        "pipeline": pipeline.name, "app_id": batch.app_id, "batch_id": batch.batch_id,
-        "started_at": datetime.fromtimestamp(started, tz=timezone.utc),
+        "pipeline": pipeline.name,
+        "app_id": batch.app_id,
+        "batch_id": batch.batch_id,
+        "started_at": datetime.fromtimestamp(started, tz=UTC),
         "duration_ms": int((finished - started) * 1000),
-        "input_rows": summary["input_rows"], "quarantined": summary["quarantined"],
-        "duplicates": counts.get(Fate.DUPLICATE, 0), "on_time": counts.get(Fate.ON_TIME, 0),
-        "late": counts.get(Fate.LATE, 0), "watermark": batch.watermark, "max_event_time": batch.max_event_time,
-        "panes_emitted": counts["speed_rows"], "source_files": summary["source_files"],
+        "input_rows": summary["input_rows"],
+        "quarantined": summary["quarantined"],
+        "duplicates": counts.get(Fate.DUPLICATE, 0),
+        "on_time": counts.get(Fate.ON_TIME, 0),
+        "late": counts.get(Fate.LATE, 0),
+        "watermark": batch.watermark,
+        "max_event_time": batch.max_event_time,
+        "panes_emitted": counts["speed_rows"],
+        "source_files": summary["source_files"],
     }
 
 
@@ -164,8 +183,9 @@ def label_batch_fates(batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, ho
     return tx.label_fates(tx.valid_events(batch.parsed, pipeline), seen, batch.watermark, pipeline)
 
 
-def pane_state_before(batch: MicroBatch, carried: CarriedPaneState | None, panes_uri: str,
-                      pipeline: Pipeline) -> DataFrame:
+def pane_state_before(
+    batch: MicroBatch, carried: CarriedPaneState | None, panes_uri: str, pipeline: Pipeline
+) -> DataFrame:
     """The latest pane of each live window as of the start of this batch.
 
     Kept in memory from the batch before (``carried``). After a start, a restart or a failed batch it

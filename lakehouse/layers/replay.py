@@ -15,12 +15,12 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from lakehouse.eventtime import parse_instant
-from lakehouse.storage.catalog import pipeline_tables, table_exists
-from lakehouse.errors import LakehouseError
-from lakehouse.storage.log import LocalLogWriter
 from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.errors import LakehouseError
+from lakehouse.eventtime import parse_instant
 from lakehouse.settings import Settings, local_path
+from lakehouse.storage.catalog import pipeline_tables, table_exists
+from lakehouse.storage.log import LocalLogWriter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ def read_scenario(path: Path) -> list[Arrival]:
         except json.JSONDecodeError as error:
             raise LakehouseError(f"{path}:{number}: not JSON ({error.msg})") from None
         if not isinstance(record, dict) or "arrival" not in record:
-            raise LakehouseError(f"{path}:{number}: each line is an event object with an \"arrival\" time")
+            raise LakehouseError(f'{path}:{number}: each line is an event object with an "arrival" time')
         arrival = parse_instant(record.pop("arrival"), f"arrival on line {number}")
         groups[arrival].append(json.dumps(record, separators=(",", ":")))
     if not groups:
@@ -58,8 +58,9 @@ def _require_fresh(spark: SparkSession, settings: Settings, pipeline: Pipeline) 
             "Point LAKEHOUSE_HOME at a new folder."
         )
     if table_exists(spark, pipeline_tables(pipeline).bronze.uri(settings)):
-        raise LakehouseError(f"{pipeline.name} already has tables under {settings.warehouse_uri}: "
-                             "point LAKEHOUSE_HOME at a new folder")
+        raise LakehouseError(
+            f"{pipeline.name} already has tables under {settings.warehouse_uri}: point LAKEHOUSE_HOME at a new folder"
+        )
 
 
 def replay(spark: SparkSession, settings: Settings, pipeline: Pipeline, arrivals: list[Arrival]) -> None:

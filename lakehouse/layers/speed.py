@@ -9,6 +9,7 @@ Its state lives in ``ops.stream_progress``, so a replayed batch sees exactly wha
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 from datetime import datetime, timedelta
@@ -16,25 +17,35 @@ from datetime import datetime, timedelta
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.vocabulary import Fate
+from lakehouse import eventtime
 from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
+from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.eventtime import parse_duration
 from lakehouse.layers.micro_batch import (
-    CarriedPaneState, CommittedBatch, MicroBatch, count_fates, max_event_time_before,
-    label_batch_fates, next_panes, pane_state_before, progress_row, summarise,
+    CarriedPaneState,
+    CommittedBatch,
+    MicroBatch,
+    count_fates,
+    label_batch_fates,
+    max_event_time_before,
+    next_panes,
+    pane_state_before,
+    progress_row,
+    summarise,
 )
-from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_pipeline_tables
+from lakehouse.settings import Settings
+from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
 from lakehouse.storage.log import log_glob
 from lakehouse.storage.ops_tables import append_rows_stamped_once
-from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse import eventtime
-from lakehouse.eventtime import parse_duration
-from lakehouse.settings import Settings
 from lakehouse.storage.spark import session_confs
 from lakehouse.storage.writers import append_stamped_once, upsert_once
+from lakehouse.vocabulary import Fate
 
 
-def watermark_for(max_event_time_before: datetime | None, watermark_delay: str, allowed_lateness: str) -> datetime | None:
+def watermark_for(
+    max_event_time_before: datetime | None, watermark_delay: str, allowed_lateness: str
+) -> datetime | None:
     """The speed layer's watermark for a batch (the rule: :func:`lakehouse.eventtime.watermark`)."""
     return eventtime.watermark(max_event_time_before, parse_duration(watermark_delay), parse_duration(allowed_lateness))
 
@@ -91,6 +102,7 @@ class SpeedLayer:
         self._query_started = threading.Event()
         if query_id:
             self._query_started.set()
+        self._writer = BatchWriter(settings, pipeline, self.tables, self.watermark_delay)
         self._last_committed: CommittedBatch | None = None
         self._pane_state: CarriedPaneState | None = None
 
@@ -98,7 +110,8 @@ class SpeedLayer:
 
     def start(self, available_now: bool = False):
         writer = (
-            log_stream(self.spark, self.settings, self.pipeline).writeStream.foreachBatch(self.process_batch)
+            log_stream(self.spark, self.settings, self.pipeline)
+            .writeStream.foreachBatch(self.process_batch)
             .option("checkpointLocation", self.settings.speed_checkpoint_uri(self.pipeline.name))
             .queryName(f"speed_{self.pipeline.name}")
         )
@@ -143,40 +156,71 @@ class SpeedLayer:
             # day's (measured on one date: 0.59 s at 24 files, 1.04 s at 720, 2.81 s at 4,000, a day
             # of 5 s triggers being 17,280; with skipping 0.51, 0.52 and 0.79 s).
             with session_confs(batch.spark, BRONZE_SKIPPING):
-                fates = label_batch_fates(batch, self.tables.bronze.uri(self.settings), self.pipeline,
-                                          parse_duration(self.settings.dedupe_horizon)).persist()
+                fates = label_batch_fates(
+                    batch,
+                    self.tables.bronze.uri(self.settings),
+                    self.pipeline,
+                    parse_duration(self.settings.dedupe_horizon),
+                ).persist()
             try:
                 counts = count_fates(fates)
-                self._append_events(batch, fates, counts)
-                next_state = self._emit_panes(batch, fates, counts)
+                self._writer.append_events(batch, fates, counts)
+                next_state = self._writer.emit_panes(batch, fates, counts, self._pane_state)
             finally:
                 fates.unpersist()
         finally:
             parsed.unpersist()
         # Written last: a progress row means every write of its batch has committed. One row, so
         # through delta-rs rather than a Spark job (lakehouse.storage.ops_tables).
-        append_rows_stamped_once(STREAM_PROGRESS.uri(self.settings), STREAM_PROGRESS.arrow_schema,
-                                 [progress_row(batch, self.pipeline, counts, started, time.time())],
-                                 batch.app_id, batch_id, first_attempt=batch.first_attempt)
+        append_rows_stamped_once(
+            STREAM_PROGRESS.uri(self.settings),
+            STREAM_PROGRESS.arrow_schema,
+            [progress_row(batch, self.pipeline, counts, started, time.time())],
+            batch.app_id,
+            batch_id,
+            first_attempt=batch.first_attempt,
+        )
         self._last_committed = CommittedBatch(batch.app_id, batch_id, batch.max_event_time)
         # Only a batch that committed everything hands its state on; after a failure the next
         # attempt reads the pane log again.
         self._pane_state = CarriedPaneState(batch.app_id, batch_id + 1, next_state)
 
-    def _micro_batch(self, spark: SparkSession, parsed: DataFrame, batch_id: int,
-                     last_committed: CommittedBatch | None) -> MicroBatch:
+    def _micro_batch(
+        self, spark: SparkSession, parsed: DataFrame, batch_id: int, last_committed: CommittedBatch | None
+    ) -> MicroBatch:
         """The batch's ids, summary and watermark; until it commits, a run of it again (after a
         failure) must look for its own rows."""
         app_id = self.app_id
         first_attempt = last_committed is not None and last_committed.precedes(app_id, batch_id)
         summary = summarise(parsed, self.pipeline)
-        max_before = (last_committed.max_event_time if first_attempt else
-                      max_event_time_before(spark, STREAM_PROGRESS.uri(self.settings), self.pipeline, app_id, batch_id))
+        max_before = (
+            last_committed.max_event_time
+            if first_attempt
+            else max_event_time_before(spark, STREAM_PROGRESS.uri(self.settings), self.pipeline, app_id, batch_id)
+        )
         max_through = max((t for t in (max_before, summary["max_event_time"]) if t is not None), default=None)
-        return MicroBatch(spark, app_id, batch_id, first_attempt, parsed, summary,
-                          watermark_for(max_before, self.watermark_delay, self.allowed_lateness), max_through)
+        return MicroBatch(
+            spark,
+            app_id,
+            batch_id,
+            first_attempt,
+            parsed,
+            summary,
+            watermark_for(max_before, self.watermark_delay, self.allowed_lateness),
+            max_through,
+        )
 
-    def _append_events(self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int]) -> None:
+
+@dataclasses.dataclass(frozen=True)
+class BatchWriter:
+    """The writes of one micro-batch, each idempotent: a replayed batch redoes only what is missing."""
+
+    settings: Settings
+    pipeline: Pipeline
+    tables: PipelineTables
+    watermark_delay: str
+
+    def append_events(self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int]) -> None:
         """Bronze (accepted events) and quarantine, each appended once per batch, whatever the replays.
         (Running the writes in threads was measured: no faster on two cores, the commits are CPU-bound.)"""
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
@@ -184,35 +228,60 @@ class SpeedLayer:
             accepted = fates.where(F.col("fate") != Fate.DUPLICATE).withColumns(
                 {"event_date": F.to_date(pipeline.event_time), **batch.stamp(), "ingested_at": F.current_timestamp()}
             )
-            append_stamped_once(accepted.select(tables.bronze.columns.fieldNames()), tables.bronze.uri(settings),
-                                batch.app_id, batch.batch_id, tables.bronze.partition_by, batch.first_attempt)
+            append_stamped_once(
+                accepted.select(tables.bronze.columns.fieldNames()),
+                tables.bronze.uri(settings),
+                batch.app_id,
+                batch.batch_id,
+                tables.bronze.partition_by,
+                batch.first_attempt,
+            )
         if batch.summary["quarantined"]:
             quarantined = tx.quarantined_records(batch.parsed).withColumns(
-                {**batch.stamp(), "quarantined_at": F.current_timestamp()})
-            append_stamped_once(quarantined.select(tables.quarantine.columns.fieldNames()),
-                                tables.quarantine.uri(settings), batch.app_id, batch.batch_id,
-                                first_attempt=batch.first_attempt)
+                {**batch.stamp(), "quarantined_at": F.current_timestamp()}
+            )
+            append_stamped_once(
+                quarantined.select(tables.quarantine.columns.fieldNames()),
+                tables.quarantine.uri(settings),
+                batch.app_id,
+                batch.batch_id,
+                first_attempt=batch.first_attempt,
+            )
 
-    def _emit_panes(self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int]) -> DataFrame:
+    def emit_panes(
+        self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int], carried: CarriedPaneState | None
+    ) -> DataFrame:
         """Append the batch's panes to the pane log and MERGE them into ``__speed``, once each; returns
         the pane state the next batch starts from."""
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
         on_time_watermark = eventtime.on_time_watermark(batch.max_event_time, parse_duration(self.watermark_delay))
-        state = pane_state_before(batch, self._pane_state, self.tables.panes.uri(self.settings), pipeline)
+        state = pane_state_before(batch, carried, self.tables.panes.uri(self.settings), pipeline)
         panes = next_panes(state, fates.where(F.col("fate") == Fate.ON_TIME), on_time_watermark, pipeline).persist()
         try:
-            extent = panes.agg(F.count(F.lit(1)).alias("rows"), F.min("window_end").alias("first"),
-                               F.max("window_end").alias("last")).first()
+            extent = panes.agg(
+                F.count(F.lit(1)).alias("rows"), F.min("window_end").alias("first"), F.max("window_end").alias("last")
+            ).first()
             counts["speed_rows"] = extent["rows"]
             if counts["speed_rows"]:
-                append_stamped_once(panes.withColumns({**batch.stamp(), "emitted_at": F.current_timestamp()})
-                                    .select(tables.panes.columns.fieldNames()), tables.panes.uri(settings),
-                                    batch.app_id, batch.batch_id, first_attempt=batch.first_attempt)
+                append_stamped_once(
+                    panes.withColumns({**batch.stamp(), "emitted_at": F.current_timestamp()}).select(
+                        tables.panes.columns.fieldNames()
+                    ),
+                    tables.panes.uri(settings),
+                    batch.app_id,
+                    batch.batch_id,
+                    first_attempt=batch.first_attempt,
+                )
                 upsert_once(
-                    batch.spark, panes, tables.speed.uri(settings),
-                    match_columns=pn.window_key(pipeline), value_columns=pipeline.metric_names,
+                    batch.spark,
+                    panes,
+                    tables.speed.uri(settings),
+                    match_columns=pn.window_key(pipeline),
+                    value_columns=pipeline.metric_names,
                     also_set={"last_batch_id": F.lit(batch.batch_id).cast("long"), "updated_at": F.current_timestamp()},
-                    delete_when="is_retraction", app_id=batch.app_id, version=batch.batch_id,
+                    delete_when="is_retraction",
+                    app_id=batch.app_id,
+                    version=batch.batch_id,
                     # A window matches only rows with its own window_end, so these bounds lose no
                     # match, and the MERGE reads and rewrites only the days these windows are in.
                     target_rows=F.col("t.window_end").between(extent["first"], extent["last"]),
@@ -227,9 +296,9 @@ class SpeedLayer:
             panes.unpersist()
 
 
-
-def run_speed_layer(spark: SparkSession, settings: Settings, pipeline: Pipeline, available_now: bool,
-                    timeout: timedelta | None = None) -> None:
+def run_speed_layer(
+    spark: SparkSession, settings: Settings, pipeline: Pipeline, available_now: bool, timeout: timedelta | None = None
+) -> None:
     """Run the streaming query until it drains (``available_now``), times out, or is stopped."""
     query = SpeedLayer(spark, settings, pipeline).start(available_now=available_now)
     try:

@@ -17,6 +17,8 @@ from lakehouse.ops.orchestration import SPARK_CONN_ID
 from lakehouse.settings import PROJECT_ROOT, Settings
 
 OWNER = "lakehouse"
+# Spark's quiet log configuration (lakehouse.storage.spark uses the same file for sessions it starts).
+LOG4J_CONFIG = PROJECT_ROOT / "lakehouse" / "storage" / "log4j2.properties"
 JOBS = Path(os.environ.get("LAKEHOUSE_JOBS_DIR", PROJECT_ROOT / "jobs"))
 
 
@@ -60,8 +62,7 @@ def spark_job_kwargs(job: str) -> dict:
         "env_vars": spark_env(),
         "name": f"lakehouse-{job}",
         # The driver JVM starts before Python: give it UTC and the project's quiet log configuration here.
-        "conf": {"spark.driver.extraJavaOptions":
-                 f"-Duser.timezone=UTC -Dlog4j.configurationFile={PROJECT_ROOT / 'lakehouse' / 'log4j2.properties'}"},
+        "conf": {"spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j.configurationFile={LOG4J_CONFIG}"},
     }
 
 
@@ -100,7 +101,8 @@ def post_json(url: str, payload: dict, timeout: float = 10) -> None:
     import json
     import urllib.request
 
-    request = urllib.request.Request(url, data=json.dumps(payload).encode(), method="POST",
-                                     headers={"Content-Type": "application/json"})
+    request = urllib.request.Request(
+        url, data=json.dumps(payload).encode(), method="POST", headers={"Content-Type": "application/json"}
+    )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         response.read()

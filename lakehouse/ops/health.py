@@ -9,6 +9,7 @@ data has a huge but shrinking lag, so only growth counts, never the size.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from datetime import datetime, timedelta
 
 from lakehouse.eventtime import format_duration, parse_duration
@@ -33,40 +34,64 @@ def _ago(delta: timedelta) -> str:
     return format_duration(timedelta(seconds=int(delta.total_seconds())))
 
 
-def assess_stream_health(pipeline: str, batches: list[dict], as_of: datetime, max_staleness: timedelta,
-                         lag_batches: int) -> HealthVerdict:
+def assess_stream_health(
+    pipeline: str, batches: list[dict], as_of: datetime, max_staleness: timedelta, lag_batches: int
+) -> HealthVerdict:
     """The stream's health as of a moment. ``batches``: ops.stream_progress rows (batch_id, started_at,
     max_event_time) of one pipeline; those started after ``as_of`` are not looked at, so judging an
     earlier moment again (a retried or late scheduled check) gives the same verdict."""
     as_of = _naive_utc(as_of)
     batches = [b for b in batches if _naive_utc(b["started_at"]) <= as_of]
     if not batches:
-        return HealthVerdict(pipeline, False, f"speed layer for {pipeline} has never run: ops.stream_progress "
-                                              "has no micro-batch (start it with `lakehouse stream`)")
+        return HealthVerdict(
+            pipeline,
+            False,
+            f"speed layer for {pipeline} has never run: ops.stream_progress "
+            "has no micro-batch (start it with `lakehouse stream`)",
+        )
     ordered = sorted(batches, key=lambda b: _naive_utc(b["started_at"]))
     last = ordered[-1]
     silent_for = as_of - _naive_utc(last["started_at"])
     if silent_for > max_staleness:
-        return HealthVerdict(pipeline, False, (
-            f"speed layer for {pipeline} is stale: its last micro-batch (batch {last['batch_id']}) started "
-            f"{_ago(silent_for)} ago, more than the {format_duration(max_staleness)} allowed "
-            "(LAKEHOUSE_STREAM_MAX_STALENESS); is the stream running?"))
-    recent = [b for b in ordered[-(lag_batches + 1):] if b.get("max_event_time") is not None]
+        return HealthVerdict(
+            pipeline,
+            False,
+            (
+                f"speed layer for {pipeline} is stale: its last micro-batch (batch {last['batch_id']}) started "
+                f"{_ago(silent_for)} ago, more than the {format_duration(max_staleness)} allowed "
+                "(LAKEHOUSE_STREAM_MAX_STALENESS); is the stream running?"
+            ),
+        )
+    recent = [b for b in ordered[-(lag_batches + 1) :] if b.get("max_event_time") is not None]
     lags = [_naive_utc(b["started_at"]) - _naive_utc(b["max_event_time"]) for b in recent]
-    if len(lags) == lag_batches + 1 and all(later > earlier for earlier, later in zip(lags, lags[1:])):
-        return HealthVerdict(pipeline, False, (
-            f"speed layer for {pipeline} is falling behind: its lag grew at each of the last {lag_batches} "
-            f"micro-batches, from {_ago(lags[0])} to {_ago(lags[-1])} (batches {recent[0]['batch_id']}.."
-            f"{recent[-1]['batch_id']}); give it more resources or fewer files per trigger"))
-    return HealthVerdict(pipeline, True, (
-        f"speed layer for {pipeline} is healthy: last micro-batch {last['batch_id']} started {_ago(silent_for)} ago"))
+    if len(lags) == lag_batches + 1 and all(later > earlier for earlier, later in itertools.pairwise(lags)):
+        return HealthVerdict(
+            pipeline,
+            False,
+            (
+                f"speed layer for {pipeline} is falling behind: its lag grew at each of the last {lag_batches} "
+                f"micro-batches, from {_ago(lags[0])} to {_ago(lags[-1])} (batches {recent[0]['batch_id']}.."
+                f"{recent[-1]['batch_id']}); give it more resources or fewer files per trigger"
+            ),
+        )
+    return HealthVerdict(
+        pipeline,
+        True,
+        (f"speed layer for {pipeline} is healthy: last micro-batch {last['batch_id']} started {_ago(silent_for)} ago"),
+    )
 
 
 def check_stream_health(settings: Settings, pipeline: str, as_of: datetime) -> HealthVerdict:
     """Read the pipeline's progress rows (delta-rs, no JVM) and assess them."""
     from lakehouse.storage.ops_tables import read_rows
 
-    rows = read_rows(settings, "ops", "stream_progress", ["pipeline", "batch_id", "started_at", "max_event_time"],
-                     [("pipeline", "=", pipeline)])
-    return assess_stream_health(pipeline, rows, as_of, parse_duration(settings.stream_max_staleness),
-                                settings.stream_lag_batches)
+    rows = read_rows(
+        settings,
+        "ops",
+        "stream_progress",
+        ["pipeline", "batch_id", "started_at", "max_event_time"],
+        [("pipeline", "=", pipeline)],
+    )
+    return assess_stream_health(
+        pipeline, rows, as_of, parse_duration(settings.stream_max_staleness), settings.stream_lag_batches
+    )

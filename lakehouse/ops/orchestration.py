@@ -8,13 +8,13 @@ cheap), and tasks call it at run time. Spark work happens in ``jobs/`` under spa
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import format_duration, parse_duration
 from lakehouse.settings import Settings
+from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
 
 CHUNK_CHOICES = ("15m", "1h", "6h", "1d")
 # ISO-8601 date-time with an optional zone: what the UI's date-time picker sends and what people type.
@@ -34,8 +34,10 @@ def _declared_pipelines() -> dict[str, bool]:
     import ast
 
     def has_session_window(call: ast.Call) -> bool:
-        return any(k.arg == "window" and isinstance(k.value, ast.Call)
-                   and any(w.arg == "gap" for w in k.value.keywords) for k in call.keywords)
+        return any(
+            k.arg == "window" and isinstance(k.value, ast.Call) and any(w.arg == "gap" for w in k.value.keywords)
+            for k in call.keywords
+        )
 
     declared = {}
     for path in (Path(__file__).parents[1] / "dataflow" / "pipelines").glob("*.py"):
@@ -44,8 +46,13 @@ def _declared_pipelines() -> dict[str, bool]:
                 continue
             called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if called == "Pipeline":
-                declared.update({k.value.value: has_session_window(node) for k in node.keywords
-                                 if k.arg == "name" and isinstance(k.value, ast.Constant)})
+                declared.update(
+                    {
+                        k.value.value: has_session_window(node)
+                        for k in node.keywords
+                        if k.arg == "name" and isinstance(k.value, ast.Constant)
+                    }
+                )
             elif called == "variant" and node.args and isinstance(node.args[0], ast.Constant):
                 declared[node.args[0].value] = has_session_window(node)
     return declared
@@ -69,8 +76,9 @@ def active_pipelines(settings: Settings) -> list[str]:
     shipped = pipeline_names()
     unknown = sorted(set(settings.pipelines) - set(shipped))
     if unknown:
-        raise LakehouseError(f"LAKEHOUSE_PIPELINES names unknown pipelines {', '.join(unknown)}; "
-                             f"shipped: {', '.join(shipped)}")
+        raise LakehouseError(
+            f"LAKEHOUSE_PIPELINES names unknown pipelines {', '.join(unknown)}; shipped: {', '.join(shipped)}"
+        )
     return list(settings.pipelines) or shipped
 
 
@@ -82,18 +90,44 @@ def backfill_param_schemas(settings: Settings) -> dict[str, dict]:
     after start, longest range, log retention) are checked by ``validate_backfill_request``.
     """
     return {
-        "pipeline": {"type": "string", "enum": pipeline_names(), "title": "Pipeline",
-                     "description": "Which pipeline's gold.<p>__batch to recompute."},
-        "start": {"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN, "title": "Start",
-                  "description": "First window start (UTC when no zone is given); on a window boundary."},
-        "end": {"type": "string", "format": "date-time", "pattern": DATE_TIME_PATTERN, "title": "End",
-                "description": f"Exclusive; at most {settings.backfill_max_range} after start."},
-        "source": {"type": "string", "enum": choices(Source), "title": "Source",
-                   "description": "bronze: accepted events; log: re-parse the raw retained log."},
-        "chunk": {"type": "string", "enum": list(CHUNK_CHOICES), "title": "Chunk size",
-                  "description": "Each chunk is recomputed and committed atomically by its own task."},
-        "reprocess": {"type": "string", "enum": choices(Reprocess), "title": "Reprocess",
-                      "description": "skip: leave chunks already computed from the same inputs; redo: all."},
+        "pipeline": {
+            "type": "string",
+            "enum": pipeline_names(),
+            "title": "Pipeline",
+            "description": "Which pipeline's gold.<p>__batch to recompute.",
+        },
+        "start": {
+            "type": "string",
+            "format": "date-time",
+            "pattern": DATE_TIME_PATTERN,
+            "title": "Start",
+            "description": "First window start (UTC when no zone is given); on a window boundary.",
+        },
+        "end": {
+            "type": "string",
+            "format": "date-time",
+            "pattern": DATE_TIME_PATTERN,
+            "title": "End",
+            "description": f"Exclusive; at most {settings.backfill_max_range} after start.",
+        },
+        "source": {
+            "type": "string",
+            "enum": choices(Source),
+            "title": "Source",
+            "description": "bronze: accepted events; log: re-parse the raw retained log.",
+        },
+        "chunk": {
+            "type": "string",
+            "enum": list(CHUNK_CHOICES),
+            "title": "Chunk size",
+            "description": "Each chunk is recomputed and committed atomically by its own task.",
+        },
+        "reprocess": {
+            "type": "string",
+            "enum": choices(Reprocess),
+            "title": "Reprocess",
+            "description": "skip: leave chunks already computed from the same inputs; redo: all.",
+        },
         "dry_run": {"type": "boolean", "title": "Dry run", "description": "Plan and summarise, write nothing."},
     }
 
@@ -116,7 +150,7 @@ def parse_utc(text: str, what: str) -> datetime:
     except ValueError:
         raise LakehouseError(f"cannot read {what} {text!r}: use ISO-8601, e.g. 2026-01-05T08:00:00Z") from None
     if moment.tzinfo is not None:
-        moment = moment.astimezone(timezone.utc).replace(tzinfo=None)
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
     return moment
 
 
@@ -151,9 +185,15 @@ def validate_backfill_request(params: dict, settings: Settings, now: datetime) -
 
 def request_from_params(params: dict) -> BackfillRequest:
     """The request the parameters describe (``validate_backfill_request`` checks them first)."""
-    return BackfillRequest(str(params["pipeline"]), parse_utc(params["start"], "start"), parse_utc(params["end"], "end"),
-                           str(params["source"]), str(params["chunk"]), str(params["reprocess"]),
-                           bool(params.get("dry_run", False)))
+    return BackfillRequest(
+        str(params["pipeline"]),
+        parse_utc(params["start"], "start"),
+        parse_utc(params["end"], "end"),
+        str(params["source"]),
+        str(params["chunk"]),
+        str(params["reprocess"]),
+        bool(params.get("dry_run", False)),
+    )
 
 
 def plan_chunks(request: BackfillRequest) -> list[dict[str, str]]:
@@ -170,9 +210,20 @@ def plan_chunks(request: BackfillRequest) -> list[dict[str, str]]:
 def chunk_job_args(request: BackfillRequest, chunk: dict[str, str], run_label: str) -> list[str]:
     """Arguments of ``jobs/backfill.py`` for one chunk (the job commits it in one transaction)."""
     return [
-        "--pipeline", request.pipeline, "--start", chunk["start"], "--end", chunk["end"],
-        "--source", request.source, "--chunk", request.chunk, "--reprocess", request.reprocess,
-        "--label", run_label,
+        "--pipeline",
+        request.pipeline,
+        "--start",
+        chunk["start"],
+        "--end",
+        chunk["end"],
+        "--source",
+        request.source,
+        "--chunk",
+        request.chunk,
+        "--reprocess",
+        request.reprocess,
+        "--label",
+        run_label,
     ]
 
 
@@ -197,7 +248,8 @@ def render_summary_note(summary: dict) -> str:
     """The run note (Markdown, shown on the run's page in the UI)."""
     verb = "would recompute" if summary["dry_run"] else "recomputed"
     return (
-        f"**Backfill {summary['pipeline']}** [{summary['range'][0]}, {summary['range'][1]}) from {summary['source']}\n\n"
+        f"**Backfill {summary['pipeline']}** [{summary['range'][0]}, {summary['range'][1]}) "
+        f"from {summary['source']}\n\n"
         f"| chunks planned | {verb} | skipped (same inputs) | rows written | events used | failed attempts |\n"
         f"| --- | --- | --- | --- | --- | --- |\n"
         f"| {summary['chunks_planned']} | {summary['chunks_recomputed']} | {summary['chunks_skipped']} "
@@ -207,5 +259,7 @@ def render_summary_note(summary: dict) -> str:
 
 def hourly_interval(start: datetime, end: datetime) -> dict[str, str]:
     """The scheduled batch layer's range: exactly the run's data interval, as job arguments."""
-    return {"start": f"{start.astimezone(timezone.utc).replace(tzinfo=None).isoformat()}Z",
-            "end": f"{end.astimezone(timezone.utc).replace(tzinfo=None).isoformat()}Z"}
+    return {
+        "start": f"{start.astimezone(UTC).replace(tzinfo=None).isoformat()}Z",
+        "end": f"{end.astimezone(UTC).replace(tzinfo=None).isoformat()}Z",
+    }

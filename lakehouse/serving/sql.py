@@ -10,11 +10,10 @@ from decimal import Decimal
 
 from pyspark.sql import SparkSession
 
-from lakehouse.vocabulary import OutputFormat, choices
-from lakehouse.storage.catalog import register_tables
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
-
+from lakehouse.storage.catalog import register_tables
+from lakehouse.vocabulary import OutputFormat, choices
 
 
 def _text(value) -> str:
@@ -41,22 +40,27 @@ def format_rows(columns: list[str], rows: list[tuple], output: str, truncated: b
         writer.writerows([["" if v is None else _text(v) for v in row] for row in rows])
         return buffer.getvalue()
     if output == "json":
-        return json.dumps([{c: _json_value(v) for c, v in zip(columns, row)} for row in rows], indent=1) + "\n"
+        records = [{c: _json_value(v) for c, v in zip(columns, row, strict=True)} for row in rows]
+        return json.dumps(records, indent=1) + "\n"
     cells = [[_text(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
-    numeric = [bool(rows) and all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows)
-               for i in range(len(columns))]
+    numeric = [
+        bool(rows) and all(isinstance(r[i], (int, float, Decimal)) or r[i] is None for r in rows)
+        for i in range(len(columns))
+    ]
 
     def line(values):
-        return " | ".join(v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric)).rstrip()
+        padded = (v.rjust(w) if n else v.ljust(w) for v, w, n in zip(values, widths, numeric, strict=True))
+        return " | ".join(padded).rstrip()
 
     out = [line(columns), "-+-".join("-" * w for w in widths)] + [line(row) for row in cells]
     out.append(f"({len(rows)} row{'s' if len(rows) != 1 else ''}{', more not shown' if truncated else ''})")
     return "\n".join(out) + "\n"
 
 
-def run_sql(spark: SparkSession, settings: Settings, query: str, output: str = "table",
-            max_rows: int | None = 1000) -> str:
+def run_sql(
+    spark: SparkSession, settings: Settings, query: str, output: str = "table", max_rows: int | None = 1000
+) -> str:
     from pyspark.errors import PySparkException
 
     if output not in choices(OutputFormat):

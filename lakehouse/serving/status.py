@@ -7,9 +7,9 @@ import dataclasses
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.storage.catalog import BACKFILL_RUNS, STREAM_PROGRESS, all_tables, pipeline_tables, table_exists
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.settings import Settings
+from lakehouse.storage.catalog import BACKFILL_RUNS, STREAM_PROGRESS, all_tables, pipeline_tables, table_exists
 
 # The per-batch fate counts of ops.stream_progress, by column.
 FATE_COUNT_COLUMNS = ("quarantined", "duplicates", "on_time", "late")
@@ -39,10 +39,15 @@ def pipeline_status(spark: SparkSession, settings: Settings, pipeline: Pipeline)
     progress = load(STREAM_PROGRESS)
     totals = {"batches": 0, "read": 0, **{fate: 0 for fate in FATE_COUNT_COLUMNS}}
     if progress is not None:
-        row = progress.where(F.col("pipeline") == pipeline.name).agg(
-            F.count(F.lit(1)).alias("batches"), F.sum("input_rows").alias("read"),
-            *[F.sum(fate).alias(fate) for fate in FATE_COUNT_COLUMNS],
-        ).first()
+        row = (
+            progress.where(F.col("pipeline") == pipeline.name)
+            .agg(
+                F.count(F.lit(1)).alias("batches"),
+                F.sum("input_rows").alias("read"),
+                *[F.sum(fate).alias(fate) for fate in FATE_COUNT_COLUMNS],
+            )
+            .first()
+        )
         totals.update({k: v or 0 for k, v in row.asDict().items()})
     quarantine = load(pipeline_tables(pipeline).quarantine)
     reasons = {}
@@ -51,8 +56,12 @@ def pipeline_status(spark: SparkSession, settings: Settings, pipeline: Pipeline)
     table_rows = {t.qualified_name: frame.count() for t in all_tables(pipeline) if (frame := load(t)) is not None}
     runs = load(BACKFILL_RUNS)
     return PipelineStatus(
-        pipeline=pipeline.name, batches=totals["batches"], read=totals["read"],
-        fates={fate: totals[fate] for fate in FATE_COUNT_COLUMNS}, quarantine_reasons=reasons, table_rows=table_rows,
+        pipeline=pipeline.name,
+        batches=totals["batches"],
+        read=totals["read"],
+        fates={fate: totals[fate] for fate in FATE_COUNT_COLUMNS},
+        quarantine_reasons=reasons,
+        table_rows=table_rows,
         backfill_runs=runs.where(F.col("pipeline") == pipeline.name).count() if runs is not None else 0,
     )
 

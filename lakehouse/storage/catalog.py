@@ -11,11 +11,11 @@ import dataclasses
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from lakehouse.vocabulary import AccumulationMode, Layer
-from lakehouse.errors import LakehouseError
 from lakehouse.dataflow.pipelines import PIPELINES
 from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
+from lakehouse.vocabulary import AccumulationMode, Layer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,95 +51,191 @@ def struct_of(*fields: tuple[str, T.DataType]) -> T.StructType:
 TS, STR, LONG = T.TimestampType(), T.StringType(), T.LongType()
 
 STREAM_PROGRESS = Table(
-    "ops", "stream_progress",
+    "ops",
+    "stream_progress",
     struct_of(
-        ("pipeline", STR), ("app_id", STR), ("batch_id", LONG), ("started_at", TS), ("duration_ms", LONG),
-        ("input_rows", LONG), ("quarantined", LONG), ("duplicates", LONG), ("on_time", LONG), ("late", LONG),
-        ("watermark", TS), ("max_event_time", TS), ("panes_emitted", LONG),
+        ("pipeline", STR),
+        ("app_id", STR),
+        ("batch_id", LONG),
+        ("started_at", TS),
+        ("duration_ms", LONG),
+        ("input_rows", LONG),
+        ("quarantined", LONG),
+        ("duplicates", LONG),
+        ("on_time", LONG),
+        ("late", LONG),
+        ("watermark", TS),
+        ("max_event_time", TS),
+        ("panes_emitted", LONG),
         ("source_files", T.ArrayType(STR)),
     ),
 )
 BACKFILL_RUNS = Table(
-    "ops", "backfill_runs",
+    "ops",
+    "backfill_runs",
     struct_of(
-        ("run_id", STR), ("pipeline", STR), ("source", STR), ("range_start", TS), ("range_end", TS),
-        ("status", STR), ("error", STR), ("chunks", LONG), ("events_read", LONG), ("quarantined", LONG),
-        ("duplicates", LONG), ("events_used", LONG), ("rows_written", LONG), ("started_at", TS),
-        ("finished_at", TS), ("duration_ms", LONG),
+        ("run_id", STR),
+        ("pipeline", STR),
+        ("source", STR),
+        ("range_start", TS),
+        ("range_end", TS),
+        ("status", STR),
+        ("error", STR),
+        ("chunks", LONG),
+        ("events_read", LONG),
+        ("quarantined", LONG),
+        ("duplicates", LONG),
+        ("events_used", LONG),
+        ("rows_written", LONG),
+        ("started_at", TS),
+        ("finished_at", TS),
+        ("duration_ms", LONG),
         # Orchestration: chunks left as they were (same inputs), and who asked (an Airflow run, say).
-        ("chunks_skipped", LONG), ("label", STR),
+        ("chunks_skipped", LONG),
+        ("label", STR),
     ),
 )
 # One row per chunk the batch layer has recomputed: the serving view trusts batch values there,
 # even for windows where the batch found no events at all. input_fingerprint digests the chunk's
 # inputs, so a backfill asked to skip unchanged chunks knows which it may leave as they are.
 BATCH_COVERAGE = Table(
-    "ops", "batch_coverage",
-    struct_of(("pipeline", STR), ("range_start", TS), ("range_end", TS), ("run_id", STR), ("source", STR),
-            ("written_at", TS), ("input_fingerprint", STR)),
+    "ops",
+    "batch_coverage",
+    struct_of(
+        ("pipeline", STR),
+        ("range_start", TS),
+        ("range_end", TS),
+        ("run_id", STR),
+        ("source", STR),
+        ("written_at", TS),
+        ("input_fingerprint", STR),
+    ),
 )
 STRING_MAP, STRINGS = T.MapType(STR, STR), T.ArrayType(STR)
 RECONCILIATIONS = Table(
-    "audit", "reconciliations",
+    "audit",
+    "reconciliations",
     struct_of(
-        ("run_id", STR), ("pipeline", STR), ("range_start", TS), ("range_end", TS), ("pins", STRING_MAP),
-        ("watermark", TS), ("windows_compared", LONG), ("open_windows", LONG), ("matched", LONG),
-        ("explained_late", LONG), ("explained_not_yet_read", LONG), ("explained_corrected", LONG),
-        ("unexplained", LONG), ("started_at", TS),
+        ("run_id", STR),
+        ("pipeline", STR),
+        ("range_start", TS),
+        ("range_end", TS),
+        ("pins", STRING_MAP),
+        ("watermark", TS),
+        ("windows_compared", LONG),
+        ("open_windows", LONG),
+        ("matched", LONG),
+        ("explained_late", LONG),
+        ("explained_not_yet_read", LONG),
+        ("explained_corrected", LONG),
+        ("unexplained", LONG),
+        ("started_at", TS),
         ("duration_ms", LONG),
         # full | incremental; an incremental audit covers the changes after these versions up to ``pins``.
-        ("mode", STR), ("changes_since", STRING_MAP), ("changed_windows", LONG),
+        ("mode", STR),
+        ("changes_since", STRING_MAP),
+        ("changed_windows", LONG),
         # speed | serving: the table the audit compared with the truth.
-        ("target", STR), ("explained_after_batch", LONG),
+        ("target", STR),
+        ("explained_after_batch", LONG),
     ),
 )
 # One row per (window, key) that did not match, with what explains it or the event ids that do not.
 DIFFERENCES = Table(
-    "audit", "reconciliation_differences",
+    "audit",
+    "reconciliation_differences",
     struct_of(
-        ("run_id", STR), ("pipeline", STR), ("window_start", TS), ("window_end", TS), ("key", STRING_MAP),
-        ("status", STR), ("causes", STRINGS), ("truth", STRING_MAP), ("speed", STRING_MAP), ("late_events", LONG),
-        ("not_yet_read_events", LONG), ("unexplained_event_ids", STRINGS), ("speed_minus_on_time", STRING_MAP),
+        ("run_id", STR),
+        ("pipeline", STR),
+        ("window_start", TS),
+        ("window_end", TS),
+        ("key", STRING_MAP),
+        ("status", STR),
+        ("causes", STRINGS),
+        ("truth", STRING_MAP),
+        ("speed", STRING_MAP),
+        ("late_events", LONG),
+        ("not_yet_read_events", LONG),
+        ("unexplained_event_ids", STRINGS),
+        ("speed_minus_on_time", STRING_MAP),
         # ``speed`` holds the audited value; with target serving, ``source`` says which layer served it.
-        ("source", STR), ("after_batch_events", LONG),
+        ("source", STR),
+        ("after_batch_events", LONG),
     ),
 )
 # The batch layer's corrections as a retraction log: per changed (window, key) of a pipeline, the
 # value withdrawn ('retract') and the value that replaces it ('insert').
 CORRECTIONS = Table(
-    "audit", "corrections",
+    "audit",
+    "corrections",
     struct_of(
-        ("run_id", STR), ("pipeline", STR), ("window_start", TS), ("window_end", TS), ("key", STRING_MAP),
-        ("change", STR), ("values", STRING_MAP), ("late_events", LONG), ("corrected_at", TS),
+        ("run_id", STR),
+        ("pipeline", STR),
+        ("window_start", TS),
+        ("window_end", TS),
+        ("key", STRING_MAP),
+        ("change", STR),
+        ("values", STRING_MAP),
+        ("late_events", LONG),
+        ("corrected_at", TS),
     ),
 )
 # One row per correction run: the bronze versions it covered. A run that crashed is resumed
 # with the same versions, so its corrections are written once.
 CORRECTION_RUNS = Table(
-    "ops", "correction_runs",
+    "ops",
+    "correction_runs",
     struct_of(
-        ("run_id", STR), ("pipeline", STR), ("sequence", LONG), ("status", STR), ("bronze_from_version", LONG),
-        ("bronze_to_version", LONG), ("late_events", LONG), ("windows_recomputed", LONG), ("rows_changed", LONG),
-        ("started_at", TS), ("finished_at", TS),
+        ("run_id", STR),
+        ("pipeline", STR),
+        ("sequence", LONG),
+        ("status", STR),
+        ("bronze_from_version", LONG),
+        ("bronze_to_version", LONG),
+        ("late_events", LONG),
+        ("windows_recomputed", LONG),
+        ("rows_changed", LONG),
+        ("started_at", TS),
+        ("finished_at", TS),
     ),
 )
 # One row per expectation per suite the audit validated (lakehouse.audit.quality); Data Docs render the same results.
 DATA_QUALITY = Table(
-    "audit", "data_quality",
+    "audit",
+    "data_quality",
     struct_of(
-        ("run_id", STR), ("pipeline", STR), ("suite", STR), ("table_name", STR), ("table_version", LONG),
-        ("suite_success", T.BooleanType()), ("expectation", STR), ("expectation_type", STR),
-        ("success", T.BooleanType()), ("element_count", LONG), ("unexpected_count", LONG),
-        ("observed_value", STR), ("data_docs", STR), ("validated_at", TS),
+        ("run_id", STR),
+        ("pipeline", STR),
+        ("suite", STR),
+        ("table_name", STR),
+        ("table_version", LONG),
+        ("suite_success", T.BooleanType()),
+        ("expectation", STR),
+        ("expectation_type", STR),
+        ("success", T.BooleanType()),
+        ("element_count", LONG),
+        ("unexpected_count", LONG),
+        ("observed_value", STR),
+        ("data_docs", STR),
+        ("validated_at", TS),
     ),
 )
 SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE, CORRECTION_RUNS)
 AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, CORRECTIONS, DATA_QUALITY)
 # Written by orchestration callbacks through delta-rs (see lakehouse.storage.ops_tables), registered for SQL.
-ALERTS = Table("ops", "alerts", struct_of(
-    ("alert_id", STR), ("source", STR), ("dag_id", STR), ("run_id", STR), ("task_id", STR), ("message", STR),
-    ("raised_at", TS),
-))
+ALERTS = Table(
+    "ops",
+    "alerts",
+    struct_of(
+        ("alert_id", STR),
+        ("source", STR),
+        ("dag_id", STR),
+        ("run_id", STR),
+        ("task_id", STR),
+        ("message", STR),
+        ("raised_at", TS),
+    ),
+)
 ORCHESTRATION_TABLES = (ALERTS,)
 
 
@@ -159,7 +255,6 @@ class PipelineTables:
         return {mode: f"{base}__{mode}" for mode in AccumulationMode}
 
 
-
 # The gold tables change where windows are open: the speed layer's MERGE every few seconds, the batch
 # layer's replaceWhere every hour. A rewrite copies the untouched rows of every file it touches, and
 # without partitions a table's rows share a few files (the MERGE rewrites one file holding them all,
@@ -172,33 +267,77 @@ BY_WINDOW_DATE = {
 }
 
 
-def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
+def _event_tables(pipeline: Pipeline) -> dict[str, Table]:
+    """Bronze (accepted events, with their fate) and quarantine (rejected records) of a pipeline."""
     p = pipeline.name
     event_fields = [(f.name, f.spark_type) for f in pipeline.fields]
-    gold_fields = [("window_start", TS), ("window_end", TS)]
-    gold_fields += [(key, pipeline.event_schema[key].dataType) for key in pipeline.keys]
-    gold_fields += [(m.name, m.spark_type) for m in pipeline.metrics]
-    return PipelineTables(
+    return dict(
         bronze=Table(
-            "bronze", f"{p}_events",
-            struct_of(*event_fields, ("event_date", T.DateType()), ("fate", STR), ("app_id", STR),
-                    ("batch_id", LONG), ("source_file", STR), ("ingested_at", TS)),
+            "bronze",
+            f"{p}_events",
+            struct_of(
+                *event_fields,
+                ("event_date", T.DateType()),
+                ("fate", STR),
+                ("app_id", STR),
+                ("batch_id", LONG),
+                ("source_file", STR),
+                ("ingested_at", TS),
+            ),
             partition_by=("event_date",),
             change_data_feed=True,  # correction runs read the late events added since their last run
         ),
         quarantine=Table(
-            "quarantine", f"{p}_events",
-            struct_of(("raw", STR), ("reason", STR), ("event_id", STR), ("source_file", STR), ("app_id", STR),
-                    ("batch_id", LONG), ("quarantined_at", TS)),
+            "quarantine",
+            f"{p}_events",
+            struct_of(
+                ("raw", STR),
+                ("reason", STR),
+                ("event_id", STR),
+                ("source_file", STR),
+                ("app_id", STR),
+                ("batch_id", LONG),
+                ("quarantined_at", TS),
+            ),
         ),
-        speed=Table("gold", f"{p}__speed", struct_of(*gold_fields, ("last_batch_id", LONG), ("updated_at", TS)),
-                    change_data_feed=True, **BY_WINDOW_DATE),
-        batch=Table("gold", f"{p}__batch", struct_of(*gold_fields, ("run_id", STR), ("updated_at", TS)),
-                    change_data_feed=True, **BY_WINDOW_DATE),
+    )
+
+
+def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
+    p = pipeline.name
+    gold_fields = [("window_start", TS), ("window_end", TS)]
+    gold_fields += [(key, pipeline.event_schema[key].dataType) for key in pipeline.keys]
+    gold_fields += [(m.name, m.spark_type) for m in pipeline.metrics]
+    return PipelineTables(
+        **_event_tables(pipeline),
+        speed=Table(
+            "gold",
+            f"{p}__speed",
+            struct_of(*gold_fields, ("last_batch_id", LONG), ("updated_at", TS)),
+            change_data_feed=True,
+            **BY_WINDOW_DATE,
+        ),
+        batch=Table(
+            "gold",
+            f"{p}__batch",
+            struct_of(*gold_fields, ("run_id", STR), ("updated_at", TS)),
+            change_data_feed=True,
+            **BY_WINDOW_DATE,
+        ),
         # Every pane the speed layer emitted: the value after the pane, its timing and index.
-        panes=Table("gold", f"{p}__panes",
-                    struct_of(*gold_fields, ("pane_index", LONG), ("timing", STR), ("is_retraction", T.BooleanType()),
-                              ("app_id", STR), ("batch_id", LONG), ("emitted_at", TS))),
+        panes=Table(
+            "gold",
+            f"{p}__panes",
+            struct_of(
+                *gold_fields,
+                ("pane_index", LONG),
+                ("timing", STR),
+                ("is_retraction", T.BooleanType()),
+                ("app_id", STR),
+                ("batch_id", LONG),
+                ("emitted_at", TS),
+            ),
+        ),
         serving_view=f"gold.{p}",
     )
 
@@ -259,8 +398,9 @@ def ensure_pipeline_tables(spark: SparkSession, settings: Settings, pipeline: Pi
     return pipeline_tables(pipeline)
 
 
-def serving_view_sql(pipeline: Pipeline, speed: str | None = None, batch: str | None = None,
-                     coverage: str | None = None) -> str:
+def serving_view_sql(
+    pipeline: Pipeline, speed: str | None = None, batch: str | None = None, coverage: str | None = None
+) -> str:
     """Batch value where the batch layer has recomputed the window, speed value otherwise.
 
     The relations default to the registered tables; the audit passes views of pinned versions,
@@ -298,25 +438,32 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
     window_key = ", ".join(["window_start", "window_end", *pipeline.keys])
     metrics = pipeline.metric_names
     lagged = ", ".join(f"LAG({m}) OVER w AS _prev_{m}" for m in metrics)
-    history = (f"SELECT *, {lagged}, LAG(is_retraction) OVER w AS _prev_retraction FROM {panes} "
-               f"WINDOW w AS (PARTITION BY {window_key} ORDER BY pane_index)")
+    history = (
+        f"SELECT *, {lagged}, LAG(is_retraction) OVER w AS _prev_retraction FROM {panes} "
+        f"WINDOW w AS (PARTITION BY {window_key} ORDER BY pane_index)"
+    )
     pane_columns = "pane_index, timing, batch_id"
     if mode == "accumulating":
         values = ", ".join(metrics)
-        return (f"SELECT {window_key}, {values}, {pane_columns} FROM ("
-                f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {window_key} ORDER BY pane_index DESC) AS _newest "
-                f"FROM {panes}) WHERE _newest = 1 AND NOT is_retraction")
+        return (
+            f"SELECT {window_key}, {values}, {pane_columns} FROM ("
+            f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {window_key} ORDER BY pane_index DESC) AS _newest "
+            f"FROM {panes}) WHERE _newest = 1 AND NOT is_retraction"
+        )
     if mode == "discarding":
-        deltas = ", ".join(f"CASE WHEN is_retraction THEN -{m} ELSE {m} - COALESCE(_prev_{m}, 0) END AS {m}"
-                           for m in metrics)
+        deltas = ", ".join(
+            f"CASE WHEN is_retraction THEN -{m} ELSE {m} - COALESCE(_prev_{m}, 0) END AS {m}" for m in metrics
+        )
         return f"SELECT {window_key}, {deltas}, {pane_columns}, is_retraction FROM ({history})"
     if mode == "retracting":
         withdrawn = ", ".join(f"-(CASE WHEN is_retraction THEN {m} ELSE _prev_{m} END) AS {m}" for m in metrics)
         added = ", ".join(metrics)
-        return (f"SELECT {window_key}, 'retract' AS change, {withdrawn}, {pane_columns} FROM ({history}) "
-                f"WHERE is_retraction OR (pane_index > 0 AND NOT COALESCE(_prev_retraction, TRUE)) "
-                f"UNION ALL SELECT {window_key}, 'insert' AS change, {added}, {pane_columns} FROM {panes} "
-                f"WHERE NOT is_retraction")
+        return (
+            f"SELECT {window_key}, 'retract' AS change, {withdrawn}, {pane_columns} FROM ({history}) "
+            f"WHERE is_retraction OR (pane_index > 0 AND NOT COALESCE(_prev_retraction, TRUE)) "
+            f"UNION ALL SELECT {window_key}, 'insert' AS change, {added}, {pane_columns} FROM {panes} "
+            f"WHERE NOT is_retraction"
+        )
     raise ValueError(f"unknown accumulation mode {mode!r}")
 
 

@@ -34,5 +34,6 @@ def literal_frame(spark: SparkSession, schema: str | T.StructType, rows: Sequenc
         values = [row.get(f.name) for f in struct.fields] if isinstance(row, Mapping) else list(row)
         if len(values) != len(struct.fields):
             raise ValueError(f"row {row!r} does not have the {len(struct.fields)} values of {struct.simpleString()}")
-        records.append(F.struct(*[_literal(v).cast(f.dataType).alias(f.name) for v, f in zip(values, struct.fields)]))
+        fields = zip(values, struct.fields, strict=True)
+        records.append(F.struct(*[_literal(v).cast(f.dataType).alias(f.name) for v, f in fields]))
     return spark.range(1).select(F.inline(F.array(*records)))

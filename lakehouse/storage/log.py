@@ -13,13 +13,13 @@ import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
+from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
-from pyspark.errors import AnalysisException
 
 from lakehouse.errors import LakehouseError
-from lakehouse.storage.frames import literal_frame
 from lakehouse.settings import Settings, local_path
+from lakehouse.storage.frames import literal_frame
 
 
 def log_glob(settings: Settings, pipeline: str) -> str:
@@ -76,11 +76,16 @@ def _file_system(spark: SparkSession, uri: str):
 def _children(file_system, path, prefix: str) -> list:
     if not file_system.exists(path):
         return []
-    return [status for status in file_system.listStatus(path)
-            if status.isDirectory() and status.getPath().getName().startswith(prefix)]
+    return [
+        status
+        for status in file_system.listStatus(path)
+        if status.isDirectory() and status.getPath().getName().startswith(prefix)
+    ]
 
 
-def partition_uris(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> list[str]:
+def partition_uris(
+    spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None
+) -> list[str]:
     """The ingest-hour folders that hold files arrived at or after ``arrived_from``'s hour, oldest first.
 
     Only folder names are listed: a day folder before the cut-off is never opened.
@@ -98,8 +103,9 @@ def partition_uris(spark: SparkSession, settings: Settings, pipeline: str, arriv
     return uris
 
 
-def file_write_times(spark: SparkSession, settings: Settings, pipeline: str,
-                     arrived_from: datetime | None = None) -> dict[str, datetime]:
+def file_write_times(
+    spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None
+) -> dict[str, datetime]:
     """Each log file's name and when it was added to the log (UTC), from a listing alone."""
     times = {}
     for uri in partition_uris(spark, settings, pipeline, arrived_from):
@@ -112,7 +118,9 @@ def file_write_times(spark: SparkSession, settings: Settings, pipeline: str,
     return times
 
 
-def last_write(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> datetime | None:
+def last_write(
+    spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None
+) -> datetime | None:
     """When the newest file of those partitions was added to the log (UTC), from a listing alone."""
     return max(file_write_times(spark, settings, pipeline, arrived_from).values(), default=None)
 
@@ -135,7 +143,8 @@ def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_fro
             return empty
         raise
     return raw.where(F.col("_metadata.file_name").endswith(".jsonl")).select(
-        "value", F.col("_metadata.file_path").alias("source_file"),
+        "value",
+        F.col("_metadata.file_path").alias("source_file"),
         F.col("_metadata.file_modification_time").alias("written_at"),
     )
 

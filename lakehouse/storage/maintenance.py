@@ -37,7 +37,8 @@ def expired_log_partitions(partitions: list[str], now: datetime, retention: time
         if not match:
             continue
         hour_start = datetime.combine(date.fromisoformat(match.group(1)), datetime.min.time()) + timedelta(
-            hours=int(match.group(2)))
+            hours=int(match.group(2))
+        )
         if hour_start + timedelta(hours=1) <= oldest_kept:
             expired.append(folder)
     return expired
@@ -57,8 +58,11 @@ def log_partitions(spark, settings: Settings, pipeline: str) -> list[str]:
     folders = []
     for day in fs.listStatus(root):
         if day.isDirectory() and day.getPath().getName().startswith("ingest_date="):
-            folders += [h.getPath().toString() for h in fs.listStatus(day.getPath())
-                        if h.isDirectory() and h.getPath().getName().startswith("ingest_hour=")]
+            folders += [
+                h.getPath().toString()
+                for h in fs.listStatus(day.getPath())
+                if h.isDirectory() and h.getPath().getName().startswith("ingest_hour=")
+            ]
     return sorted(folders)
 
 
@@ -69,11 +73,13 @@ def _compact(delta, name: str) -> dict:
     from lakehouse.storage.writers import COMPACTION_CONFLICTS, retry_on_conflict
 
     try:
-        metrics = retry_on_conflict(lambda: delta.optimize().executeCompaction().first()["metrics"],
-                                    f"OPTIMIZE {name}")
+        metrics = retry_on_conflict(lambda: delta.optimize().executeCompaction().first()["metrics"], f"OPTIMIZE {name}")
     except COMPACTION_CONFLICTS as conflict:
-        return {"files_added": 0, "files_removed": 0,
-                "skipped": f"lost every commit to concurrent writes: {type(conflict).__name__}"}
+        return {
+            "files_added": 0,
+            "files_removed": 0,
+            "skipped": f"lost every commit to concurrent writes: {type(conflict).__name__}",
+        }
     return {"files_added": metrics["numFilesAdded"], "files_removed": metrics["numFilesRemoved"]}
 
 
@@ -84,8 +90,12 @@ def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
     from lakehouse.storage.catalog import ALERTS, AUDIT_TABLES, all_tables, table_exists
 
     retention = vacuum_retention(settings)
-    report = {"pipeline": pipeline.name, "vacuum_retention": format_duration(retention), "tables": {},
-              "log_partitions_deleted": []}
+    report = {
+        "pipeline": pipeline.name,
+        "vacuum_retention": format_duration(retention),
+        "tables": {},
+        "log_partitions_deleted": [],
+    }
     for table in [*all_tables(pipeline), *AUDIT_TABLES, ALERTS]:
         uri = table.uri(settings)
         if table.qualified_name in report["tables"] or not table_exists(spark, uri):

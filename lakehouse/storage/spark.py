@@ -19,7 +19,6 @@ from pathlib import Path
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
-
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 
 
@@ -36,7 +35,9 @@ def _check_java() -> None:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
-        raise LakehouseError("Java 17 is required to run Spark but no `java` was found (install a JDK 17 or set JAVA_HOME)")
+        raise LakehouseError(
+            "Java 17 is required to run Spark but no `java` was found (install a JDK 17 or set JAVA_HOME)"
+        )
     try:
         subprocess.run([java, "-version"], capture_output=True, check=True, timeout=30)
     except (OSError, subprocess.SubprocessError) as error:

@@ -35,8 +35,9 @@ COMPACTION_CONFLICTS = (ConcurrentAppendException, ConcurrentDeleteReadException
 CONFLICT_ATTEMPTS = 4
 
 
-def retry_on_conflict(write: Callable[[], Result], what: str, attempts: int = CONFLICT_ATTEMPTS,
-                      pause_seconds: float = 0.5) -> Result:
+def retry_on_conflict(
+    write: Callable[[], Result], what: str, attempts: int = CONFLICT_ATTEMPTS, pause_seconds: float = 0.5
+) -> Result:
     """Run ``write``, again on each commit conflict, up to ``attempts`` times. Only for writes
     that are safe to repeat: a retry starts a new transaction on the table's latest snapshot."""
     for attempt in range(1, attempts + 1):
@@ -46,8 +47,9 @@ def retry_on_conflict(write: Callable[[], Result], what: str, attempts: int = CO
             if attempt == attempts:
                 raise
             first_line = str(conflict).splitlines()[0] if str(conflict) else type(conflict).__name__
-            log.warning("%s lost a commit race (attempt %d of %d), running it again: %s",
-                        what, attempt, attempts, first_line)
+            log.warning(
+                "%s lost a commit race (attempt %d of %d), running it again: %s", what, attempt, attempts, first_line
+            )
             time.sleep(pause_seconds * attempt)
     raise AssertionError("unreachable")
 
@@ -57,8 +59,14 @@ def append_once(rows: DataFrame, uri: str, app_id: str, version: int, partition_
     _appender(rows, partition_by).option("txnAppId", app_id).option("txnVersion", version).save(uri)
 
 
-def append_stamped_once(rows: DataFrame, uri: str, app_id: str, batch_id: int,
-                        partition_by: tuple[str, ...] = (), first_attempt: bool = False) -> None:
+def append_stamped_once(
+    rows: DataFrame,
+    uri: str,
+    app_id: str,
+    batch_id: int,
+    partition_by: tuple[str, ...] = (),
+    first_attempt: bool = False,
+) -> None:
     """Append ``rows``, each stamped with ``app_id`` and ``batch_id`` in columns of those names,
     unless the table already holds rows with that stamp.
 
@@ -122,7 +130,9 @@ def upsert_once(
     def execute() -> None:
         # Built per attempt, so that a retry plans against the table as it is now.
         merge = (
-            DeltaTable.forPath(spark, uri).alias("t").merge(rows.alias("s"), condition)
+            DeltaTable.forPath(spark, uri)
+            .alias("t")
+            .merge(rows.alias("s"), condition)
             .whenMatchedDelete(condition=f"s.{delete_when}")
             .whenMatchedUpdate(set=updates)
             .whenNotMatchedInsert(condition=f"NOT s.{delete_when}", values=inserts)

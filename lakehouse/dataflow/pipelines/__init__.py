@@ -1,9 +1,9 @@
 """The shipped pipelines, by name."""
 
-from lakehouse.errors import LakehouseError
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.dataflow.pipelines.team_scores import TEAM_SCORES, TEAM_SCORES_SESSIONS
 from lakehouse.dataflow.pipelines.toll_traffic import TOLL_TRAFFIC, TOLL_TRAFFIC_5M, TOLL_TRIPS
+from lakehouse.errors import LakehouseError
 
 PIPELINES: dict[str, Pipeline] = {
     p.name: p for p in (TOLL_TRAFFIC, TOLL_TRAFFIC_5M, TOLL_TRIPS, TEAM_SCORES, TEAM_SCORES_SESSIONS)

@@ -114,7 +114,7 @@ class Pipeline:
     def topic(self) -> str:
         return self.source or self.name
 
-    def variant(self, name: str, **changes) -> "Pipeline":
+    def variant(self, name: str, **changes) -> Pipeline:
         """The same events aggregated another way (another window, keys or metrics)."""
         return dataclasses.replace(self, name=name, source=self.topic, **changes)
 

@@ -26,8 +26,9 @@ from lakehouse.settings import PROJECT_ROOT
 EXPECTATIONS_DIR = PROJECT_ROOT / "expectations"
 RAW_EVENTS, BRONZE, GOLD = "raw_events", "bronze", "gold"
 # The one query shape a row rule may take: its WHERE clause is the Spark SQL condition of a bad row.
-_UNEXPECTED_ROWS = re.compile(r"^\s*SELECT\s+\*\s+FROM\s+\{batch\}\s+WHERE\s+(?P<condition>.+?)\s*;?\s*$",
-                              re.IGNORECASE | re.DOTALL)
+_UNEXPECTED_ROWS = re.compile(
+    r"^\s*SELECT\s+\*\s+FROM\s+\{batch\}\s+WHERE\s+(?P<condition>.+?)\s*;?\s*$", re.IGNORECASE | re.DOTALL
+)
 
 
 def suite_path(pipeline: str, layer: str, directory: Path = EXPECTATIONS_DIR) -> Path:
@@ -69,13 +70,16 @@ def _where_condition(kwargs: dict) -> str:
 # GX expectation type -> (the kwargs it needs, the Spark column that is true on a row it rejects).
 _VIOLATIONS = {
     "expect_column_values_to_be_in_set": (
-        ("column", "value_set"), lambda kw: ~F.col(kw["column"]).isin(*kw["value_set"])),
+        ("column", "value_set"),
+        lambda kw: ~F.col(kw["column"]).isin(*kw["value_set"]),
+    ),
     "expect_column_values_to_not_be_in_set": (
-        ("column", "value_set"), lambda kw: F.col(kw["column"]).isin(*kw["value_set"])),
+        ("column", "value_set"),
+        lambda kw: F.col(kw["column"]).isin(*kw["value_set"]),
+    ),
     "expect_column_values_to_be_between": (("column",), lambda kw: _between(F.col(kw["column"]), kw)),
     "expect_column_values_to_match_regex": (("column", "regex"), lambda kw: ~F.col(kw["column"]).rlike(kw["regex"])),
-    "expect_column_values_to_not_match_regex": (
-        ("column", "regex"), lambda kw: F.col(kw["column"]).rlike(kw["regex"])),
+    "expect_column_values_to_not_match_regex": (("column", "regex"), lambda kw: F.col(kw["column"]).rlike(kw["regex"])),
     "unexpected_rows_expectation": (("unexpected_rows_query",), lambda kw: F.expr(_where_condition(kw))),
 }
 
