@@ -80,8 +80,8 @@ airflow: setup
 airflow-stop:
 	@bash scripts/airflow.sh stop
 
-# The Airflow tests alone: DAG integrity, dag.test() of each DAG, and end to end on a real Airflow
-# (PostgreSQL, api-server, scheduler, dag-processor) with a browser test of the trigger form.
+# The Airflow tests alone: DAG integrity, dag.test() of each DAG, the newcomer's make airflow, and end
+# to end on a real Airflow (PostgreSQL, api-server, scheduler, dag-processor) with a browser test.
 test-airflow: setup system-deps
-	$(VENV)/bin/python -m pytest tests/test_orchestration.py tests/test_dags.py tests/test_airflow_e2e.py
+	$(VENV)/bin/python -m pytest -m airflow
 # --- end Airflow ---

@@ -47,10 +47,17 @@ def local_path(uri: str) -> Path:
     raise LakehouseError(f"{uri} is not on the local file system")
 
 
+def is_checkout(folder: Path) -> bool:
+    return (folder / "pyproject.toml").is_file() and (folder / "lakehouse" / "settings.py").is_file()
+
+
 def _default_home() -> Path:
-    # Inside a checkout the home is the checkout's ignored .lakehouse/ folder; elsewhere, the cwd's.
-    base = PROJECT_ROOT if (PROJECT_ROOT / "pyproject.toml").exists() else Path.cwd()
-    return base / ".lakehouse"
+    """The ignored ``.lakehouse/`` of the checkout a command runs in; run from elsewhere, that of the
+    checkout the code comes from, or the working directory's when the code is installed elsewhere."""
+    for base in (Path.cwd(), PROJECT_ROOT):
+        if is_checkout(base):
+            return base / ".lakehouse"
+    return Path.cwd() / ".lakehouse"
 
 
 @dataclasses.dataclass(frozen=True)

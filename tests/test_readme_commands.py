@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from lakehouse.demo import DEMO_MARKER
 from tests.airflow_env import PROJECT
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.services]
@@ -85,6 +86,7 @@ def test_make_demo_then_the_queries_the_readme_suggests(checkout):
     demo = newcomer(checkout, documented("make demo"), timeout=1500)
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     assert "Done in" in demo.stdout
+    assert (checkout / ".lakehouse" / DEMO_MARKER).exists(), "the demo wrote outside the checkout it ran in"
     query = documented('.venv/bin/lakehouse sql "SELECT * FROM gold.toll_traffic ORDER BY window_start LIMIT 10"')
     answer = newcomer(checkout, query.replace('LIMIT 10"', 'LIMIT 10" --format json'), timeout=300)
     assert answer.returncode == 0, answer.stderr[-3000:]

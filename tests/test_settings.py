@@ -216,3 +216,14 @@ def test_table_and_checkpoint_locations_hang_off_their_roots(tmp_path):
         f"file:{home}/log/toll_traffic",
         f"file:{home}/checkpoints/toll_traffic/speed",
     )
+
+
+def test_the_default_home_is_the_checkout_a_command_runs_in(tmp_path, monkeypatch):
+    other = tmp_path / "another-checkout"
+    (other / "lakehouse").mkdir(parents=True)
+    (other / "pyproject.toml").write_text("")
+    (other / "lakehouse" / "settings.py").write_text("")
+    monkeypatch.chdir(other)
+    assert local_path(Settings.from_env({}).home) == other / ".lakehouse"
+    monkeypatch.chdir(tmp_path)  # not a checkout: the one the code comes from
+    assert local_path(Settings.from_env({}).home) == PROJECT_ROOT / ".lakehouse"
