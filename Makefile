@@ -38,9 +38,10 @@ test-unit: setup
 test-spark: setup
 	$(VENV)/bin/python -m pytest -m "spark and not slow and not airflow"
 
-# Every test that starts a JVM or a service. --durations: each CI run shows where its minutes go.
+# Every test that starts a JVM or a service, two files at a time (each worker has its own session;
+# a module's shared set-ups stay on one worker). --durations: each CI run shows where its minutes go.
 test-rest: setup system-deps
-	$(VENV)/bin/python -m pytest -m "not unit" --durations=15
+	$(VENV)/bin/python -m pytest -m "not unit" -n 2 --dist loadfile --durations=15
 
 # ruff (format and lint, 120 columns) and the import contracts in pyproject.toml.
 lint: setup

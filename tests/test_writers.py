@@ -11,6 +11,7 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.layers.batch import chunk_replacement
 from lakehouse.storage.catalog import ensure_table, pipeline_tables
 from lakehouse.storage.writers import append_stamped_once, replace_where, upsert_once
 from tests.conftest import make_settings
@@ -291,7 +292,7 @@ def test_a_chunk_write_replaces_exactly_its_windows_by_whole_days(spark, tmp_pat
     # The recomputation found red in every window of the chunk and blue in none.
     new = inline_frame(spark, BATCH, [(hour(h), hour(h + 1), "red", 1000 + h, "new", hour(61)) for h in hours])
 
-    replace_where(*layer._chunk_replacement(new, chunk))
+    replace_where(*chunk_replacement(spark, layer.tables.batch.uri(layer.settings), new, chunk))
 
     expected = {key: value for key, value in before.items() if not first <= key[0] < end}
     expected.update({(hour(h), "red"): (1000 + h, "new") for h in hours})
@@ -319,7 +320,7 @@ def test_a_change_to_a_kept_row_that_commits_during_a_chunk_write_is_not_undone(
 
     _commit_during(
         gates,
-        lambda: replace_where(*layer._chunk_replacement(new, chunk)),
+        lambda: replace_where(*chunk_replacement(spark, layer.tables.batch.uri(layer.settings), new, chunk)),
         lambda: replace_where(correction, uri, f"window_start = TIMESTAMP'{hour(10)}' AND team = 'red'"),
     )
 
