@@ -65,7 +65,10 @@ class DataSet:
 
 
 def settings_for(home: Path, **env: str) -> Settings:
-    return Settings.from_env({"LAKEHOUSE_HOME": str(home), **env})
+    # Every job of a run, the platform's and the baselines', in this process or not, gets the same
+    # driver JVM options: the ones the run was started with.
+    jvm = os.environ.get("LAKEHOUSE_DRIVER_JAVA_OPTIONS", "")
+    return Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_DRIVER_JAVA_OPTIONS": jvm, **env})
 
 
 def ensure_log(data: DataSet) -> dict:

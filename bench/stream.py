@@ -272,6 +272,7 @@ def _freshness_once(
         thread.start()
     deadline = time.time() + seconds
     while time.time() < deadline + grace:
+        _raise_if_stopped(query, job)
         if time.time() >= deadline:
             stop.set()
             if set(written) <= set(seen):
@@ -288,6 +289,12 @@ def _freshness_once(
     _stop_between_batches(query)
     delays = [seen[name] - at for name, at in written.items() if name in seen]
     return {"probes": len(written), "probes_seen": len(delays), "delays": delays, "batch_seconds": batch_seconds}
+
+
+def _raise_if_stopped(query, job: str) -> None:
+    """A query that died would otherwise be waited on for the whole grace, then read as slow."""
+    if not query.isActive:
+        raise RuntimeError(f"the {job} streaming query stopped during the freshness run: {query.exception()}")
 
 
 def _stop_between_batches(query, patience: float = 120) -> None:

@@ -99,7 +99,7 @@ def run_demo(settings: Settings, events: int = 20_000) -> None:
     from lakehouse.layers.batch import BatchLayer
     from lakehouse.layers.corrections import CorrectionRun
     from lakehouse.layers.speed import run_speed_layer
-    from lakehouse.storage.spark import build_spark_session
+    from lakehouse.storage.spark import QUICK_START_JAVA_OPTIONS, build_spark_session
     from lakehouse.vocabulary import AuditTarget
 
     pipeline = get_pipeline("toll_traffic")
@@ -112,7 +112,10 @@ def run_demo(settings: Settings, events: int = 20_000) -> None:
     print(json.dumps(generated.as_dict(), indent=1))
 
     _step("Starting Spark with Delta (local, JARs from the project's cache)")
-    spark = build_spark_session(settings, "demo")
+    # A few minutes on 20,000 events: a quick-starting JVM, unless the user chose its options.
+    spark = build_spark_session(
+        settings.replace(driver_java_options=settings.driver_java_options or QUICK_START_JAVA_OPTIONS), "demo"
+    )
     speed_settings = settings.replace(max_files_per_trigger=1)
     _step(f"Speed layer: draining the log one file per micro-batch (watermark delay {pipeline.watermark_delay})")
     run_speed_layer(spark, speed_settings, pipeline, available_now=True)

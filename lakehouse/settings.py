@@ -69,6 +69,10 @@ class Settings:
     spark_master: str = "local[2]"
     shuffle_partitions: int = 4
     driver_memory: str = "2g"
+    # Extra options for the driver JVM (local mode: the only JVM). Empty keeps the JVM's defaults,
+    # right for a long-running stream; short jobs on small data may prefer a quick-starting JIT
+    # (docs/operations.md, "Short jobs").
+    driver_java_options: str = ""
     trigger_interval: str = "5s"
     # Files per micro-batch for the speed layer (0: no limit). Bounds batch size, and with 1 makes
     # batch boundaries, and so the watermark, reproducible file by file.
@@ -123,6 +127,7 @@ class Settings:
             spark_master=env.get("LAKEHOUSE_SPARK_MASTER", cls.spark_master),
             shuffle_partitions=integer("LAKEHOUSE_SHUFFLE_PARTITIONS", cls.shuffle_partitions),
             driver_memory=env.get("LAKEHOUSE_DRIVER_MEMORY", cls.driver_memory),
+            driver_java_options=env.get("LAKEHOUSE_DRIVER_JAVA_OPTIONS", cls.driver_java_options).strip(),
             trigger_interval=env.get("LAKEHOUSE_TRIGGER_INTERVAL", cls.trigger_interval),
             max_files_per_trigger=integer("LAKEHOUSE_MAX_FILES_PER_TRIGGER", cls.max_files_per_trigger),
             dedupe_horizon=env.get("LAKEHOUSE_DEDUPE_HORIZON", cls.dedupe_horizon),

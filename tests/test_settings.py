@@ -147,6 +147,12 @@ def test_settings_read_from_an_explicit_env_ignore_the_process_environment(tmp_p
         ("LAKEHOUSE_SPARK_MASTER", "spark://master:7077", "spark_master", "spark://master:7077"),
         ("LAKEHOUSE_SHUFFLE_PARTITIONS", "16", "shuffle_partitions", 16),
         ("LAKEHOUSE_DRIVER_MEMORY", "4g", "driver_memory", "4g"),
+        (
+            "LAKEHOUSE_DRIVER_JAVA_OPTIONS",
+            " -XX:TieredStopAtLevel=1 ",
+            "driver_java_options",
+            "-XX:TieredStopAtLevel=1",
+        ),
         ("LAKEHOUSE_TRIGGER_INTERVAL", "30s", "trigger_interval", "30s"),
         ("LAKEHOUSE_MAX_FILES_PER_TRIGGER", "1", "max_files_per_trigger", 1),
         ("LAKEHOUSE_DEDUPE_HORIZON", "2h", "dedupe_horizon", "2h"),

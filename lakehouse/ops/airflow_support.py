@@ -15,10 +15,9 @@ from pathlib import Path
 
 from lakehouse.ops.orchestration import SPARK_CONN_ID
 from lakehouse.settings import PROJECT_ROOT, Settings
+from lakehouse.storage.spark import driver_java_options, spark_submit_jars
 
 OWNER = "lakehouse"
-# Spark's quiet log configuration (lakehouse.storage.spark uses the same file for sessions it starts).
-LOG4J_CONFIG = PROJECT_ROOT / "lakehouse" / "storage" / "log4j2.properties"
 JOBS = Path(os.environ.get("LAKEHOUSE_JOBS_DIR", PROJECT_ROOT / "jobs"))
 
 
@@ -28,8 +27,6 @@ def default_args(retries: int = 2, retry_delay: timedelta = timedelta(seconds=15
 
 def delta_jars() -> str:
     """Jinja macro for ``jars=``: the cached Delta JARs, resolved on the worker when the task runs."""
-    from lakehouse.storage.spark import spark_submit_jars
-
     return spark_submit_jars(Settings.from_env())
 
 
@@ -61,8 +58,7 @@ def spark_job_kwargs(job: str) -> dict:
         "jars": "{{ lakehouse_delta_jars() }}",
         "env_vars": spark_env(),
         "name": f"lakehouse-{job}",
-        # The driver JVM starts before Python: give it UTC and the project's quiet log configuration here.
-        "conf": {"spark.driver.extraJavaOptions": f"-Duser.timezone=UTC -Dlog4j.configurationFile={LOG4J_CONFIG}"},
+        "conf": {"spark.driver.extraJavaOptions": driver_java_options(Settings.from_env())},
     }
 
 

@@ -20,6 +20,9 @@ from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
+# The JIT's quick compiler only: half the CPU for a job of a minute or two on small data, slower for a
+# long-running stream (docs/operations.md, "Short jobs").
+QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
 def delta_packages() -> list[str]:
@@ -82,6 +85,13 @@ class JarCache:
             self.manifest.write_text(json.dumps({"packages": self.packages, "jars": jars}, indent=1))
 
 
+def driver_java_options(settings: Settings) -> str:
+    """The driver JVM's options: UTC and the project's quiet log configuration, then the settings' own.
+    The driver starts before any Python runs in it, so these go on its command line."""
+    own = f"-Duser.timezone=UTC -Dlog4j.configurationFile={LOG4J_CONFIG}"
+    return f"{own} {settings.driver_java_options}".strip()
+
+
 def _configured_builder(builder, settings: Settings, app_name: str):
     """The session's configuration, whoever starts the JVM (this process or spark-submit)."""
     return (
@@ -90,7 +100,7 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.catalogImplementation", "in-memory")
         .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", f"-Duser.timezone=UTC -Dlog4j.configurationFile={LOG4J_CONFIG}")
+        .config("spark.driver.extraJavaOptions", driver_java_options(settings))
         .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
         .config("spark.default.parallelism", str(settings.shuffle_partitions))
         # Delta's VACUUM lists a table with one task per partition of this setting (Spark's default:
