@@ -198,7 +198,14 @@ def generate(
     pipeline: str = "toll_traffic",
     on_file: Callable[[int, int], None] | None = None,
 ) -> GeneratedLog:
-    """Write the generated records into the retained log, file by file, paced by ``wall_rate``."""
+    """Write the generated records into the retained log, file by file, paced by ``wall_rate``.
+
+    Args:
+        settings: where the log, the tables and the checkpoints live.
+        config: what to generate: events, rates, lateness, duplicates, malformed records.
+        pipeline: the pipeline whose log is written.
+        on_file: called after each file with (records written, records in all).
+    """
     records, kinds = generate_records(config)
     writer = LocalLogWriter(settings, pipeline)
     result = GeneratedLog(kinds=kinds)

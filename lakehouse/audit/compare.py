@@ -37,7 +37,16 @@ def metric_totals(events: DataFrame, pipeline: Pipeline, prefix: str) -> DataFra
 def closed_audited_rows(
     audited: DataFrame, pipeline: Pipeline, start: datetime, end: datetime, in_scope: Column, watermark: datetime | None
 ) -> DataFrame:
-    """The audited rows of closed windows in the range and scope, their metrics as ``speed_<metric>``."""
+    """The audited rows of closed windows in the range and scope, their metrics as ``speed_<metric>``.
+
+    Args:
+        audited: the rows the audit checks (the speed table or the serving view, at its pin).
+        pipeline: the pipeline the rows belong to.
+        start: first window start audited.
+        end: end of the range of window starts (exclusive).
+        in_scope: which windows this audit looks at (all, or those changed since the last audit).
+        watermark: the stream's watermark: only windows it closed are compared (None: none closed).
+    """
     return audited.where(tx.in_window_range(start, end) & in_scope & tx.closed_by(watermark)).select(
         *grouping(pipeline),
         *[F.col(m).alias(f"speed_{m}") for m in pipeline.metric_names],

@@ -169,7 +169,15 @@ def _outcome(result) -> ExpectationOutcome:
 
 
 def validate_frame(context, suite_file: Path, asset_name: str, frame: DataFrame, parameters: dict | None = None):
-    """Validate one frame with one suite file; the result is stored in the context for Data Docs."""
+    """Validate one frame with one suite file; the result is stored in the context for Data Docs.
+
+    Args:
+        context: the Great Expectations context that stores results for Data Docs.
+        suite_file: the expectation suite's JSON file.
+        asset_name: the data asset the rows are named as.
+        frame: the rows to validate.
+        parameters: values for the suite's ``$PARAMETER`` references.
+    """
     import great_expectations as gx
 
     suite = _suite(context, suite_file)
@@ -197,7 +205,16 @@ def freshness_floor(newest_event_time: datetime | None, suite: dict) -> datetime
 def audit_frames(
     spark: SparkSession, settings: Settings, pipeline: Pipeline, pins: dict[str, str], start: datetime, end: datetime
 ) -> dict[str, tuple[str, str, DataFrame]]:
-    """Per suite layer: (table, version, the rows of the range at the pinned version)."""
+    """Per suite layer: (table, version, the rows of the range at the pinned version).
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline the rows belong to.
+        pins: the table versions the audit reads, by name.
+        start: first window start of the range.
+        end: end of the range (exclusive).
+    """
     tables = pipeline_tables(pipeline)
 
     def at(table, version: str) -> DataFrame:
@@ -232,7 +249,20 @@ def validate_audit(
     expectations_dir: Path = EXPECTATIONS_DIR,
     record: bool = True,
 ) -> QualityResult:
-    """Validate every suite the pipeline has, record the outcomes, and rebuild the Data Docs."""
+    """Validate every suite the pipeline has, record the outcomes, and rebuild the Data Docs.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline the rows belong to.
+        run_id: the audit run the outcomes are recorded under.
+        pins: the table versions the audit reads, by name.
+        start: first window start of the range.
+        end: end of the range (exclusive).
+        newest_event_time: the newest event time the stream had read, for suites that bound times by it.
+        expectations_dir: where the suite files are.
+        record: False to validate without writing ``audit.data_quality``.
+    """
     context = gx_context(settings)
     outcomes: list[SuiteOutcome] = []
     frames = audit_frames(spark, settings, pipeline, pins, start, end)
@@ -269,6 +299,15 @@ def validate_audit(
 def record_quality(
     spark: SparkSession, settings: Settings, pipeline: Pipeline, run_id: str, quality: QualityResult
 ) -> None:
+    """Append each expectation's outcome to ``audit.data_quality``.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline the rows belong to.
+        run_id: the audit run the outcomes belong to.
+        quality: the outcome of every suite.
+    """
     ensure_table(spark, DATA_QUALITY, settings)
     now = datetime.now(UTC)
     rows = [

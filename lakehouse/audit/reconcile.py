@@ -117,6 +117,12 @@ def current_pins(
 
     The log is pinned by the newest write time among the files the audit will read (those that
     arrived from ``arrived_from``'s hour on), found by listing folders, never by reading files.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline the rows belong to.
+        arrived_from: the log is pinned among files that arrived from this hour on (None: the whole log).
     """
     tables = pipeline_tables(pipeline)
     pins = {}
@@ -276,7 +282,16 @@ class Auditor:
     ) -> AuditResult:
         """Audit the closed windows starting in ``[start, end)``; ``incremental``: only those changed
         since the previous audit (see :meth:`_scope`); ``target``: the speed
-        table or the serving view."""
+        table or the serving view.
+
+        Args:
+            start: first window start audited.
+            end: end of the range of window starts (exclusive).
+            pins: table versions to read (None: the current ones).
+            record: False to audit without writing ``audit.*``.
+            incremental: only the windows changed since the previous audit.
+            target: what is checked against the truth: the speed table or the serving view.
+        """
         started = time.time()
         pins = self._checked_pins(target, pins, start)
         reads = PinnedReads(self.spark, self.settings, self.pipeline, pins)

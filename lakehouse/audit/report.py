@@ -53,6 +53,12 @@ def gather_inputs(spark: SparkSession, settings: Settings, pipeline: Pipeline, r
     A late event's delay is how far its event time lagged the stream's event-time frontier (the
     newest event time of the batches before the one that read it): what made it late, whatever
     the pipeline's fields.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline the rows belong to.
+        result: the audit whose pins and range are read.
     """
     tables = pipeline_tables(pipeline)
 

@@ -84,6 +84,12 @@ def next_panes(
     ``partials`` are this batch's on-time values per window and key; each touched window's new value
     is its previous one plus the partial. Untouched windows the watermark has just passed get their
     ON_TIME pane with an unchanged value.
+
+    Args:
+        state: the latest pane of each live window before this batch.
+        partials: this batch's on-time values per window and key.
+        on_time_watermark: the watermark the batch's ON_TIME panes fire at (None: none yet).
+        pipeline: the pipeline the rows belong to.
     """
     keys = window_key(pipeline)
     touched = partials.join(_renamed(state, pipeline), on=keys, how="left").select(
@@ -128,6 +134,12 @@ def next_session_panes(
 
     A session that keeps its bounds gets its next pane; one whose bounds change is withdrawn (a
     retraction pane) and the merged session starts as a new window at pane 0.
+
+    Args:
+        state: the latest pane of each live session before this batch.
+        on_time_events: this batch's on-time events.
+        on_time_watermark: the watermark the batch's ON_TIME panes fire at (None: none yet).
+        pipeline: the pipeline the rows belong to.
     """
     keys = list(pipeline.keys)
     points = tx.aggregate_metrics(tx.assign_windows(on_time_events, pipeline), pipeline).withColumns(

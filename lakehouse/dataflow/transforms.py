@@ -250,6 +250,12 @@ def label_fates(
     ``seen_event_ids`` holds the ids accepted by earlier batches (one row per id). An event is
     late when a window it falls in has ended at or before the watermark this batch runs with:
     the earliest-ending one decides, so a late event is left out of all its windows.
+
+    Args:
+        events: the batch's valid events.
+        seen_event_ids: ids accepted by earlier batches, one row per id.
+        watermark: the watermark this batch runs with (None: nothing is late yet).
+        pipeline: the pipeline the rows belong to.
     """
     seen = seen_event_ids.select(pipeline.event_id, F.lit(True).alias("_seen_before"))
     is_duplicate = F.coalesce(F.col("_seen_before"), F.lit(False)) | (F.col("copy_number") > 1)

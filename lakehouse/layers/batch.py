@@ -169,7 +169,17 @@ class BatchLayer:
         label: str | None = None,
     ) -> BackfillResult:
         """Recompute each chunk of ``[start, end)``; with ``reprocess="skip"`` a chunk whose inputs have
-        the fingerprint its last recomputation recorded is left as it is."""
+        the fingerprint its last recomputation recorded is left as it is.
+
+        Args:
+            start: first window start to recompute.
+            end: end of the range (exclusive).
+            source: ``bronze`` or ``log`` (see :class:`Source`).
+            chunk: the length of each recomputed, committed piece.
+            on_chunk: called after each chunk with (chunks done, chunks in all).
+            reprocess: ``redo`` every chunk, or ``skip`` those whose inputs are unchanged.
+            label: names the run in ``ops.batch_coverage`` (an Airflow run id, say).
+        """
         if source not in choices(Source):
             raise LakehouseError(f"unknown source {source!r}: use one of {', '.join(Source)}")
         if reprocess not in choices(Reprocess):
@@ -273,6 +283,14 @@ class ChunkWriter:
         return events.where(events_between(self.pipeline, *event_span(self.pipeline, *chunk)))
 
     def recompute(self, events: DataFrame, chunk: Chunk, result: BackfillResult, fingerprint: str | None) -> None:
+        """Recompute one chunk's windows from ``events``, replace them in ``__batch`` and record the coverage.
+
+        Args:
+            events: the events of the whole run, filtered here to the chunk's.
+            chunk: (start, end) of the chunk.
+            result: the run's result, updated with this chunk's counts.
+            fingerprint: the chunk's input fingerprint if already known (None: digested while reading).
+        """
         pipeline, settings = self.pipeline, self.settings
         chunk_start, chunk_end = chunk
         chunk_events = unobserved = self.events_of(events, chunk)
@@ -351,6 +369,12 @@ def chunk_replacement(spark: SparkSession, batch_uri: str, rows: DataFrame, chun
     kept are read inside the write's transaction (Delta scans the table it writes at the
     transaction's snapshot), so a change to them that commits first fails the write and
     ``replace_where`` runs it again, on the new rows. A chunk of whole days keeps none.
+
+    Args:
+        spark: the session to read and write with.
+        batch_uri: the ``__batch`` table's location.
+        rows: the chunk's recomputed rows.
+        chunk: (start, end) of the window starts the rows replace.
     """
     chunk_start, chunk_end = chunk
     table = spark.read.format("delta").load(batch_uri)
@@ -395,7 +419,15 @@ def bronze_unchanged(
 ) -> set[Chunk]:
     """The chunks whose rows in bronze at ``version`` are those their last recomputation read, by
     the same code: bronze's change feed since then holds none of their events. Compaction changes
-    no data, so it leaves no trace there. One read of the feed answers for every chunk."""
+    no data, so it leaves no trace there. One read of the feed answers for every chunk.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline the rows belong to.
+        chunks: the chunks to check, as (start, end).
+        version: the bronze version the new run reads.
+    """
     since = bronze_versions_read(last_fingerprints(spark, settings, pipeline, chunks), pipeline, version)
     unchanged = {chunk for chunk, read in since.items() if read == version}
     to_check = {chunk: read for chunk, read in since.items() if read < version}
@@ -438,7 +470,14 @@ def last_fingerprints(
 ) -> dict[Chunk, str]:
     """The fingerprint of the latest recomputation touching each chunk, for the chunks it covered
     exactly. A later overlapping run with other boundaries may have rewritten part of a chunk, so
-    only an exact match of the latest overlapping coverage row counts."""
+    only an exact match of the latest overlapping coverage row counts.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline the rows belong to.
+        chunks: the chunks to look up, as (start, end).
+    """
     coverage = spark.read.format("delta").load(BATCH_COVERAGE.uri(settings))
     if "input_fingerprint" not in coverage.columns:
         return {}

@@ -72,7 +72,14 @@ def _key_map(pipeline: Pipeline) -> Column:
 
 
 def changed_rows(old: DataFrame, new: DataFrame, late_counts: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """Per (window, key) whose value changed: its old value (null if none) and new value (null if gone)."""
+    """Per (window, key) whose value changed: its old value (null if none) and new value (null if gone).
+
+    Args:
+        old: the values before the correction.
+        new: the recomputed values.
+        late_counts: late events per window and key.
+        pipeline: the pipeline the rows belong to.
+    """
     window_key = ["window_start", "window_end", *pipeline.keys]
     metrics = pipeline.metric_names
     joined = (

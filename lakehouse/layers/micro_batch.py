@@ -130,7 +130,15 @@ def seen_event_ids(
 def max_event_time_before(
     spark: SparkSession, progress_uri: str, pipeline: Pipeline, app_id: str, batch_id: int
 ) -> datetime | None:
-    """The max event time of the batches this stream committed before ``batch_id``."""
+    """The max event time of the batches this stream committed before ``batch_id``.
+
+    Args:
+        spark: the session to read and write with.
+        progress_uri: ``ops.stream_progress``'s location.
+        pipeline: the pipeline the rows belong to.
+        app_id: the stream's query id.
+        batch_id: the batch whose predecessors count.
+    """
     progress = spark.read.format("delta").load(progress_uri)
     mine = (F.col("pipeline") == pipeline.name) & before_batch(app_id, batch_id)
     return progress.where(mine).agg(F.max("max_event_time")).first()[0]
@@ -147,7 +155,14 @@ def live_windows(panes: DataFrame, watermark: datetime | None, pipeline: Pipelin
 def next_panes(
     state: DataFrame, on_time: DataFrame, on_time_watermark: datetime | None, pipeline: Pipeline
 ) -> DataFrame:
-    """The panes a batch emits, from the state before it and its on-time events."""
+    """The panes a batch emits, from the state before it and its on-time events.
+
+    Args:
+        state: the latest pane of each live window before this batch.
+        on_time: this batch's on-time events.
+        on_time_watermark: the watermark the batch's ON_TIME panes fire at (None: none yet).
+        pipeline: the pipeline the rows belong to.
+    """
     if pipeline.window.is_session:
         return pn.next_session_panes(state, on_time, on_time_watermark, pipeline)
     return pn.next_panes(state, tx.window_values(on_time, pipeline), on_time_watermark, pipeline)
@@ -156,7 +171,15 @@ def next_panes(
 def progress_row(
     batch: MicroBatch, pipeline: Pipeline, counts: dict[str, int], started: float, finished: float
 ) -> dict:
-    """The batch's ``ops.stream_progress`` row: input rows and each fate, watermark, files read."""
+    """The batch's ``ops.stream_progress`` row: input rows and each fate, watermark, files read.
+
+    Args:
+        batch: the micro-batch.
+        pipeline: the pipeline the rows belong to.
+        counts: events per fate.
+        started: when the batch started (epoch seconds).
+        finished: when it finished (epoch seconds).
+    """
     summary = batch.summary
     return {
         "pipeline": pipeline.name,
@@ -178,7 +201,14 @@ def progress_row(
 
 def label_batch_fates(batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, horizon: timedelta) -> DataFrame:
     """The batch's valid events, each with its fate: duplicate of an id bronze accepted before, late
-    (its window closed by the batch's watermark), or on time."""
+    (its window closed by the batch's watermark), or on time.
+
+    Args:
+        batch: the micro-batch.
+        bronze_uri: bronze's location, searched for earlier copies of the ids.
+        pipeline: the pipeline the rows belong to.
+        horizon: how far back in event time that search goes.
+    """
     seen = seen_event_ids(batch.spark, bronze_uri, batch.summary, batch.app_id, batch.batch_id, pipeline, horizon)
     return tx.label_fates(tx.valid_events(batch.parsed, pipeline), seen, batch.watermark, pipeline)
 
@@ -191,6 +221,12 @@ def pane_state_before(
     Kept in memory from the batch before (``carried``). After a start, a restart or a failed batch it
     is read from the pane log, a read that grows with the log (a file per batch); the two give the
     same rows (``advance_state`` is ``latest_panes`` applied to the appended panes).
+
+    Args:
+        batch: the micro-batch.
+        carried: the state the previous batch of this process left (None after a start).
+        panes_uri: the pane log's location, read when nothing was carried.
+        pipeline: the pipeline the rows belong to.
     """
     if carried and carried.is_for(batch.app_id, batch.batch_id):
         return live_windows(carried.state, batch.watermark, pipeline)

@@ -64,7 +64,14 @@ def _require_fresh(spark: SparkSession, settings: Settings, pipeline: Pipeline) 
 
 
 def replay(spark: SparkSession, settings: Settings, pipeline: Pipeline, arrivals: list[Arrival]) -> None:
-    """Feed the arrivals to the real speed layer, one micro-batch per arrival time."""
+    """Feed the arrivals to the real speed layer, one micro-batch per arrival time.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline the rows belong to.
+        arrivals: the scenario: lines and when they reach the log.
+    """
     from lakehouse.layers.speed import run_speed_layer
 
     _require_fresh(spark, settings, pipeline)

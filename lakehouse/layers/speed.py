@@ -90,8 +90,15 @@ def _shuffle_partitions(spark: SparkSession) -> int:
 
 class SpeedLayer:
     def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline, query_id: str | None = None):
-        """``query_id`` names the transactions when batches are fed to ``process_batch`` directly
-        (property tests); a started query uses its own, persisted in the checkpoint."""
+        """The speed layer of one pipeline; creates its tables if they are missing.
+
+        Args:
+            spark: the session to read and write with.
+            settings: where the log, the tables and the checkpoints live.
+            pipeline: the pipeline the rows belong to.
+            query_id: names the transactions when batches are fed to ``process_batch`` directly (property tests); a
+                started query uses its own, persisted in the checkpoint.
+        """
         self.spark = spark
         self.settings = settings
         self.pipeline = pipeline
@@ -252,7 +259,14 @@ class BatchWriter:
         self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int], carried: CarriedPaneState | None
     ) -> DataFrame:
         """Append the batch's panes to the pane log and MERGE them into ``__speed``, once each; returns
-        the pane state the next batch starts from."""
+        the pane state the next batch starts from.
+
+        Args:
+            batch: the micro-batch.
+            fates: the batch's valid events with their fates.
+            counts: events per fate.
+            carried: the pane state the previous batch left (None after a start).
+        """
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
         on_time_watermark = eventtime.on_time_watermark(batch.max_event_time, parse_duration(self.watermark_delay))
         state = pane_state_before(batch, carried, self.tables.panes.uri(self.settings), pipeline)
@@ -299,7 +313,15 @@ class BatchWriter:
 def run_speed_layer(
     spark: SparkSession, settings: Settings, pipeline: Pipeline, available_now: bool, timeout: timedelta | None = None
 ) -> None:
-    """Run the streaming query until it drains (``available_now``), times out, or is stopped."""
+    """Run the streaming query until it drains (``available_now``), times out, or is stopped.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline the rows belong to.
+        available_now: drain what the log holds, then stop.
+        timeout: stop after this long (None: no limit).
+    """
     query = SpeedLayer(spark, settings, pipeline).start(available_now=available_now)
     try:
         query.awaitTermination(timeout.total_seconds() if timeout else None)

@@ -39,7 +39,15 @@ def assess_stream_health(
 ) -> HealthVerdict:
     """The stream's health as of a moment. ``batches``: ops.stream_progress rows (batch_id, started_at,
     max_event_time) of one pipeline; those started after ``as_of`` are not looked at, so judging an
-    earlier moment again (a retried or late scheduled check) gives the same verdict."""
+    earlier moment again (a retried or late scheduled check) gives the same verdict.
+
+    Args:
+        pipeline: the pipeline's name.
+        batches: its ``ops.stream_progress`` rows (batch_id, started_at, max_event_time).
+        as_of: the moment judged; batches started later are not looked at.
+        max_staleness: stale when the last batch started longer ago than this.
+        lag_batches: falling behind when the lag grew over this many consecutive batches.
+    """
     as_of = _naive_utc(as_of)
     batches = [b for b in batches if _naive_utc(b["started_at"]) <= as_of]
     if not batches:

@@ -33,6 +33,14 @@ def _json_value(value):
 
 
 def format_rows(columns: list[str], rows: list[tuple], output: str, truncated: bool = False) -> str:
+    """The rows as text: an aligned table, CSV or JSON.
+
+    Args:
+        columns: the column names.
+        rows: the rows, as tuples.
+        output: ``table``, ``csv`` or ``json``.
+        truncated: the rows were cut at the row limit (the table says so).
+    """
     if output == "csv":
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
@@ -61,6 +69,15 @@ def format_rows(columns: list[str], rows: list[tuple], output: str, truncated: b
 def run_sql(
     spark: SparkSession, settings: Settings, query: str, output: str = "table", max_rows: int | None = 1000
 ) -> str:
+    """Run one SQL statement over the registered tables and format its rows.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        query: one SQL statement.
+        output: ``table``, ``csv`` or ``json``.
+        max_rows: the most rows returned (None: all).
+    """
     from pyspark.errors import PySparkException
 
     if output not in choices(OutputFormat):

@@ -405,6 +405,12 @@ def serving_view_sql(
 
     The relations default to the registered tables; the audit passes views of pinned versions,
     so what it checks is this very definition.
+
+    Args:
+        pipeline: the pipeline served.
+        speed: the speed relation (default: the registered table).
+        batch: the batch relation (default: the registered table).
+        coverage: the batch coverage relation (default: the registered table).
     """
     tables = pipeline_tables(pipeline)
     speed = speed or tables.speed.qualified_name
@@ -498,6 +504,14 @@ def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pip
 
 
 def require_table(spark: SparkSession, table: Table, settings: Settings, hint: str) -> str:
+    """The table's location; a clear error naming ``hint`` when it does not exist yet.
+
+    Args:
+        spark: the session to read and write with.
+        table: the table required.
+        settings: where the log, the tables and the checkpoints live.
+        hint: what the user should run to create it.
+    """
     uri = table.uri(settings)
     if not table_exists(spark, uri):
         raise LakehouseError(f"table {table.qualified_name} does not exist at {uri}: {hint}")

@@ -89,6 +89,12 @@ def partition_uris(
     """The ingest-hour folders that hold files arrived at or after ``arrived_from``'s hour, oldest first.
 
     Only folder names are listed: a day folder before the cut-off is never opened.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline's name (its log folder).
+        arrived_from: the first ingest hour wanted (None: all).
     """
     file_system, base = _file_system(spark, settings.pipeline_log_uri(pipeline))
     cut = f"{arrived_from:%Y-%m-%d}/{arrived_from:%H}" if arrived_from is not None else ""
@@ -106,7 +112,14 @@ def partition_uris(
 def file_write_times(
     spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None
 ) -> dict[str, datetime]:
-    """Each log file's name and when it was added to the log (UTC), from a listing alone."""
+    """Each log file's name and when it was added to the log (UTC), from a listing alone.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline's name (its log folder).
+        arrived_from: the first ingest hour listed (None: all).
+    """
     times = {}
     for uri in partition_uris(spark, settings, pipeline, arrived_from):
         file_system, path = _file_system(spark, uri)
@@ -121,7 +134,14 @@ def file_write_times(
 def last_write(
     spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None
 ) -> datetime | None:
-    """When the newest file of those partitions was added to the log (UTC), from a listing alone."""
+    """When the newest file of those partitions was added to the log (UTC), from a listing alone.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline's name (its log folder).
+        arrived_from: the first ingest hour listed (None: all).
+    """
     return max(file_write_times(spark, settings, pipeline, arrived_from).values(), default=None)
 
 
@@ -130,6 +150,12 @@ def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_fro
 
     ``written_at`` is the file's modification time: when it was added to the log. Spark is given
     only the folders of those hours, so it neither lists nor reads the rest of the log.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline's name (its log folder).
+        arrived_from: the first ingest hour read (None: all).
     """
     base = settings.pipeline_log_uri(pipeline)
     empty = literal_frame(spark, "value string, source_file string, written_at timestamp", [])

@@ -84,7 +84,14 @@ def _compact(delta, name: str) -> dict:
 
 
 def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
-    """OPTIMIZE and VACUUM every existing table of the pipeline, then expire its old log hours."""
+    """OPTIMIZE and VACUUM every existing table of the pipeline, then expire its old log hours.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline whose tables and log are maintained.
+        now: the time retention is counted back from.
+    """
     from delta.tables import DeltaTable
 
     from lakehouse.storage.catalog import ALERTS, AUDIT_TABLES, all_tables, table_exists

@@ -31,7 +31,15 @@ def delta_rs_uri(uri: str) -> str:
 def read_rows(
     settings: Settings, schema: str, name: str, columns: list[str] | None = None, filters: list[tuple] | None = None
 ) -> list[dict]:
-    """Rows of a Delta table as dicts ([] when the table does not exist yet)."""
+    """Rows of a Delta table as dicts ([] when the table does not exist yet).
+
+    Args:
+        settings: where the tables live.
+        schema: the table's schema (``ops``, ``audit`` ...).
+        name: the table's name.
+        columns: the columns read (None: all).
+        filters: ``(column, "=", value)`` conditions.
+    """
     return rows_at(settings.table_uri(schema, name), columns, filters)
 
 
@@ -70,7 +78,16 @@ def append_rows_stamped_once(
 ) -> None:
     """``append_rows`` unless the table already holds rows stamped with this ``app_id`` and
     ``batch_id`` (lakehouse.storage.writers.append_stamped_once, for a few rows); ``first_attempt`` says the
-    caller knows the batch was not attempted before, so there is nothing to look up."""
+    caller knows the batch was not attempted before, so there is nothing to look up.
+
+    Args:
+        uri: the table's location.
+        schema: the table's schema, created with it on first use.
+        rows: the rows.
+        app_id: the writer's id, stamped on each row.
+        batch_id: the batch, stamped on each row.
+        first_attempt: the caller knows the batch was not attempted before: nothing to look up.
+    """
     if not first_attempt and _holds_stamp(uri, app_id, batch_id):
         return
     append_rows(uri, schema, rows)
@@ -89,7 +106,17 @@ def append_alert(
     task_id: str | None = None,
     now: datetime | None = None,
 ) -> dict:
-    """Append one row to ``ops.alerts`` (created on first use) and return it."""
+    """Append one row to ``ops.alerts`` (created on first use) and return it.
+
+    Args:
+        settings: where the tables live.
+        source: who raised it (``airflow``, ``health`` ...).
+        message: what happened.
+        dag_id: the DAG, if raised by one.
+        run_id: the run, if any.
+        task_id: the task, if any.
+        now: the alert's time (None: now).
+    """
     import pyarrow as pa
 
     row = {

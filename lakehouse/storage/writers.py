@@ -39,7 +39,14 @@ def retry_on_conflict(
     write: Callable[[], Result], what: str, attempts: int = CONFLICT_ATTEMPTS, pause_seconds: float = 0.5
 ) -> Result:
     """Run ``write``, again on each commit conflict, up to ``attempts`` times. Only for writes
-    that are safe to repeat: a retry starts a new transaction on the table's latest snapshot."""
+    that are safe to repeat: a retry starts a new transaction on the table's latest snapshot.
+
+    Args:
+        write: the write, safe to repeat.
+        what: names the write in the log's warnings.
+        attempts: the most tries.
+        pause_seconds: the wait between tries.
+    """
     for attempt in range(1, attempts + 1):
         try:
             return write()
@@ -55,7 +62,15 @@ def retry_on_conflict(
 
 
 def append_once(rows: DataFrame, uri: str, app_id: str, version: int, partition_by: tuple[str, ...] = ()) -> None:
-    """Append ``rows`` unless this (app_id, version) already committed to the table."""
+    """Append ``rows`` unless this (app_id, version) already committed to the table.
+
+    Args:
+        rows: the rows.
+        uri: the table's location.
+        app_id: Delta's ``txnAppId``.
+        version: Delta's ``txnVersion``.
+        partition_by: the table's partition columns, for its first write.
+    """
     _appender(rows, partition_by).option("txnAppId", app_id).option("txnVersion", version).save(uri)
 
 
@@ -75,6 +90,14 @@ def append_stamped_once(
     up on every write, and that lookup rebuilds the table's state from its log (a Spark job): 0.35 s
     of each 0.57 s append, a quarter of a micro-batch (measured side by side). This looks only when
     the batch may have been attempted before; ``first_attempt`` says the caller knows it was not.
+
+    Args:
+        rows: the rows.
+        uri: the table's location.
+        app_id: the writer's id, stamped on each row.
+        batch_id: the batch, stamped on each row.
+        partition_by: the table's partition columns, for its first write.
+        first_attempt: the caller knows the batch was not attempted before: nothing to look up.
     """
     if not first_attempt:
         spark = rows.sparkSession
@@ -113,6 +136,18 @@ def upsert_once(
     the files that hold none: it is put in the join condition, with data skipping on for this one
     statement. It must hold for every target row that matches some row of ``rows``, or that row
     would be inserted a second time; bounds taken from ``rows``' own match columns guarantee it.
+
+    Args:
+        spark: the session to read and write with.
+        rows: the new rows.
+        uri: the table's location.
+        match_columns: the columns a row is matched on.
+        value_columns: the columns set from ``rows``.
+        also_set: more columns, set by expression.
+        delete_when: a condition on ``rows`` that deletes the matched row instead.
+        app_id: the writer's id (Delta's ``txnAppId``).
+        version: the write's number (Delta's ``txnVersion``).
+        target_rows: a condition bounding the target rows the MERGE reads (None: all).
     """
     from delta.tables import DeltaTable
 
