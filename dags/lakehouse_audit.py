@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import CronDataIntervalTimetable, dag
+from airflow.sdk import dag
 
-from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, raise_alert, spark_job
+from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, hourly_intervals, raise_alert, spark_job
 from lakehouse.ops.orchestration import active_pipelines, session_pipeline_names
 from lakehouse.settings import Settings
 
@@ -23,8 +23,7 @@ when one is configured. Results: `audit.reconciliations`, `audit.reconciliation_
 
 @dag(
     dag_id="lakehouse_audit",
-    # A data interval per hour (a plain "@hourly" would give a point in time in Airflow 3).
-    schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
+    schedule=hourly_intervals(),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=1,

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
-from airflow.sdk import CronDataIntervalTimetable, dag
+from airflow.sdk import dag
 
 from lakehouse.eventtime import parse_duration
-from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
+from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, hourly_intervals, spark_job
 from lakehouse.ops.orchestration import active_pipelines
 from lakehouse.settings import Settings
 
@@ -29,8 +29,7 @@ once. Later arrivals are folded in by `lakehouse_late_corrections`.
 
 @dag(
     dag_id="lakehouse_batch_layer",
-    # A data interval per hour (a plain "@hourly" would give a point in time in Airflow 3).
-    schedule=CronDataIntervalTimetable("@hourly", timezone="UTC"),
+    schedule=hourly_intervals(),
     start_date=datetime(2026, 1, 1),
     catchup=False,
     max_active_runs=2,

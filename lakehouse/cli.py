@@ -229,10 +229,18 @@ def cmd_demo(args, settings: Settings) -> None:
     run_demo(settings, events=args.events)
 
 
+# The pipeline a command works on when none is named: the one `lakehouse generate` writes.
+DEFAULT_PIPELINE = "toll_traffic"
+
+
+def _pipeline_option(command, **options) -> None:
+    command.add_argument("--pipeline", **({"default": DEFAULT_PIPELINE} | options))
+
+
 def _add_generate(commands) -> None:
     """The producer: deterministic events into the retained log."""
     generate = commands.add_parser("generate", help="write deterministic toll events into the retained log")
-    generate.add_argument("--pipeline", default="toll_traffic", choices=["toll_traffic"])
+    _pipeline_option(generate, choices=[DEFAULT_PIPELINE])
     generate.add_argument("--events", type=int, default=10_000)
     generate.add_argument("--seed", type=int, default=7)
     generate.add_argument("--start", default="2026-01-05T08:00:00Z", help="first event time (ISO-8601) or 'now'")
@@ -251,7 +259,7 @@ def _add_generate(commands) -> None:
 def _add_layers(commands) -> None:
     """The two layers: the stream and backfills."""
     stream = commands.add_parser("stream", help="run the speed layer (continuously, or drain and stop)")
-    stream.add_argument("--pipeline", default="toll_traffic")
+    _pipeline_option(stream)
     stream.add_argument("--available-now", action="store_true", help="process what the log holds, then stop")
     stream.add_argument("--timeout", help="stop after this long, e.g. 10m")
     stream.add_argument("--max-files-per-trigger", type=int)
@@ -260,7 +268,7 @@ def _add_layers(commands) -> None:
     stream.set_defaults(run=cmd_stream)
 
     backfill = commands.add_parser("backfill", help="recompute gold.<p>__batch for an event-time range")
-    backfill.add_argument("--pipeline", default="toll_traffic")
+    _pipeline_option(backfill)
     backfill.add_argument("--start", required=True, help="ISO-8601; without a zone it is UTC")
     backfill.add_argument("--end", required=True, help="exclusive")
     backfill.add_argument("--source", default=Source.BRONZE, choices=choices(Source))
@@ -284,11 +292,11 @@ def _add_reading(commands) -> None:
     sql.set_defaults(run=cmd_sql)
 
     status = commands.add_parser("status", help="event fates, quarantine reasons and rows per table")
-    status.add_argument("--pipeline", default="toll_traffic")
+    _pipeline_option(status)
     status.set_defaults(run=cmd_status)
 
     audit = commands.add_parser("audit", help="reconcile gold.<p>__speed with the raw log, explaining every difference")
-    audit.add_argument("--pipeline", default="toll_traffic")
+    _pipeline_option(audit)
     audit.add_argument("--start", required=True)
     audit.add_argument("--end", required=True)
     audit.add_argument("--pins", help="JSON of an earlier audit's pins, to re-run it exactly as it read")
@@ -315,7 +323,7 @@ def _add_reading(commands) -> None:
 def _add_corrections_and_replay(commands) -> None:
     """Late-data corrections and scenario replay."""
     correct = commands.add_parser("correct", help="fold late events into gold.<p>__batch, logging retractions")
-    correct.add_argument("--pipeline", default="toll_traffic")
+    _pipeline_option(correct)
     correct.set_defaults(run=cmd_correct)
 
     replay = commands.add_parser("replay", help="feed a scenario (events with arrival times) to the real stream")
@@ -339,11 +347,11 @@ def _add_operations(commands) -> None:
     plan.set_defaults(run=cmd_plan_backfill)
 
     maintain = commands.add_parser("maintain", help="OPTIMIZE and VACUUM the tables, expire the retained log")
-    maintain.add_argument("--pipeline", default="toll_traffic")
+    _pipeline_option(maintain)
     maintain.set_defaults(run=cmd_maintain)
 
     health = commands.add_parser("health", help="exit 1 when the speed layer is stale or falling behind")
-    health.add_argument("--pipeline", default="toll_traffic")
+    _pipeline_option(health)
     health.set_defaults(run=cmd_health)
     # --- end orchestration commands ---
 

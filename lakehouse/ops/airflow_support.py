@@ -25,6 +25,13 @@ def default_args(retries: int = 2, retry_delay: timedelta = timedelta(seconds=15
     return {"owner": OWNER, "retries": retries, "retry_delay": retry_delay}
 
 
+def hourly_intervals():
+    """A data interval per hour, in UTC (a plain "@hourly" would give a point in time in Airflow 3)."""
+    from airflow.sdk import CronDataIntervalTimetable
+
+    return CronDataIntervalTimetable("@hourly", timezone="UTC")
+
+
 def delta_jars() -> str:
     """Jinja macro for ``jars=``: the cached Delta JARs, resolved on the worker when the task runs."""
     return spark_submit_jars(Settings.from_env())
