@@ -7,6 +7,7 @@ import json
 import sys
 from datetime import UTC, datetime
 
+from lakehouse.demo import DEMO_EVENTS
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
@@ -356,7 +357,7 @@ def _add_operations(commands) -> None:
     # --- end orchestration commands ---
 
     demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")
-    demo.add_argument("--events", type=int, default=20_000)
+    demo.add_argument("--events", type=int, default=DEMO_EVENTS)
     demo.set_defaults(run=cmd_demo)
 
 

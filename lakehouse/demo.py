@@ -17,6 +17,8 @@ from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, local_path
 
 DEMO_MARKER = ".lakehouse-demo"
+# Five files of 2,000 events: five micro-batches of the speed layer, with every fate among them.
+DEMO_EVENTS = 10_000
 DEMO_QUERIES = (
     (
         "Busiest windows in the serving view (batch where recomputed, speed elsewhere)",
@@ -92,7 +94,7 @@ def _what_happened(spark, settings: Settings, pipeline, generated) -> None:
         print(run_sql(spark, settings, query), end="")
 
 
-def run_demo(settings: Settings, events: int = 20_000) -> None:
+def run_demo(settings: Settings, events: int = DEMO_EVENTS) -> None:
     from lakehouse.audit.reconcile import Auditor, render_audit
     from lakehouse.dataflow.pipelines import get_pipeline
     from lakehouse.generator import GeneratorConfig, generate
@@ -112,7 +114,7 @@ def run_demo(settings: Settings, events: int = 20_000) -> None:
     print(json.dumps(generated.as_dict(), indent=1))
 
     _step("Starting Spark with Delta (local, JARs from the project's cache)")
-    # A few minutes on 20,000 events: a quick-starting JVM, unless the user chose its options.
+    # A minute or two of work: a quick-starting JVM, unless the user chose its options.
     spark = build_spark_session(
         settings.replace(driver_java_options=settings.driver_java_options or QUICK_START_JAVA_OPTIONS), "demo"
     )

@@ -170,14 +170,22 @@ start() {
     fi
 }
 
+# Ends a process's whole session (it was started with setsid): TERM, up to 30 s for every member to
+# exit, then KILL, and wait until none is left, so that no child still holds a port on return.
+stop_session() {
+    local pid="$1"
+    kill -TERM -- "-$pid" 2>/dev/null || return 0
+    for _ in $(seq 1 30); do kill -0 -- "-$pid" 2>/dev/null || return 0; sleep 1; done
+    kill -KILL -- "-$pid" 2>/dev/null || true
+    for _ in $(seq 1 10); do kill -0 -- "-$pid" 2>/dev/null || return 0; sleep 1; done
+    echo "processes of session $pid did not exit" >&2
+}
+
 stop() {
     for name in scheduler dag-processor api-server; do
         local pidfile="$RUN/$name.pid"
         if [ -f "$pidfile" ]; then
-            local pid; pid="$(cat "$pidfile")"
-            kill -TERM -- "-$pid" 2>/dev/null || true
-            for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || break; sleep 1; done
-            kill -KILL -- "-$pid" 2>/dev/null || true
+            stop_session "$(cat "$pidfile")"
             rm -f "$pidfile"
         fi
     done

@@ -48,7 +48,8 @@ class DagTestRunner:
         migrate_scratch_db(airflow_home)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.airflow_harness"],
-            env=airflow_env(airflow_home, airflow_home / "unused"),
+            # A long-lived JVM runs every DAG's jobs: it keeps the JVM's full JIT (tests/conftest.py).
+            env=airflow_env(airflow_home, airflow_home / "unused", LAKEHOUSE_DRIVER_JAVA_OPTIONS=""),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -13,21 +13,23 @@ from lakehouse.storage.spark import QUICK_START_JAVA_OPTIONS
 
 RESOURCES = Path(__file__).parent / "resources"
 
-# The tests run short jobs on small data, where the JVM's optimising compiler (C2) costs more CPU
-# than it saves: with C1 alone a stream drain of 2,400 events took 38 CPU-seconds instead of 79.
-# Set before any fixture starts a JVM, so subprocesses and Airflow inherit it too.
+# The CLI, spark-submit and Airflow task processes the tests start are short jobs on small data,
+# where the JVM's optimising compiler (C2) costs more CPU than it saves: with C1 alone a stream drain
+# of 2,400 events took 38 CPU-seconds instead of 79. Subprocesses inherit this environment. The
+# long-lived JVMs (this process's session, the DAG harness) keep C2: with C1 their tests took 1.3-1.8x
+# as long in CI.
 os.environ.setdefault("LAKEHOUSE_DRIVER_JAVA_OPTIONS", QUICK_START_JAVA_OPTIONS)
 
 
 def make_settings(home: Path, **env: str) -> Settings:
-    return Settings.from_env(
-        {
-            "LAKEHOUSE_HOME": str(home),
-            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
-            "LAKEHOUSE_DRIVER_JAVA_OPTIONS": os.environ["LAKEHOUSE_DRIVER_JAVA_OPTIONS"],
-            **env,
-        }
-    )
+    return Settings.from_env({"LAKEHOUSE_HOME": str(home), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2", **env})
+
+
+# The shared session runs thousands of small queries, nearly all different: compiling each to Java
+# (whole-stage code generation, then Janino) costs more CPU than interpreting its few rows.
+# Measured on tests/test_backfill_reprocess.py: 211 CPU-seconds with Spark's defaults, 175 without
+# code generation. The subprocess tests (CLI, spark-submit, Airflow, the demo) keep the defaults.
+INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.factoryMode": "NO_CODEGEN"}
 
 
 @pytest.fixture(scope="session")
@@ -35,6 +37,8 @@ def spark(tmp_path_factory):
     from lakehouse.storage.spark import build_spark_session
 
     session = build_spark_session(make_settings(tmp_path_factory.mktemp("session-home")), "tests")
+    for key, value in INTERPRETED.items():
+        session.conf.set(key, value)
     yield session
     session.stop()
 
@@ -55,9 +59,13 @@ TIER_MARKERS = ("spark", "slow", "airflow", "services")
 
 def pytest_collection_modifyitems(items):
     """Give each test its tier: ``spark`` when it uses the shared session, ``unit`` when it needs no
-    JVM and no service at all (the tier that runs in parallel, ``make test-unit``)."""
+    JVM and no service at all (the tier that runs in parallel, ``make test-unit``). Then put the
+    files holding ``slow`` tests first: xdist hands out whole files in this order, and a file of
+    several minutes started last would leave one core idle while it finishes."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
         if not any(item.get_closest_marker(name) for name in TIER_MARKERS):
             item.add_marker(pytest.mark.unit)
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)  # stable: file order kept within each group

@@ -31,7 +31,10 @@ def documented(command: str, text: str = README) -> str:
 
 
 def port_is_free(port: int) -> bool:
+    """Nothing listens on the port: a server could bind it now. SO_REUSEADDR as servers set it, so that
+    connections the stopped server closed (TIME_WAIT on its port for a minute) do not count."""
     with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind(("127.0.0.1", port))
         except OSError:
