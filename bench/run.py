@@ -77,7 +77,7 @@ class Plan:
             # Only an upper bound: the wait ends when every probe is seen. Under CI's load the speed
             # layer's first micro-batch (creating its tables) has taken longer than 20 s.
             freshness_grace=150,
-            correction_events_per_day=2000,
+            correction_events_per_day=500,
             orchestration_hours=2,
             speed_held_days=(1, 2),
             speed_growth_batches=1,

@@ -60,12 +60,15 @@ TIER_MARKERS = ("spark", "slow", "airflow", "services")
 def pytest_collection_modifyitems(items):
     """Give each test its tier: ``spark`` when it uses the shared session, ``unit`` when it needs no
     JVM and no service at all (the tier that runs in parallel, ``make test-unit``). Then put the
-    files holding ``slow`` tests first: xdist hands out whole files in this order, and a file of
-    several minutes started last would leave one core idle while it finishes."""
+    benchmarks' smoke run (the longest file) first and the other files holding ``slow`` tests next:
+    xdist hands out whole files in this order, and a file of several minutes started last would
+    leave one core idle while it finishes."""
     for item in items:
         if "spark" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.spark)
         if not any(item.get_closest_marker(name) for name in TIER_MARKERS):
             item.add_marker(pytest.mark.unit)
+    bench_files = {item.path for item in items if item.get_closest_marker("bench")}
     slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)  # stable: file order kept within each group
+    # Stable: the file order is kept within each group.
+    items.sort(key=lambda item: (item.path not in bench_files, item.path not in slow_files))
