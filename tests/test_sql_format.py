@@ -10,7 +10,7 @@ import pytest
 
 from lakehouse.errors import LakehouseError
 from lakehouse.serving.sql import format_rows, run_sql
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, local_path
 from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_table
 from tests.frames import inline_frame
 
@@ -153,3 +153,75 @@ def test_a_query_on_an_unknown_table_is_an_sql_error_naming_it(spark, progress_h
 def test_an_unknown_output_format_is_refused(spark, progress_home):
     with pytest.raises(LakehouseError, match=r"^unknown format 'xml': use one of table, csv, json$"):
         run_sql(spark, progress_home, "SELECT 1", "xml")
+
+
+# --- read-only -------------------------------------------------------------------------------------
+
+CHANGES = {
+    "INSERT": "INSERT INTO ops.stream_progress SELECT * FROM ops.stream_progress",
+    "INSERT OVERWRITE": "INSERT OVERWRITE ops.stream_progress SELECT * FROM ops.stream_progress",
+    "UPDATE": "UPDATE ops.stream_progress SET input_rows = input_rows + 1",
+    "DELETE": "DELETE FROM ops.stream_progress WHERE batch_id = 0",
+    "MERGE": "MERGE INTO ops.stream_progress t USING ops.stream_progress s ON t.batch_id = s.batch_id "
+    "WHEN MATCHED THEN UPDATE SET input_rows = 0",
+    "CTE then INSERT": "WITH s AS (SELECT * FROM ops.stream_progress) INSERT INTO ops.stream_progress SELECT * FROM s",
+    "DROP": "DROP TABLE ops.stream_progress",
+    "ALTER": "ALTER TABLE ops.stream_progress ADD COLUMNS (note STRING)",
+    "CREATE": "CREATE TABLE ops.copy USING delta AS SELECT * FROM ops.stream_progress",
+    "CREATE VIEW": "CREATE OR REPLACE TEMPORARY VIEW v AS SELECT 1",
+    "TRUNCATE": "TRUNCATE TABLE ops.stream_progress",
+    "OPTIMIZE": "OPTIMIZE ops.stream_progress",
+    "VACUUM": "VACUUM ops.stream_progress RETAIN 0 HOURS",
+    "RESTORE": "RESTORE TABLE ops.stream_progress TO VERSION AS OF 0",
+    "SET": "SET spark.sql.ansi.enabled = false",
+    "CACHE": "CACHE TABLE ops.stream_progress",
+    "reflect": "SELECT reflect('java.lang.System', 'getProperty', 'user.home')",
+    "java_method in a subquery": "SELECT * FROM ops.stream_progress "
+    "WHERE batch_id IN (SELECT java_method('java.lang.Math', 'abs', batch_id) FROM ops.stream_progress)",
+}
+
+
+@pytest.mark.parametrize("statement", CHANGES.values(), ids=CHANGES.keys())
+def test_a_statement_that_changes_anything_is_refused_in_one_line_and_changes_nothing(spark, progress_home, statement):
+    from lakehouse.storage.catalog import table_version
+
+    uri = STREAM_PROGRESS.uri(progress_home)
+    version = table_version(spark, uri)
+
+    with pytest.raises(LakehouseError, match=r"^read-only: ") as error:
+        run_sql(spark, progress_home, statement)
+
+    assert "\n" not in str(error.value)
+    assert table_version(spark, uri) == version
+    assert json.loads(run_sql(spark, progress_home, "SELECT count(*) AS n FROM ops.stream_progress", "json")) == [
+        {"n": 3}
+    ]
+
+
+READS = {
+    "SHOW TABLES": ("SHOW TABLES IN ops", "stream_progress"),
+    "DESCRIBE": ("DESCRIBE ops.stream_progress", "input_rows"),
+    "DESCRIBE HISTORY": ("DESCRIBE HISTORY ops.stream_progress", "WRITE"),
+    "DESCRIBE DETAIL": ("DESCRIBE DETAIL ops.stream_progress", "delta"),
+    "EXPLAIN of a DELETE": ("EXPLAIN DELETE FROM ops.stream_progress", "Delete"),
+    "USE": ("USE ops", ""),
+    "CTE": ("WITH p AS (SELECT batch_id FROM ops.stream_progress) SELECT max(batch_id) AS b FROM p", "2"),
+}
+
+
+@pytest.mark.parametrize(("statement", "shown"), READS.values(), ids=READS.keys())
+def test_statements_that_only_read_or_describe_run(spark, progress_home, statement, shown):
+    assert shown in run_sql(spark, progress_home, statement, "csv")
+
+
+def test_the_cli_answers_a_change_with_a_one_line_error_and_exit_code_2(spark, progress_home, monkeypatch, capsys):
+    from lakehouse import cli
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(local_path(progress_home.home)))
+    monkeypatch.setattr(cli, "_spark", lambda settings, app: spark)  # the shared session, not a new JVM
+
+    code = cli.main(["sql", "UPDATE ops.stream_progress SET input_rows = input_rows + 1"])
+
+    assert code == 2
+    error = capsys.readouterr().err
+    assert error.startswith("lakehouse: error: read-only: ") and error.count("\n") == 1

@@ -11,6 +11,7 @@ from decimal import Decimal
 from pyspark.sql import SparkSession
 
 from lakehouse.errors import LakehouseError
+from lakehouse.serving.read_only import refuse_changes
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import register_tables
 from lakehouse.vocabulary import OutputFormat, choices
@@ -69,7 +70,8 @@ def format_rows(columns: list[str], rows: list[tuple], output: str, truncated: b
 def run_sql(
     spark: SparkSession, settings: Settings, query: str, output: str = "table", max_rows: int | None = 1000
 ) -> str:
-    """Run one SQL statement over the registered tables and format its rows.
+    """Run one SQL statement over the registered tables and format its rows. Statements that would
+    change a table, a schema or the session are refused before they run (lakehouse.serving.read_only).
 
     Args:
         spark: the session to read and write with.
@@ -83,6 +85,7 @@ def run_sql(
     if output not in choices(OutputFormat):
         raise LakehouseError(f"unknown format {output!r}: use one of {', '.join(OutputFormat)}")
     register_tables(spark, settings)
+    refuse_changes(spark, query)
     try:
         frame = spark.sql(query)
         limited = frame.limit(max_rows + 1) if max_rows is not None else frame
