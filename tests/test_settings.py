@@ -153,6 +153,7 @@ def test_settings_read_from_an_explicit_env_ignore_the_process_environment(tmp_p
             "driver_java_options",
             "-XX:TieredStopAtLevel=1",
         ),
+        ("LAKEHOUSE_CLASS_ARCHIVE", "", "class_archive", ""),
         ("LAKEHOUSE_TRIGGER_INTERVAL", "30s", "trigger_interval", "30s"),
         ("LAKEHOUSE_MAX_FILES_PER_TRIGGER", "1", "max_files_per_trigger", 1),
         ("LAKEHOUSE_DEDUPE_HORIZON", "2h", "dedupe_horizon", "2h"),
