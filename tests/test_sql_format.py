@@ -173,6 +173,7 @@ CHANGES = {
     "OPTIMIZE": "OPTIMIZE ops.stream_progress",
     "VACUUM": "VACUUM ops.stream_progress RETAIN 0 HOURS",
     "RESTORE": "RESTORE TABLE ops.stream_progress TO VERSION AS OF 0",
+    "RESTORE to the current version, a no-op to Delta": "RESTORE TABLE ops.stream_progress TO VERSION AS OF 2",
     "SET": "SET spark.sql.ansi.enabled = false",
     "CACHE": "CACHE TABLE ops.stream_progress",
     "reflect": "SELECT reflect('java.lang.System', 'getProperty', 'user.home')",

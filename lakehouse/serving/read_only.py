@@ -55,6 +55,7 @@ DESCRIBING_COMMANDS = frozenset(
 # The expression that calls a JVM method by name (reflect, java_method, try_reflect).
 REFLECTION = "org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection"
 COMMAND = "org.apache.spark.sql.catalyst.plans.logical.Command"
+DELTA_PACKAGES = ("org.apache.spark.sql.delta.", "io.delta.")
 
 
 def refuse_changes(spark: SparkSession, statement: str) -> None:
@@ -68,30 +69,44 @@ def refuse_changes(spark: SparkSession, statement: str) -> None:
     from pyspark.errors import PySparkException
 
     try:
-        plan = _analyzed_plan(spark, statement)
+        parsed = spark._jsparkSession.sessionState().sqlParser().parsePlan(statement)
+        if _is_written_statement(parsed):
+            # Refused as written: Delta resolves some of its statements to nothing when there is
+            # nothing to do (RESTORE to the current version), which the analysed plan would let pass.
+            _refuse(parsed.getClass().getSimpleName())
+        plan = _analyzed(spark, parsed)
     except (PySparkException, Py4JJavaError) as error:
         raise LakehouseError(f"SQL error: {_first_line(error)}") from None
-    root = plan.getClass().getSimpleName()
-    if root in DESCRIBING_COMMANDS:
+    if plan.getClass().getSimpleName() in DESCRIBING_COMMANDS:
         return  # what it describes (EXPLAIN DELETE ..., say) is never run
-    command_type = spark.sparkContext._jvm.java.lang.Class.forName(COMMAND)
-    changing = _first_command(plan, command_type)
+    changing = _first_command(plan, spark.sparkContext._jvm.java.lang.Class.forName(COMMAND))
     if changing is not None:
-        raise LakehouseError(
-            f"read-only: {changing} changes data, schema or session state, and SQL here only reads "
-            "(SELECT, SHOW, DESCRIBE, EXPLAIN)"
-        )
+        _refuse(changing)
     if REFLECTION in _classes(plan):
         raise LakehouseError("read-only: reflect/java_method call JVM methods, and SQL here only reads")
 
 
-def _analyzed_plan(spark: SparkSession, statement: str):
-    """Spark's resolved plan of ``statement``: parsed and analysed, with no command executed."""
-    jvm = spark.sparkContext._jvm
-    session_state = spark._jsparkSession.sessionState()
-    parsed = session_state.sqlParser().parsePlan(statement)
-    skip = jvm.org.apache.spark.sql.execution.CommandExecutionMode.SKIP()
-    return session_state.executePlan(parsed, skip).analyzed()
+def _refuse(command: str) -> None:
+    raise LakehouseError(
+        f"read-only: {command} changes data, schema or session state, and SQL here only reads "
+        "(SELECT, SHOW, DESCRIBE, EXPLAIN)"
+    )
+
+
+def _is_written_statement(parsed) -> bool:
+    """A parsed statement that writes, whatever it resolves to: Spark's and Delta's parsers name such
+    statements ``...Statement`` (INSERT, RESTORE, CLONE), and Delta's commands live in its own
+    packages (OPTIMIZE, VACUUM ...). A query parses to Spark's own operators, Delta tables or not."""
+    name, simple = parsed.getClass().getName(), parsed.getClass().getSimpleName()
+    if simple in DESCRIBING_COMMANDS:
+        return False
+    return simple.endswith("Statement") or name.startswith(DELTA_PACKAGES)
+
+
+def _analyzed(spark: SparkSession, parsed):
+    """Spark's resolved plan of a parsed statement, with no command executed."""
+    skip = spark.sparkContext._jvm.org.apache.spark.sql.execution.CommandExecutionMode.SKIP()
+    return spark._jsparkSession.sessionState().executePlan(parsed, skip).analyzed()
 
 
 def _first_command(plan, command_type) -> str | None:
