@@ -15,7 +15,8 @@ RESOURCES = Path(__file__).parent / "resources"
 
 # The CLI, spark-submit and Airflow task processes the tests start are short jobs on small data,
 # where the JVM's optimising compiler (C2) costs more CPU than it saves: with C1 alone a stream drain
-# of 2,400 events took 38 CPU-seconds instead of 79. Subprocesses inherit this environment. The
+# of 2,400 events took 77 CPU-seconds instead of 102, a backfill of it 14 instead of 28
+# (docs/operations.md, "Short jobs"). Subprocesses inherit this environment. The
 # long-lived JVMs (this process's session, the DAG harness) keep C2: with C1 their tests took 1.3-1.8x
 # as long in CI.
 os.environ.setdefault("LAKEHOUSE_DRIVER_JAVA_OPTIONS", QUICK_START_JAVA_OPTIONS)
