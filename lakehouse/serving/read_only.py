@@ -4,8 +4,9 @@ A statement is checked before it runs, on Spark's own analysis of it (parsed and
 executed). Spark carries out every change of data, schema or session as a *command* (INSERT and
 MERGE resolve to write commands, Delta's OPTIMIZE, VACUUM and RESTORE are commands too), so the rule
 is an allow-list, not a list of verbs to catch: a statement is refused when its plan holds any command
-other than those that only describe (SHOW, DESCRIBE, EXPLAIN). A verb Spark or Delta adds later is
-refused until someone decides it only reads.
+other than those that only describe (SHOW, DESCRIBE, EXPLAIN, and USE). A verb Spark or Delta adds
+later is refused until someone decides it only reads. Delta's own statements are also refused as
+parsed, before analysis, which turns some of them into nothing when they have nothing to do.
 
 Java reflection (``reflect``, ``java_method``, ``try_reflect``) is refused too: it calls any static
 method of the JVM, a way to change anything from a SELECT.
