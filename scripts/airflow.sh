@@ -5,6 +5,8 @@
 #                              # scheduler and dag-processor; print the admin password once
 #   scripts/airflow.sh stop    # stop what start started
 #   scripts/airflow.sh env     # print the environment the processes run with (source it for `airflow ...`)
+#   scripts/airflow.sh metastore  # start PostgreSQL only, with the Spark service's metastore database;
+#                              # print the LAKEHOUSE_METASTORE_* settings that reach it (eval them)
 #
 # Everything lives under $AIRFLOW_HOME (default .cache/airflow, git-ignored). Knobs (environment):
 #   AIRFLOW_HOME, AIRFLOW_PORT (8080), AIRFLOW_PG_PORT (54329), LAKEHOUSE_HOME,
@@ -53,6 +55,32 @@ values = {
 with open(sys.argv[1], "w") as handle:
     handle.writelines(f"{k}='{v}'\n" for k, v in values.items())
 PY
+}
+
+# The metastore's own role and database in the same cluster; its password is added to the secrets of
+# a home made before the metastore existed.
+ensure_metastore_database() {
+    if ! grep -q '^METASTORE_PASSWORD=' "$SECRETS"; then
+        ( umask 077; echo "METASTORE_PASSWORD='$("$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(24))')'" >> "$SECRETS" )
+    fi
+    # shellcheck disable=SC1090
+    source "$SECRETS"
+    local bin; bin="$(pg_bin)"
+    local psql=(as_postgres "$bin/psql" -q -h "$PG_DATA" -p "$PG_PORT" -U postgres -d postgres -tA)
+    if [ -z "$("${psql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname = 'metastore'")" ]; then
+        "${psql[@]}" -c "CREATE USER metastore WITH PASSWORD '$METASTORE_PASSWORD'" \
+            -c "CREATE DATABASE metastore OWNER metastore" >/dev/null
+    fi
+}
+
+metastore() {
+    [ -x "$VENV/bin/python" ] || { echo "run 'make setup' first" >&2; exit 1; }
+    generate_secrets
+    start_postgres
+    ensure_metastore_database
+    echo "export LAKEHOUSE_METASTORE_URL='jdbc:postgresql://127.0.0.1:$PG_PORT/metastore'"
+    echo "export LAKEHOUSE_METASTORE_USER=metastore"
+    echo "export LAKEHOUSE_METASTORE_PASSWORD='$METASTORE_PASSWORD'"
 }
 
 write_env() {
@@ -200,5 +228,6 @@ case "${1:-}" in
     start) start ;;
     stop) stop ;;
     env) generate_secrets; write_env; cat "$AIRFLOW_HOME/env.sh" ;;
-    *) echo "usage: $0 start|stop|env" >&2; exit 2 ;;
+    metastore) metastore ;;
+    *) echo "usage: $0 start|stop|env|metastore" >&2; exit 2 ;;
 esac

@@ -173,7 +173,6 @@ CHANGES = {
     "OPTIMIZE": "OPTIMIZE ops.stream_progress",
     "VACUUM": "VACUUM ops.stream_progress RETAIN 0 HOURS",
     "RESTORE": "RESTORE TABLE ops.stream_progress TO VERSION AS OF 0",
-    "RESTORE to the current version, a no-op to Delta": "RESTORE TABLE ops.stream_progress TO VERSION AS OF 2",
     "SET": "SET spark.sql.ansi.enabled = false",
     "CACHE": "CACHE TABLE ops.stream_progress",
     "reflect": "SELECT reflect('java.lang.System', 'getProperty', 'user.home')",
@@ -197,6 +196,17 @@ def test_a_statement_that_changes_anything_is_refused_in_one_line_and_changes_no
     assert json.loads(run_sql(spark, progress_home, "SELECT count(*) AS n FROM ops.stream_progress", "json")) == [
         {"n": 3}
     ]
+
+
+def test_a_restore_to_the_current_version_is_nothing_to_delta_and_changes_nothing(spark, progress_home):
+    from lakehouse.storage.catalog import table_version
+
+    uri = STREAM_PROGRESS.uri(progress_home)
+    version = table_version(spark, uri)
+
+    run_sql(spark, progress_home, f"RESTORE TABLE ops.stream_progress TO VERSION AS OF {version}")
+
+    assert table_version(spark, uri) == version
 
 
 READS = {

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import json
@@ -11,7 +12,7 @@ from decimal import Decimal
 from pyspark.sql import SparkSession
 
 from lakehouse.errors import LakehouseError
-from lakehouse.serving.read_only import refuse_changes
+from lakehouse.serving.read_only import reading_only, refusal
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import register_tables
 from lakehouse.vocabulary import OutputFormat, choices
@@ -74,24 +75,39 @@ def run_sql(
     change a table, a schema or the session are refused before they run (lakehouse.serving.read_only).
 
     Args:
-        spark: the session to read and write with.
+        spark: an embedded session, or a Spark Connect session of the Spark service (which keeps
+            the tables registered and refuses changes on its own).
         settings: where the log, the tables and the checkpoints live.
         query: one SQL statement.
         output: ``table``, ``csv`` or ``json``.
         max_rows: the most rows returned (None: all).
     """
-    from pyspark.errors import PySparkException
-
     if output not in choices(OutputFormat):
         raise LakehouseError(f"unknown format {output!r}: use one of {', '.join(OutputFormat)}")
-    register_tables(spark, settings)
-    refuse_changes(spark, query)
-    try:
-        frame = spark.sql(query)
-        limited = frame.limit(max_rows + 1) if max_rows is not None else frame
-        rows = [tuple(row) for row in limited.collect()]
-    except PySparkException as error:  # analysis, parse and runtime errors (1/0, bad casts) alike
-        first_line = str(error).strip().splitlines()[0]
-        raise LakehouseError(f"SQL error: {first_line}") from None
+    embedded = hasattr(spark, "_jsparkSession")  # a Connect session has no JVM in this process
+    if embedded:
+        register_tables(spark, settings)
+    with reading_only(spark) if embedded else contextlib.nullcontext():
+        try:
+            frame = spark.sql(query)
+            limited = frame.limit(max_rows + 1) if max_rows is not None else frame
+            rows = [tuple(row) for row in limited.collect()]
+            columns = frame.columns
+        except Exception as error:
+            raise _sql_error(error) from None
     truncated = max_rows is not None and len(rows) > max_rows
-    return format_rows(frame.columns, rows[:max_rows] if truncated else rows, output, truncated)
+    return format_rows(columns, rows[:max_rows] if truncated else rows, output, truncated)
+
+
+def _sql_error(error: Exception) -> Exception:
+    """A one-line ``LakehouseError`` for a refused or failed statement; anything else as it was."""
+    from py4j.protocol import Py4JJavaError
+    from pyspark.errors import PySparkException
+
+    refused = refusal(error)
+    if refused is not None:
+        return refused
+    if isinstance(error, (PySparkException, Py4JJavaError)):  # analysis, parse and runtime errors alike
+        text = str(error).strip()
+        return LakehouseError(f"SQL error: {text.splitlines()[0] if text else type(error).__name__}")
+    return error

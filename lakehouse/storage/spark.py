@@ -13,11 +13,12 @@ import json
 import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings
+from lakehouse.settings import PROJECT_ROOT, Settings
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 # The JIT's quick compiler only: half the CPU for a job of a minute or two on small data, slower for a
@@ -32,6 +33,39 @@ def delta_packages() -> list[str]:
     spark_minor = ".".join(importlib.metadata.version("pyspark").split(".")[:2])
     delta_version = importlib.metadata.version("delta-spark")
     return [f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"]
+
+
+# The platform's own JVM classes (the read-only rule of lakehouse.serving), compiled from their Java
+# source by ``make setup`` (or by the first session that needs them) into the ignored .cache/.
+EXTENSIONS_SOURCE = PROJECT_ROOT / "lakehouse" / "serving" / "java"
+EXTENSIONS_JAR = PROJECT_ROOT / ".cache" / "jvm" / "lakehouse-extensions.jar"
+SESSION_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,lakehouse.serving.ReadOnlyExtension"
+
+
+def extensions_jar() -> str:
+    """The platform's JAR, compiled again whenever a source file is newer than it."""
+    sources = sorted(EXTENSIONS_SOURCE.rglob("*.java"))
+    if EXTENSIONS_JAR.is_file() and all(s.stat().st_mtime <= EXTENSIONS_JAR.stat().st_mtime for s in sources):
+        return str(EXTENSIONS_JAR)
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    if not javac or not jar:
+        raise LakehouseError("a JDK 17 (javac and jar) is required to compile the platform's Spark extension")
+    from pyspark.find_spark_home import _find_spark_home
+
+    spark_jars = Path(_find_spark_home()) / "jars" / "*"
+    EXTENSIONS_JAR.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="lakehouse-javac-") as classes:
+        compile_and_pack = (
+            [javac, "--release", "17", "-nowarn", "-cp", str(spark_jars), "-d", classes, *map(str, sources)],
+            # Written beside the final path and renamed: a JVM starting meanwhile never reads half a JAR.
+            [jar, "cf", f"{EXTENSIONS_JAR}.partial", "-C", classes, "."],
+        )
+        for command in compile_and_pack:
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise LakehouseError(f"{Path(command[0]).name} failed: {(done.stderr or done.stdout).strip()}")
+    os.replace(f"{EXTENSIONS_JAR}.partial", EXTENSIONS_JAR)
+    return str(EXTENSIONS_JAR)
 
 
 def _check_java() -> None:
@@ -61,7 +95,7 @@ def spark_submit_jars(settings: Settings) -> str:
         jars = jar_cache.cached_jars()
     if not jars:
         raise LakehouseError(f"no cached JARs for {', '.join(jar_cache.packages)} in {jar_cache.ivy_dir}")
-    return ",".join(jars)
+    return ",".join([*jars, extensions_jar()])
 
 
 class JarCache:
@@ -111,7 +145,7 @@ def _configured_builder(builder, settings: Settings, app_name: str):
     """The session's configuration, whoever starts the JVM (this process or spark-submit)."""
     return (
         builder.appName(app_name)
-        .config("spark.sql.extensions", "io.delta.sql.DeltaSparkSessionExtension")
+        .config("spark.sql.extensions", SESSION_EXTENSIONS)
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.catalogImplementation", "in-memory")
         .config("spark.sql.session.timeZone", "UTC")
@@ -139,8 +173,9 @@ def _configured_builder(builder, settings: Settings, app_name: str):
     )
 
 
-def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
-    """A SparkSession with Delta, UTC time, small shuffles, and an in-memory catalog.
+def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: dict[str, str] | None = None):
+    """A SparkSession with Delta, UTC time, small shuffles, and an in-memory catalog; ``confs`` adds
+    to or overrides that configuration (the Spark service's endpoints and metastore, say).
 
     The catalog is in-memory on purpose: an embedded Derby metastore can serve one JVM only, and
     the streaming job, batch jobs and SQL shell run side by side. Each session registers the Delta
@@ -166,13 +201,14 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse"):
         return spark
     builder = builder.master(settings.spark_master)
     cached = jar_cache.cached_jars()
-    if cached:
-        builder = builder.config("spark.jars", ",".join(cached))
-    else:
+    builder = builder.config("spark.jars", ",".join([*(cached or []), extensions_jar()]))
+    if not cached:
         jar_cache.ivy_dir.mkdir(parents=True, exist_ok=True)
         builder = builder.config("spark.jars.packages", ",".join(jar_cache.packages)).config(
             "spark.jars.ivy", str(jar_cache.ivy_dir)
         )
+    for key, value in (confs or {}).items():
+        builder = builder.config(key, value)
     try:
         spark = builder.getOrCreate()
     except PySparkRuntimeError as error:
