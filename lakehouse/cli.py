@@ -91,12 +91,24 @@ def cmd_backfill(args, settings: Settings) -> None:
     )
 
 
+def _sql_session(settings: Settings):
+    """A Spark Connect session of the Spark service when the settings route SQL there, else embedded."""
+    from lakehouse.serving.service import connect_url
+
+    url = connect_url(settings)
+    if url is None:
+        return _spark(settings, "sql")
+    from pyspark.sql import SparkSession
+
+    return SparkSession.builder.remote(url).getOrCreate()
+
+
 def cmd_sql(args, settings: Settings) -> None:
     from lakehouse.serving.sql import run_sql
 
     sys.stdout.write(
         run_sql(
-            _spark(settings, "sql"),
+            _sql_session(settings),
             settings,
             args.query,
             args.format,
@@ -218,7 +230,19 @@ def cmd_health(args, settings: Settings) -> None:
 
 
 class Unhealthy(Exception):
-    """The speed layer is stale or falling behind: ``lakehouse health`` exits 1."""
+    """The speed layer is stale or falling behind, or the Spark service is down: the command exits 1."""
+
+
+def cmd_serve(args, settings: Settings) -> None:
+    from lakehouse.serving import service
+
+    if args.stop:
+        print("Spark service stopped" if service.stop(settings) else "no Spark service was running")
+        return
+    report = service.status(settings) if args.status else service.start(settings)
+    print(json.dumps(report, indent=1))
+    if not report["up"]:
+        raise Unhealthy()
 
 
 # --- end orchestration commands ---
@@ -355,6 +379,14 @@ def _add_operations(commands) -> None:
     _pipeline_option(health)
     health.set_defaults(run=cmd_health)
     # --- end orchestration commands ---
+
+    serve = commands.add_parser(
+        "serve", help="start the Spark service: Spark Connect and a JDBC/ODBC endpoint, read-only, on one catalog"
+    )
+    serve_action = serve.add_mutually_exclusive_group()
+    serve_action.add_argument("--status", action="store_true", help="exit 1 unless both endpoints answer")
+    serve_action.add_argument("--stop", action="store_true", help="stop the service and its JVM")
+    serve.set_defaults(run=cmd_serve)
 
     demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")
     demo.add_argument("--events", type=int, default=DEMO_EVENTS)

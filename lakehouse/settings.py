@@ -15,6 +15,7 @@ from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
+from lakehouse.vocabulary import SqlRoute, choices
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -107,6 +108,17 @@ class Settings:
     # The scheduled batch layer recomputes an hour once this much lateness has had time to arrive.
     batch_lateness_delay: str = "15m"
     # --- end orchestration ---
+    # --- The Spark service (lakehouse serve; docs/sql.md) ---
+    # Its Spark Connect and Thrift (JDBC/ODBC) ports on loopback.
+    connect_port: int = 15002
+    thrift_port: int = 10000
+    # The Hive metastore in PostgreSQL that keeps the service's catalog across restarts (a JDBC URL;
+    # empty: the service keeps its catalog in memory and registers the tables again at each start).
+    metastore_url: str = ""
+    metastore_user: str = ""
+    metastore_password: str = dataclasses.field(default="", repr=False)
+    # auto: lakehouse sql goes through this home's service when it is up; embedded; or sc://host:port.
+    sql_route: str = SqlRoute.AUTO
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -149,6 +161,13 @@ class Settings:
             stream_max_staleness=env.get("LAKEHOUSE_STREAM_MAX_STALENESS", cls.stream_max_staleness),
             stream_lag_batches=integer("LAKEHOUSE_STREAM_LAG_BATCHES", cls.stream_lag_batches),
             batch_lateness_delay=env.get("LAKEHOUSE_BATCH_LATENESS_DELAY", cls.batch_lateness_delay),
+            # --- The Spark service ---
+            connect_port=integer("LAKEHOUSE_CONNECT_PORT", cls.connect_port),
+            thrift_port=integer("LAKEHOUSE_THRIFT_PORT", cls.thrift_port),
+            metastore_url=env.get("LAKEHOUSE_METASTORE_URL", cls.metastore_url).strip(),
+            metastore_user=env.get("LAKEHOUSE_METASTORE_USER", cls.metastore_user).strip(),
+            metastore_password=env.get("LAKEHOUSE_METASTORE_PASSWORD", cls.metastore_password),
+            sql_route=env.get("LAKEHOUSE_SQL_ROUTE", cls.sql_route).strip(),
         )
         settings.validate()
         return settings
@@ -175,6 +194,17 @@ class Settings:
             raise LakehouseError("LAKEHOUSE_MAX_FILES_PER_TRIGGER must be 0 (no limit) or more")
         if parse_duration(self.trigger_interval).total_seconds() < 1:
             raise LakehouseError("LAKEHOUSE_TRIGGER_INTERVAL must be at least 1s")
+        for name in ("connect_port", "thrift_port"):
+            if not 1 <= getattr(self, name) <= 65535:
+                raise LakehouseError(f"LAKEHOUSE_{name.upper()} must be a port number (1-65535)")
+        if self.sql_route not in choices(SqlRoute) and not self.sql_route.startswith("sc://"):
+            raise LakehouseError(
+                f"LAKEHOUSE_SQL_ROUTE must be auto, embedded or an sc://host:port URL, not {self.sql_route!r}"
+            )
+        if self.metastore_url and not self.metastore_url.startswith("jdbc:postgresql://"):
+            raise LakehouseError(
+                f"LAKEHOUSE_METASTORE_URL must be a jdbc:postgresql:// URL, not {self.metastore_url!r}"
+            )
         if self.stream_lag_batches < 2:
             raise LakehouseError("LAKEHOUSE_STREAM_LAG_BATCHES must be at least 2 (growth needs two batches)")
 
@@ -188,6 +218,10 @@ class Settings:
 
     def pipeline_log_uri(self, pipeline: str) -> str:
         return f"{self.log_uri}/{pipeline}"
+
+    def service_dir(self) -> Path:
+        """Where the Spark service keeps its state file, its log and its private configuration."""
+        return local_path(self.home) / "service"
 
     def speed_checkpoint_uri(self, pipeline: str) -> str:
         return f"{self.checkpoint_uri}/{pipeline}/speed"

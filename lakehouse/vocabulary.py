@@ -104,3 +104,10 @@ class OutputFormat(StrEnum):
     TABLE = "table"
     CSV = "csv"
     JSON = "json"
+
+
+class SqlRoute(StrEnum):
+    """Where ``lakehouse sql`` runs a statement (an ``sc://host:port`` URL names a service directly)."""
+
+    AUTO = "auto"  # through this home's Spark service when it is up, embedded otherwise
+    EMBEDDED = "embedded"  # a Spark of its own in the command's process

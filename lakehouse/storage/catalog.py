@@ -473,8 +473,17 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
     raise ValueError(f"unknown accumulation mode {mode!r}")
 
 
-def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pipeline] | None = None) -> list[str]:
-    """Register every existing table (and each pipeline's serving view) under ``schema.name``."""
+def register_tables(
+    spark: SparkSession, settings: Settings, pipelines: list[Pipeline] | None = None, skip: frozenset[str] = frozenset()
+) -> list[str]:
+    """Register every existing table (and each pipeline's serving view) under ``schema.name``.
+
+    Args:
+        spark: the session whose catalog registers them.
+        settings: where the tables live.
+        pipelines: whose tables (default: every shipped pipeline).
+        skip: names registered before, left as they are (the Spark service registers new tables only).
+    """
     pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
     registered: list[str] = []
     candidates = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES)
@@ -482,23 +491,24 @@ def register_tables(spark: SparkSession, settings: Settings, pipelines: list[Pip
         candidates += all_tables(pipeline)[:5]
     for table in candidates:
         uri = table.uri(settings)
-        if table.qualified_name in registered or not table_exists(spark, uri):
+        if table.qualified_name in {*registered, *skip} or not table_exists(spark, uri):
             continue
-        spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.schema}")
+        spark.sql(f"CREATE DATABASE IF NOT EXISTS {table.schema} LOCATION '{settings.warehouse_uri}/{table.schema}'")
         # Dropping an entry that has a LOCATION forgets the name only; the data stays. Re-creating it
-        # keeps the name pointing at this settings' location even if the session saw another one.
+        # keeps the name pointing at this settings' location even if the catalog had another one.
         spark.sql(f"DROP TABLE IF EXISTS {table.qualified_name}")
         spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA LOCATION '{uri}'")
         registered.append(table.qualified_name)
+    known = {*registered, *skip}
     for pipeline in pipelines:
         tables = pipeline_tables(pipeline)
         needed = {tables.speed.qualified_name, tables.batch.qualified_name, BATCH_COVERAGE.qualified_name}
-        if needed <= set(registered):
-            spark.sql(f"CREATE OR REPLACE VIEW {tables.serving_view} AS {serving_view_sql(pipeline)}")
-            registered.append(tables.serving_view)
-        if tables.panes.qualified_name in registered:
-            for mode, view in tables.accumulation_views.items():
-                spark.sql(f"CREATE OR REPLACE VIEW {view} AS {accumulation_view_sql(pipeline, mode)}")
+        views = {tables.serving_view: serving_view_sql(pipeline)} if needed <= known else {}
+        if tables.panes.qualified_name in known:
+            views |= {view: accumulation_view_sql(pipeline, mode) for mode, view in tables.accumulation_views.items()}
+        for view, definition in views.items():
+            if view not in skip:
+                spark.sql(f"CREATE OR REPLACE VIEW {view} AS {definition}")
                 registered.append(view)
     return registered
 

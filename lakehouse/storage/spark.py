@@ -68,7 +68,37 @@ def extensions_jar() -> str:
     return str(EXTENSIONS_JAR)
 
 
-def _check_java() -> None:
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+
+
+def maven_central_jar(coordinates: str) -> str:
+    """One JAR (``group:artifact:version``, no dependencies) from Maven Central, checked against the
+    SHA-1 Central publishes, cached in .cache/jars after the first download."""
+    import urllib.request
+
+    group, artifact, version = coordinates.split(":")
+    name = f"{artifact}-{version}.jar"
+    target = PROJECT_ROOT / ".cache" / "jars" / name
+    if target.is_file():
+        return str(target)
+    url = f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}/{version}/{name}"
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            content = response.read()
+        with urllib.request.urlopen(f"{url}.sha1", timeout=60) as response:
+            published = response.read().decode().split()[0]
+    except OSError as error:
+        raise LakehouseError(f"could not download {coordinates} from Maven Central ({url}): {error}") from None
+    if hashlib.sha1(content).hexdigest() != published:
+        raise LakehouseError(f"{url} does not match the SHA-1 Maven Central publishes for it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(".partial")
+    partial.write_bytes(content)
+    os.replace(partial, target)
+    return str(target)
+
+
+def check_java() -> None:
     java_home = os.environ.get("JAVA_HOME")
     java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
     if not java or not Path(java).exists():
@@ -181,7 +211,7 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
     the streaming job, batch jobs and SQL shell run side by side. Each session registers the Delta
     tables by location instead (see ``lakehouse.storage.catalog``).
     """
-    _check_java()
+    check_java()
     # PySpark turns timestamps into naive datetimes in the process's zone: make that zone UTC, the
     # session's zone, so a datetime means the same instant in Python and in Spark.
     os.environ["TZ"] = "UTC"

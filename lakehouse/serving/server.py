@@ -1,0 +1,133 @@
+"""``python -m lakehouse.serving.server``: the Spark service's driver (``lakehouse serve`` starts it).
+
+One long-running Spark with Delta serves two endpoints on one catalog: Spark Connect (gRPC) and
+Spark's Thrift server (HiveServer2's protocol, for JDBC and ODBC clients). Each client session is a
+new Spark session of this JVM, and every one of them is read-only (lakehouse.serving.read_only);
+only this driver's own session writes, and all it writes is the catalog: it registers every table
+and view at start, then, every few seconds, the tables the jobs have created since.
+
+With a metastore (``LAKEHOUSE_METASTORE_URL``) the catalog is Hive's, in PostgreSQL, and outlives the
+service; without one it is in memory and registered again at each start.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+from xml.sax.saxutils import escape
+
+from lakehouse.serving.service import ServiceState, delta_class_path, metastore_driver_jar
+from lakehouse.settings import Settings
+
+REGISTER_EVERY_SECONDS = 5.0
+
+
+def hive_site(settings: Settings) -> str:
+    """The metastore's connection, password included, as hive-site.xml: read from the class path,
+    so that the password appears in no command line.
+
+    The schema is created table by table as the metastore first needs it; ``autoCreateAll`` deadlocked
+    on the first CREATE TABLE on PostgreSQL, and the constraints it would add are not needed."""
+    properties = {
+        "javax.jdo.option.ConnectionURL": settings.metastore_url,
+        "javax.jdo.option.ConnectionDriverName": "org.postgresql.Driver",
+        "javax.jdo.option.ConnectionUserName": settings.metastore_user,
+        "javax.jdo.option.ConnectionPassword": settings.metastore_password,
+        "datanucleus.schema.autoCreateTables": "true",
+        "datanucleus.schema.autoCreateColumns": "true",
+        "datanucleus.schema.autoCreateConstraints": "false",
+        "hive.metastore.schema.verification": "false",
+    }
+    rows = "".join(
+        f"  <property><name>{escape(k)}</name><value>{escape(v)}</value></property>\n" for k, v in properties.items()
+    )
+    return f'<?xml version="1.0"?>\n<configuration>\n{rows}</configuration>\n'
+
+
+def service_confs(settings: Settings) -> dict[str, str]:
+    """The Spark configuration that makes a session the service: both endpoints on loopback, every
+    client session read-only, and the catalog in the metastore when there is one."""
+    class_path = [*delta_class_path(settings)]
+    confs = {
+        "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+        "spark.connect.grpc.binding.address": "127.0.0.1",
+        "spark.connect.grpc.binding.port": str(settings.connect_port),
+        "spark.hadoop.hive.server2.thrift.bind.host": "127.0.0.1",
+        "spark.hadoop.hive.server2.thrift.port": str(settings.thrift_port),
+        "spark.lakehouse.readOnly": "true",
+        "spark.sql.warehouse.dir": settings.warehouse_uri,
+        "spark.ui.enabled": "false",
+    }
+    if settings.metastore_url:
+        conf_dir = settings.service_dir() / "conf"
+        conf_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        site = conf_dir / "hive-site.xml"
+        site.touch(mode=0o600)
+        site.write_text(hive_site(settings))
+        class_path += [str(conf_dir), metastore_driver_jar(settings)]
+        confs["spark.sql.catalogImplementation"] = "hive"
+    # The Thrift server's sessions load classes through Hive's class loader, which sees the JVM's
+    # class path and not spark.jars: Delta's classes go on both.
+    confs["spark.driver.extraClassPath"] = os.pathsep.join(class_path)
+    return confs
+
+
+class Registrar:
+    """Keeps the catalog in step with the tables that exist: all of them at start, new ones after."""
+
+    def __init__(self, spark, settings: Settings):
+        self.spark, self.settings = spark, settings
+        self.registered: set[str] = set()
+
+    def register_new(self) -> list[str]:
+        from lakehouse.storage.catalog import register_tables
+
+        added = register_tables(self.spark, self.settings, skip=frozenset(self.registered))
+        self.registered.update(added)
+        return added
+
+
+def serve(settings: Settings) -> None:
+    """Start both endpoints, say so in the state file, and keep the catalog current until SIGTERM."""
+    from lakehouse.storage.spark import build_spark_session
+
+    spark = build_spark_session(settings, "lakehouse-service", service_confs(settings))
+    jvm = spark._jvm
+    jvm.lakehouse.serving.ReadOnlyExtension.setWritable(spark._jsparkSession, True)
+    registrar = Registrar(spark, settings)
+    registrar.register_new()
+    thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithSparkSession(
+        spark._jsparkSession, False
+    )
+    stopping = threading.Event()
+    signal.signal(signal.SIGTERM, lambda *_: stopping.set())
+    signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    state = ServiceState.of(settings)
+    state.write_ready(os.getpid(), sorted(registrar.registered))
+    print(json.dumps({"ready": True, "tables": sorted(registrar.registered)}), flush=True)
+    try:
+        while not stopping.wait(REGISTER_EVERY_SECONDS):
+            added = registrar.register_new()
+            if added:
+                state.write_ready(os.getpid(), sorted(registrar.registered))
+                print(json.dumps({"registered": added}), flush=True)
+    finally:
+        state.clear()
+        thrift.stop()
+        spark.stop()
+
+
+def main() -> None:
+    settings = Settings.from_env()
+    Path(settings.service_dir()).mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    serve(settings)
+    print(json.dumps({"stopped": True, "served_seconds": round(time.monotonic() - started)}), flush=True)
+
+
+if __name__ == "__main__":
+    main()

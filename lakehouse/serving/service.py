@@ -1,0 +1,236 @@
+"""Starting, checking and stopping the Spark service (``lakehouse serve``; its driver is
+lakehouse.serving.server).
+
+The service runs detached, in its own process session, and keeps its files in the home's
+``service/`` folder: ``server.pid`` from the moment it starts, ``state.json`` once both endpoints
+answer, and ``server.log``. A stop ends the whole session, so no child keeps a port.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings
+from lakehouse.vocabulary import SqlRoute
+
+METASTORE_DRIVER = "org.postgresql:postgresql:42.7.14"
+START_SECONDS = 300
+STOP_SECONDS = 60
+
+
+def delta_class_path(settings: Settings) -> list[str]:
+    """Delta's own JARs and the platform's, for the driver's class path. Only Delta's: the rest of
+    the resolved list brings an older Jackson than Spark's, which breaks Spark when put first."""
+    from lakehouse.storage.spark import JarCache, delta_packages, extensions_jar
+
+    jars = JarCache(settings.ivy_dir, delta_packages() + list(settings.extra_packages)).cached_jars() or []
+    delta = [jar for jar in jars if Path(jar).name.startswith(("io.delta_", "io.unitycatalog_"))]
+    if not delta:
+        raise LakehouseError("Delta's JARs are not cached yet: run `make setup` first")
+    return [*delta, extensions_jar()]
+
+
+def metastore_driver_jar(settings: Settings) -> str:
+    from lakehouse.storage.spark import maven_central_jar
+
+    return maven_central_jar(METASTORE_DRIVER)
+
+
+def port_answers(port: int) -> bool:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        probe.settimeout(1)
+        return probe.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class ServiceState:
+    """The service's files in the home: pid, state and log."""
+
+    folder: Path
+    connect_port: int
+    thrift_port: int
+
+    @classmethod
+    def of(cls, settings: Settings) -> ServiceState:
+        return cls(settings.service_dir(), settings.connect_port, settings.thrift_port)
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "server.log"
+
+    def pid(self) -> int | None:
+        try:
+            return int((self.folder / "server.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def write_ready(self, pid: int, tables: list[str]) -> None:
+        state = {"pid": pid, "connect_port": self.connect_port, "thrift_port": self.thrift_port, "tables": tables}
+        partial = self.folder / "state.json.partial"
+        partial.write_text(json.dumps(state))
+        os.replace(partial, self.folder / "state.json")
+
+    def ready(self) -> dict | None:
+        try:
+            return json.loads((self.folder / "state.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def clear(self) -> None:
+        for name in ("state.json", "server.pid"):
+            (self.folder / name).unlink(missing_ok=True)
+
+
+def endpoints(state: dict) -> dict[str, str]:
+    return {
+        "connect": f"sc://127.0.0.1:{state['connect_port']}",
+        "jdbc": f"jdbc:hive2://127.0.0.1:{state['thrift_port']}/default",
+    }
+
+
+def status(settings: Settings) -> dict:
+    """Whether this home's service is up: its process alive, its state ready, both ports answering."""
+    files = ServiceState.of(settings)
+    ready, pid = files.ready(), files.pid()
+    up = bool(ready) and _pid_alive(pid) and all(port_answers(ready[k]) for k in ("connect_port", "thrift_port"))
+    report = {"up": up, "pid": pid if _pid_alive(pid) else None, "log": str(files.log)}
+    if up:
+        report |= endpoints(ready) | {"tables": len(ready["tables"])}
+        report["catalog"] = "metastore" if settings.metastore_url else "in memory"
+    return report
+
+
+def connect_url(settings: Settings) -> str | None:
+    """Where ``lakehouse sql`` sends statements: the service's Spark Connect URL, or None (embedded)."""
+    if settings.sql_route == SqlRoute.EMBEDDED:
+        return None
+    if settings.sql_route != SqlRoute.AUTO:
+        return settings.sql_route
+    report = status(settings)
+    return report["connect"] if report["up"] else None
+
+
+def _check_can_start(settings: Settings) -> None:
+    from lakehouse.storage.spark import check_java
+
+    check_java()
+    for name, port in (
+        ("LAKEHOUSE_CONNECT_PORT", settings.connect_port),
+        ("LAKEHOUSE_THRIFT_PORT", settings.thrift_port),
+    ):
+        if port_answers(port):
+            raise LakehouseError(f"port {port} is taken: stop what listens there or choose another ({name})")
+    from pyspark.find_spark_home import _find_spark_home
+
+    jars = Path(_find_spark_home()) / "jars"
+    for needed in ("spark-connect_", "spark-hive-thriftserver_"):
+        if not any(jars.glob(f"{needed}*.jar")):
+            raise LakehouseError(f"pyspark's JARs lack {needed}*.jar in {jars}: reinstall with `make setup`")
+    delta_class_path(settings)
+    if settings.metastore_url:
+        if not settings.metastore_user or not settings.metastore_password:
+            raise LakehouseError("LAKEHOUSE_METASTORE_URL is set without LAKEHOUSE_METASTORE_USER and _PASSWORD")
+        metastore_driver_jar(settings)
+
+
+def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
+    """Start the service detached and return its status once both endpoints answer."""
+    already = status(settings)
+    if already["up"]:
+        return already
+    files = ServiceState.of(settings)
+    if _pid_alive(files.pid()):
+        raise LakehouseError(f"a service is starting or stuck (pid {files.pid()}): `lakehouse serve --stop` first")
+    _check_can_start(settings)
+    files.folder.mkdir(parents=True, exist_ok=True)
+    files.clear()
+    with files.log.open("ab") as log:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lakehouse.serving.server"],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,  # its own session: a stop ends it with its JVM
+            env=_service_environment(settings),
+        )
+    (files.folder / "server.pid").write_text(str(process.pid))
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            files.clear()
+            raise LakehouseError(
+                f"the Spark service exited while starting (code {process.returncode}); see {files.log}"
+            )
+        report = status(settings)
+        if report["up"]:
+            return report
+        time.sleep(0.5)
+    stop(settings)
+    raise LakehouseError(f"the Spark service did not answer within {wait_seconds:.0f} s; see {files.log}")
+
+
+def _service_environment(settings: Settings) -> dict[str, str]:
+    """The service reads the same settings as this process, the ports and metastore included."""
+    env = dict(os.environ)
+    env.update(
+        LAKEHOUSE_HOME=settings.home,
+        LAKEHOUSE_CONNECT_PORT=str(settings.connect_port),
+        LAKEHOUSE_THRIFT_PORT=str(settings.thrift_port),
+    )
+    return env
+
+
+def stop(settings: Settings) -> bool:
+    """End the service's process session (TERM, then KILL after a minute). False if none ran."""
+    files = ServiceState.of(settings)
+    pid = files.pid()
+    if not _pid_alive(pid):
+        files.clear()
+        return False
+    _signal_session(pid, signal.SIGTERM)
+    deadline = time.monotonic() + STOP_SECONDS
+    while _session_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    if _session_alive(pid):
+        _signal_session(pid, signal.SIGKILL)
+        while _session_alive(pid):
+            time.sleep(0.2)
+    files.clear()
+    return True
+
+
+def _signal_session(pid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pid, signum)
+
+
+def _session_alive(pid: int) -> bool:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)  # reap the driver when this process started it (tests do)
+    try:
+        os.killpg(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
