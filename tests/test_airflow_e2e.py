@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -27,6 +26,7 @@ from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, pipeline_ta
 from tests.airflow_env import PROJECT
 from tests.conftest import make_settings
 from tests.oracle import run_oracle
+from tests.services import free_port
 from tests.test_dags import HOUR0, gold_rows, iso, read, truth
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.services]
@@ -34,12 +34,6 @@ PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
 # Generous: on a shared 2-core machine a Spark job under spark-submit takes from 30 s to several minutes.
 RUN_TIMEOUT = 1200
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 class Airflow:

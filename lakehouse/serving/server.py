@@ -77,11 +77,28 @@ def service_confs(settings: Settings) -> dict[str, str]:
 
 
 class Registrar:
-    """Keeps the catalog in step with the tables that exist: all of them at start, new ones after."""
+    """Keeps the catalog in step with the tables that exist: all of them at start, new ones after.
+
+    A metastore remembers its tables across restarts: those it already maps to their own location
+    are left as they are. Views are defined again at each start, from this version's code."""
 
     def __init__(self, spark, settings: Settings):
         self.spark, self.settings = spark, settings
-        self.registered: set[str] = set()
+        self.registered: set[str] = self._tables_kept()
+
+    def _tables_kept(self) -> set[str]:
+        from lakehouse.storage.catalog import registrable_tables
+
+        catalog = self.spark._jsparkSession.sharedState().externalCatalog()
+        kept = set()
+        for table in registrable_tables():
+            if (
+                catalog.databaseExists(table.schema)
+                and catalog.tableExists(table.schema, table.name)
+                and catalog.getTable(table.schema, table.name).location().toString() == table.uri(self.settings)
+            ):
+                kept.add(table.qualified_name)
+        return kept
 
     def register_new(self) -> list[str]:
         from lakehouse.storage.catalog import register_tables
@@ -95,11 +112,16 @@ def serve(settings: Settings) -> None:
     """Start both endpoints, say so in the state file, and keep the catalog current until SIGTERM."""
     from lakehouse.storage.spark import build_spark_session
 
-    spark = build_spark_session(settings, "lakehouse-service", service_confs(settings))
+    # The Thrift server keeps its sessions' Hive state in an in-memory Derby, whose log would land
+    # wherever the service was started.
+    derby_log = f"-Dderby.stream.error.file={settings.service_dir() / 'derby.log'}"
+    driver = settings.replace(driver_java_options=f"{settings.driver_java_options} {derby_log}".strip())
+    spark = build_spark_session(driver, "lakehouse-service", service_confs(settings))
     jvm = spark._jvm
     jvm.lakehouse.serving.ReadOnlyExtension.setWritable(spark._jsparkSession, True)
     registrar = Registrar(spark, settings)
-    registrar.register_new()
+    kept = set(registrar.registered)
+    added = registrar.register_new()
     thrift = jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithSparkSession(
         spark._jsparkSession, False
     )
@@ -108,7 +130,7 @@ def serve(settings: Settings) -> None:
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     state = ServiceState.of(settings)
     state.write_ready(os.getpid(), sorted(registrar.registered))
-    print(json.dumps({"ready": True, "tables": sorted(registrar.registered)}), flush=True)
+    print(json.dumps({"ready": True, "kept": sorted(kept), "registered": sorted(added)}), flush=True)
     try:
         while not stopping.wait(REGISTER_EVERY_SECONDS):
             added = registrar.register_new()

@@ -209,7 +209,10 @@ def stop(settings: Settings) -> bool:
     if not _pid_alive(pid):
         files.clear()
         return False
-    _signal_session(pid, signal.SIGTERM)
+    # The driver first, so that it stops the endpoints and Spark itself; the rest of its session
+    # (the JVM) only if it is still there after a minute.
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_SECONDS
     while _session_alive(pid) and time.monotonic() < deadline:
         time.sleep(0.5)

@@ -473,6 +473,15 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
     raise ValueError(f"unknown accumulation mode {mode!r}")
 
 
+def registrable_tables(pipelines: list[Pipeline] | None = None) -> list[Table]:
+    """Every table SQL may name, shared ones first (each once), for ``pipelines`` (default: all)."""
+    pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
+    tables = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES)
+    for pipeline in pipelines:
+        tables += all_tables(pipeline)[:5]  # its own; all_tables lists the shared ones after
+    return tables
+
+
 def register_tables(
     spark: SparkSession, settings: Settings, pipelines: list[Pipeline] | None = None, skip: frozenset[str] = frozenset()
 ) -> list[str]:
@@ -486,10 +495,7 @@ def register_tables(
     """
     pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
     registered: list[str] = []
-    candidates = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES)
-    for pipeline in pipelines:
-        candidates += all_tables(pipeline)[:5]
-    for table in candidates:
+    for table in registrable_tables(pipelines):
         uri = table.uri(settings)
         if table.qualified_name in {*registered, *skip} or not table_exists(spark, uri):
             continue

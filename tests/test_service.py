@@ -1,0 +1,239 @@
+"""The Spark service (lakehouse serve) on real components: its JVM serving Spark Connect and the
+Thrift server, a Hive metastore in the PostgreSQL that scripts/airflow.sh runs, beeline from
+pyspark's JARs as the JDBC client, and the `lakehouse` CLI as a user runs it. One service for the
+module; the restart test comes last."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from datetime import datetime
+from decimal import Decimal
+from pathlib import Path
+
+import pytest
+
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.settings import local_path
+from lakehouse.storage.catalog import DATA_QUALITY, ensure_pipeline_tables, ensure_table
+from tests.conftest import make_settings
+from tests.frames import inline_frame
+from tests.services import free_port
+
+pytestmark = [pytest.mark.slow, pytest.mark.services]
+PROJECT = Path(__file__).resolve().parents[1]
+PIPELINE = get_pipeline("toll_traffic")
+W1, W2, W3, W4 = (datetime(2026, 3, 2, 8, minute) for minute in range(4))
+
+
+def _gold_rows(spark, settings):
+    """Speed: two windows, then a third in a second version; batch: the first window, recomputed."""
+    tables = ensure_pipeline_tables(spark, settings, PIPELINE)
+    speed = [(W1, W2, "B1", "car", 3, Decimal("7.50"), 0, W2), (W2, W3, "B2", "truck", 1, Decimal("9.00"), 0, W3)]
+    later = [(W3, W4, "B1", "car", 2, Decimal("5.00"), 1, W4)]
+    batch = [(W1, W2, "B1", "car", 4, Decimal("10.00"), "run-1", W4)]
+    for table, rows in ((tables.speed, speed), (tables.speed, later), (tables.batch, batch)):
+        frame = inline_frame(spark, table.columns, rows)
+        frame.write.format("delta").mode("append").save(table.uri(settings))
+    return tables
+
+
+@pytest.fixture(scope="module")
+def service(spark, tmp_path_factory):
+    """A lakehouse with gold rows, and its service on free ports with its catalog in PostgreSQL."""
+    # PostgreSQL runs as its own user: its cluster must be under a folder that user can enter.
+    airflow_home = PROJECT / ".cache" / "service-tests"
+    shutil.rmtree(airflow_home, ignore_errors=True)
+    home = tmp_path_factory.mktemp("served")
+    settings = make_settings(home)
+    tables = _gold_rows(spark, settings)
+    postgres = {**os.environ, "AIRFLOW_HOME": str(airflow_home), "AIRFLOW_PG_PORT": str(free_port())}
+    script = str(PROJECT / "scripts" / "airflow.sh")
+    exports = subprocess.run([script, "metastore"], env=postgres, capture_output=True, text=True, check=True).stdout
+    metastore = dict(line.removeprefix("export ").replace("'", "").split("=", 1) for line in exports.splitlines())
+    env = {
+        **os.environ,
+        **metastore,
+        "LAKEHOUSE_HOME": str(home),
+        "LAKEHOUSE_CONNECT_PORT": str(free_port()),
+        "LAKEHOUSE_THRIFT_PORT": str(free_port()),
+    }
+    try:
+        started = time.monotonic()
+        out = lakehouse(env, "serve", timeout=400)
+        assert out.returncode == 0, out.stdout + out.stderr + (home / "service" / "server.log").read_text()[-3000:]
+        print(f"\nservice started in {time.monotonic() - started:.0f}s")
+        yield env, settings, tables
+    finally:
+        lakehouse(env, "serve", "--stop", timeout=120)
+        subprocess.run([script, "stop"], env=postgres, capture_output=True, timeout=120)
+
+
+def lakehouse(env, *args, timeout=180) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+def beeline(env, statement: str) -> subprocess.CompletedProcess:
+    """A fresh JDBC client: beeline and the Hive JDBC driver from pyspark's JARs."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    jars = Path(_find_spark_home()) / "jars" / "*"
+    url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    command = ["java", "-cp", str(jars), "org.apache.hive.beeline.BeeLine", "-u", url, "--silent=true"]
+    command += ["--outputformat=csv2", "-e", statement]
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+
+
+def csv_rows(out: subprocess.CompletedProcess) -> list[str]:
+    """beeline's csv2 rows, header first: the header follows the prompt on its line."""
+    lines = (line.split("> ", 1)[1] if line.startswith("0: jdbc:") else line for line in out.stdout.splitlines())
+    return [line for line in lines if line]
+
+
+def test_status_reports_both_endpoints_and_the_metastore(service):
+    env, _, _ = service
+    out = lakehouse(env, "serve", "--status")
+
+    report = json.loads(out.stdout)
+    assert out.returncode == 0 and report["up"] is True
+    assert report["connect"] == f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+    assert report["jdbc"] == f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    assert report["catalog"] == "metastore"
+
+
+def test_a_fresh_jdbc_client_sees_the_gold_tables_and_views(service):
+    env, _, _ = service
+    out = beeline(env, "SHOW TABLES IN gold")
+
+    assert out.returncode == 0, out.stderr[-2000:]
+    names = {row.split(",")[1] for row in csv_rows(out)[1:]}
+    assert {"toll_traffic", "toll_traffic__speed", "toll_traffic__batch", "toll_traffic__retracting"} <= names
+
+
+def test_lakehouse_sql_reads_the_serving_view_through_the_service_without_a_jvm_of_its_own(service):
+    env, _, _ = service
+    # No java on the PATH: an embedded session could not start, the service answers all the same.
+    no_java = {**env, "PATH": os.path.dirname(sys.executable), "JAVA_HOME": "/nonexistent"}
+    query = "SELECT window_start, bridge_id, vehicles, source FROM gold.toll_traffic ORDER BY window_start"
+
+    out = lakehouse(no_java, "sql", query, "--format", "json")
+
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout) == [
+        {"window_start": "2026-03-02T08:00:00", "bridge_id": "B1", "vehicles": 4, "source": "batch"},
+        {"window_start": "2026-03-02T08:01:00", "bridge_id": "B2", "vehicles": 1, "source": "speed"},
+        {"window_start": "2026-03-02T08:02:00", "bridge_id": "B1", "vehicles": 2, "source": "speed"},
+    ]
+
+
+def test_a_spark_connect_client_reads_the_serving_view(service):
+    env, _, _ = service
+    script = (
+        "import sys; from pyspark.sql import SparkSession;"
+        "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate();"
+        "print(s.table('gold.toll_traffic').groupBy('source').count().orderBy('source').collect())"
+    )
+    url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+
+    out = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=120)
+
+    assert out.stdout.strip() == "[Row(source='batch', count=1), Row(source='speed', count=2)]", out.stderr
+
+
+def _speed_version(settings) -> int:
+    from deltalake import DeltaTable
+
+    return DeltaTable(str(local_path(settings.table_uri("gold", f"{PIPELINE.name}__speed")))).version()
+
+
+def test_every_way_in_refuses_a_write_and_the_table_keeps_its_version(service):
+    env, settings, _ = service
+    version = _speed_version(settings)
+    update = "UPDATE gold.toll_traffic__speed SET vehicles = vehicles + 1"
+    connect_write = (
+        "import sys; from pyspark.sql import SparkSession;"
+        "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate();"
+        "s.range(1).write.format('delta').mode('append').saveAsTable('gold.toll_traffic__speed')"
+    )
+    url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+
+    jdbc = beeline(env, update)
+    cli = lakehouse(env, "sql", update)
+    connect = subprocess.run([sys.executable, "-c", connect_write, url], capture_output=True, text=True, timeout=120)
+
+    assert jdbc.returncode != 0 and "read-only: UpdateCommand changes data" in jdbc.stderr + jdbc.stdout
+    assert cli.returncode == 2 and cli.stderr.startswith("lakehouse: error: read-only: UpdateCommand")
+    assert cli.stderr.count("\n") == 1
+    assert connect.returncode != 0 and "read-only: " in connect.stderr
+    assert _speed_version(settings) == version
+
+
+def test_time_travel_and_the_change_feed_through_both_endpoints(service):
+    env, _, _ = service
+    as_of = "SELECT count(*) AS n FROM gold.toll_traffic__speed VERSION AS OF 1"
+    changes = "SELECT count(*) AS n FROM table_changes('gold.toll_traffic__speed', 2) WHERE _change_type = 'insert'"
+
+    for statement, expected in ((as_of, 2), (changes, 1)):
+        jdbc = beeline(env, statement)
+        cli = lakehouse(env, "sql", statement, "--format", "json")
+        assert csv_rows(jdbc) == ["n", str(expected)], jdbc.stderr[-2000:]
+        assert json.loads(cli.stdout) == [{"n": expected}], cli.stderr
+
+
+def test_a_table_a_job_creates_later_is_registered_within_seconds(spark, service):
+    env, settings, _ = service
+    ensure_table(spark, DATA_QUALITY, settings)
+
+    deadline = time.monotonic() + 60
+    while DATA_QUALITY.name not in lakehouse(env, "sql", "SHOW TABLES IN audit", "--format", "csv").stdout:
+        assert time.monotonic() < deadline, "audit.data_quality was not registered within 60 s"
+        time.sleep(1)
+
+
+def _metastore_tables(env) -> dict[str, int]:
+    import psycopg
+
+    url = env["LAKEHOUSE_METASTORE_URL"].removeprefix("jdbc:postgresql://")
+    host_port, database = url.split("/")
+    host, port = host_port.split(":")
+    login = {"user": env["LAKEHOUSE_METASTORE_USER"], "password": env["LAKEHOUSE_METASTORE_PASSWORD"]}
+    with psycopg.connect(host=host, port=int(port), dbname=database, **login) as connection:
+        rows = connection.execute(
+            'SELECT d."NAME", t."TBL_NAME", t."TBL_ID" FROM "TBLS" t JOIN "DBS" d ON d."DB_ID" = t."DB_ID" '
+            "WHERE t.\"TBL_TYPE\" = 'EXTERNAL_TABLE'"
+        ).fetchall()
+    return {f"{schema}.{name}": table_id for schema, name, table_id in rows}
+
+
+def test_the_catalog_lives_in_postgresql_and_survives_a_restart(service):
+    env, _, _ = service
+    before = _metastore_tables(env)
+    assert {"gold.toll_traffic__speed", "bronze.toll_traffic_events", "ops.batch_coverage"} <= set(before)
+
+    assert lakehouse(env, "serve", "--stop").returncode == 0
+    assert lakehouse(env, "serve", "--status").returncode == 1
+    restarted = lakehouse(env, "serve", timeout=400)
+
+    assert restarted.returncode == 0, restarted.stderr
+    assert _metastore_tables(env) == before  # the same entries: kept, not registered again
+    assert "toll_traffic__speed" in beeline(env, "SHOW TABLES IN gold").stdout
+
+
+def test_a_taken_port_is_a_one_line_error(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_CONNECT_PORT": str(port)}
+        out = lakehouse(env, "serve")
+
+    assert out.returncode == 2
+    message = f"port {port} is taken: stop what listens there or choose another (LAKEHOUSE_CONNECT_PORT)"
+    assert out.stderr == f"lakehouse: error: {message}\n"
