@@ -6,7 +6,7 @@ UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke lock clean airflow airflow-stop \
-	system-deps test-airflow
+	system-deps test-airflow serve serve-stop
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -86,6 +86,13 @@ airflow: setup
 
 airflow-stop:
 	@bash scripts/airflow.sh stop
+
+# The Spark service (docs/sql.md): its metastore in a database of Airflow's PostgreSQL cluster.
+serve: setup
+	@metastore="$$(bash scripts/airflow.sh metastore)" && eval "$$metastore" && $(VENV)/bin/lakehouse serve
+
+serve-stop:
+	@$(VENV)/bin/lakehouse serve --stop
 
 # The Airflow tests alone: DAG integrity, dag.test() of each DAG, the newcomer's make airflow, and end
 # to end on a real Airflow (PostgreSQL, api-server, scheduler, dag-processor) with a browser test.

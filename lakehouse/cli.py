@@ -98,8 +98,12 @@ def _sql_session(settings: Settings):
     url = connect_url(settings)
     if url is None:
         return _spark(settings, "sql")
+    from pyspark.logger import PySparkLogger
     from pyspark.sql import SparkSession
 
+    for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
+        # The Connect client logs each failed query with its JVM stack; the CLI prints it on one line.
+        PySparkLogger.getLogger(name).disabled = True
     return SparkSession.builder.remote(url).getOrCreate()
 
 

@@ -50,12 +50,15 @@ DEMO_QUERIES = (
 def _fresh_home(settings: Settings) -> None:
     """The demo starts from an empty home; it only ever clears a home that an earlier demo made."""
     home = local_path(settings.home)
-    if home.exists() and any(home.iterdir()):
+    # The Spark service's own folder is not data: a service may be serving this home meanwhile.
+    data = [entry for entry in home.iterdir() if entry != settings.service_dir()] if home.exists() else []
+    if data:
         if not (home / DEMO_MARKER).exists():
             raise LakehouseError(
                 f"{home} holds data that no demo wrote; point LAKEHOUSE_HOME at an empty folder for the demo"
             )
-        shutil.rmtree(home)
+        for entry in data:
+            shutil.rmtree(entry) if entry.is_dir() else entry.unlink()
     home.mkdir(parents=True, exist_ok=True)
     (home / DEMO_MARKER).write_text("created by `lakehouse demo`; the next demo clears this folder\n")
 

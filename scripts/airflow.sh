@@ -29,7 +29,8 @@ PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json"
 
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 # PostgreSQL refuses to run as root: as root, the cluster belongs to the postgres user; otherwise to you.
-as_postgres() { if [ "$(id -u)" = 0 ]; then runuser -u postgres -- "$@"; else "$@"; fi; }
+# runuser lives in /usr/sbin, which a plain user's PATH often lacks.
+as_postgres() { if [ "$(id -u)" = 0 ]; then "$(command -v runuser || echo /usr/sbin/runuser)" -u postgres -- "$@"; else "$@"; fi; }
 own_for_postgres() { if [ "$(id -u)" = 0 ]; then chown postgres:postgres "$@"; fi; }
 
 ensure_postgres_installed() {
