@@ -61,6 +61,25 @@ def _default_home() -> Path:
     return Path.cwd() / ".lakehouse"
 
 
+# The fields read as they are from LAKEHOUSE_<FIELD>, stripped of spaces, or as whole numbers.
+_TEXT_FIELDS = (
+    "spark_master",
+    "driver_memory",
+    "trigger_interval",
+    "dedupe_horizon",
+    "ivy_dir",
+    "backfill_max_range",
+    "log_retention",
+    "vacuum_retention",
+    "audit_replay_window",
+    "stream_max_staleness",
+    "batch_lateness_delay",
+    "metastore_password",
+)
+_STRIPPED_FIELDS = ("driver_java_options", "class_archive", "metastore_url", "metastore_user", "sql_route")
+_INTEGER_FIELDS = ("shuffle_partitions", "max_files_per_trigger", "stream_lag_batches", "connect_port", "thrift_port")
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     home: str
@@ -122,52 +141,35 @@ class Settings:
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
+        """Each field from ``LAKEHOUSE_<FIELD>`` when set; the locations from ``LAKEHOUSE_HOME``."""
         env = os.environ if env is None else env
         home = to_uri(env.get("LAKEHOUSE_HOME") or _default_home())
-        packages = tuple(p.strip() for p in env.get("LAKEHOUSE_SPARK_PACKAGES", "").split(",") if p.strip())
 
-        def integer(name: str, default: int) -> int:
-            text = env.get(name)
-            if text is None:
-                return default
+        def text(name: str) -> str:
+            return env.get(f"LAKEHOUSE_{name.upper()}", getattr(cls, name))
+
+        def integer(name: str) -> int:
+            value = text(name)
             try:
-                return int(text)
+                return int(value)
             except ValueError:
-                raise LakehouseError(f"{name} must be a whole number, not {text!r}") from None
+                raise LakehouseError(f"LAKEHOUSE_{name.upper()} must be a whole number, not {value!r}") from None
+
+        def names(variable: str) -> tuple[str, ...]:
+            return tuple(p.strip() for p in env.get(variable, "").split(",") if p.strip())
 
         settings = cls(
             home=home,
             log_uri=to_uri(env.get("LAKEHOUSE_LOG_URI") or f"{home}/log"),
             warehouse_uri=to_uri(env.get("LAKEHOUSE_WAREHOUSE_URI") or f"{home}/warehouse"),
             checkpoint_uri=to_uri(env.get("LAKEHOUSE_CHECKPOINT_URI") or f"{home}/checkpoints"),
-            spark_master=env.get("LAKEHOUSE_SPARK_MASTER", cls.spark_master),
-            shuffle_partitions=integer("LAKEHOUSE_SHUFFLE_PARTITIONS", cls.shuffle_partitions),
-            driver_memory=env.get("LAKEHOUSE_DRIVER_MEMORY", cls.driver_memory),
-            driver_java_options=env.get("LAKEHOUSE_DRIVER_JAVA_OPTIONS", cls.driver_java_options).strip(),
-            class_archive=env.get("LAKEHOUSE_CLASS_ARCHIVE", cls.class_archive).strip(),
-            trigger_interval=env.get("LAKEHOUSE_TRIGGER_INTERVAL", cls.trigger_interval),
-            max_files_per_trigger=integer("LAKEHOUSE_MAX_FILES_PER_TRIGGER", cls.max_files_per_trigger),
-            dedupe_horizon=env.get("LAKEHOUSE_DEDUPE_HORIZON", cls.dedupe_horizon),
             watermark_delay=env.get("LAKEHOUSE_WATERMARK_DELAY") or None,
             allowed_lateness=env.get("LAKEHOUSE_ALLOWED_LATENESS") or None,
-            ivy_dir=env.get("LAKEHOUSE_IVY_DIR", cls.ivy_dir),
-            extra_packages=packages,
-            # --- Orchestration ---
-            pipelines=tuple(p.strip() for p in env.get("LAKEHOUSE_PIPELINES", "").split(",") if p.strip()),
-            backfill_max_range=env.get("LAKEHOUSE_BACKFILL_MAX_RANGE", cls.backfill_max_range),
-            log_retention=env.get("LAKEHOUSE_LOG_RETENTION", cls.log_retention),
-            vacuum_retention=env.get("LAKEHOUSE_VACUUM_RETENTION", cls.vacuum_retention),
-            audit_replay_window=env.get("LAKEHOUSE_AUDIT_REPLAY_WINDOW", cls.audit_replay_window),
-            stream_max_staleness=env.get("LAKEHOUSE_STREAM_MAX_STALENESS", cls.stream_max_staleness),
-            stream_lag_batches=integer("LAKEHOUSE_STREAM_LAG_BATCHES", cls.stream_lag_batches),
-            batch_lateness_delay=env.get("LAKEHOUSE_BATCH_LATENESS_DELAY", cls.batch_lateness_delay),
-            # --- The Spark service ---
-            connect_port=integer("LAKEHOUSE_CONNECT_PORT", cls.connect_port),
-            thrift_port=integer("LAKEHOUSE_THRIFT_PORT", cls.thrift_port),
-            metastore_url=env.get("LAKEHOUSE_METASTORE_URL", cls.metastore_url).strip(),
-            metastore_user=env.get("LAKEHOUSE_METASTORE_USER", cls.metastore_user).strip(),
-            metastore_password=env.get("LAKEHOUSE_METASTORE_PASSWORD", cls.metastore_password),
-            sql_route=env.get("LAKEHOUSE_SQL_ROUTE", cls.sql_route).strip(),
+            extra_packages=names("LAKEHOUSE_SPARK_PACKAGES"),
+            pipelines=names("LAKEHOUSE_PIPELINES"),
+            **{name: text(name) for name in _TEXT_FIELDS},
+            **{name: text(name).strip() for name in _STRIPPED_FIELDS},
+            **{name: integer(name) for name in _INTEGER_FIELDS},
         )
         settings.validate()
         return settings

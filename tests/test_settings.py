@@ -161,6 +161,12 @@ def test_settings_read_from_an_explicit_env_ignore_the_process_environment(tmp_p
         ("LAKEHOUSE_ALLOWED_LATENESS", "1h", "allowed_lateness", "1h"),
         ("LAKEHOUSE_IVY_DIR", "/opt/ivy", "ivy_dir", "/opt/ivy"),
         ("LAKEHOUSE_SPARK_PACKAGES", "org.a:b:1,org.c:d:2", "extra_packages", ("org.a:b:1", "org.c:d:2")),
+        ("LAKEHOUSE_CONNECT_PORT", "15010", "connect_port", 15010),
+        ("LAKEHOUSE_THRIFT_PORT", "10010", "thrift_port", 10010),
+        ("LAKEHOUSE_METASTORE_URL", " jdbc:postgresql://db:5432/ms ", "metastore_url", "jdbc:postgresql://db:5432/ms"),
+        ("LAKEHOUSE_METASTORE_USER", "metastore", "metastore_user", "metastore"),
+        ("LAKEHOUSE_METASTORE_PASSWORD", "s3cret", "metastore_password", "s3cret"),
+        ("LAKEHOUSE_SQL_ROUTE", "sc://10.0.0.5:15002", "sql_route", "sc://10.0.0.5:15002"),
     ],
 )
 def test_each_environment_variable_overrides_its_own_setting(tmp_path, variable, value, attribute, expected):
@@ -234,3 +240,26 @@ def test_the_default_home_is_the_checkout_a_command_runs_in(tmp_path, monkeypatc
     assert local_path(Settings.from_env({}).home) == other / ".lakehouse"
     monkeypatch.chdir(tmp_path)  # not a checkout: the one the code comes from
     assert local_path(Settings.from_env({}).home) == PROJECT_ROOT / ".lakehouse"
+
+
+# --- the Spark service's settings ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("LAKEHOUSE_CONNECT_PORT", "0", "LAKEHOUSE_CONNECT_PORT must be a port number"),
+        ("LAKEHOUSE_THRIFT_PORT", "70000", "LAKEHOUSE_THRIFT_PORT must be a port number"),
+        ("LAKEHOUSE_THRIFT_PORT", "ten", "LAKEHOUSE_THRIFT_PORT must be a whole number, not 'ten'"),
+        ("LAKEHOUSE_SQL_ROUTE", "server", "LAKEHOUSE_SQL_ROUTE must be auto, embedded or an sc://host:port URL"),
+        ("LAKEHOUSE_METASTORE_URL", "jdbc:derby:metastore_db", "LAKEHOUSE_METASTORE_URL must be a jdbc:postgresql://"),
+    ],
+)
+def test_a_bad_service_setting_is_a_lakehouse_error(tmp_path, variable, value, message):
+    with pytest.raises(LakehouseError, match=message):
+        Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), variable: value})
+
+
+def test_the_metastore_password_never_appears_in_the_settings_repr(tmp_path):
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_METASTORE_PASSWORD": "s3cret-42"})
+    assert "s3cret-42" not in repr(settings)

@@ -1,0 +1,46 @@
+"""The Spark service's files and routing, without starting it: plain Python, no JVM."""
+
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from lakehouse.serving.server import hive_site
+from lakehouse.serving.service import ServiceState, connect_url, status
+from lakehouse.settings import Settings
+
+
+def _settings(tmp_path, **env) -> Settings:
+    return Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path / "home"), **env})
+
+
+def test_hive_site_carries_the_metastore_connection_with_its_characters_escaped(tmp_path):
+    settings = _settings(
+        tmp_path,
+        LAKEHOUSE_METASTORE_URL="jdbc:postgresql://127.0.0.1:5432/metastore",
+        LAKEHOUSE_METASTORE_USER="metastore",
+        LAKEHOUSE_METASTORE_PASSWORD="a<b&c>'d\"",
+    )
+    root = ET.fromstring(hive_site(settings))
+    properties = {p.findtext("name"): p.findtext("value") for p in root.iter("property")}
+
+    assert properties["javax.jdo.option.ConnectionURL"] == "jdbc:postgresql://127.0.0.1:5432/metastore"
+    assert properties["javax.jdo.option.ConnectionPassword"] == "a<b&c>'d\""
+    assert properties["datanucleus.schema.autoCreateTables"] == "true"
+    assert properties["datanucleus.schema.autoCreateConstraints"] == "false"
+
+
+def test_sql_runs_embedded_when_no_service_is_up_or_the_route_says_so(tmp_path):
+    assert connect_url(_settings(tmp_path)) is None
+    assert connect_url(_settings(tmp_path, LAKEHOUSE_SQL_ROUTE="embedded")) is None
+    assert connect_url(_settings(tmp_path, LAKEHOUSE_SQL_ROUTE="sc://db:15002")) == "sc://db:15002"
+
+
+def test_a_state_file_left_by_a_dead_service_does_not_count_as_up(tmp_path):
+    settings = _settings(tmp_path)
+    files = ServiceState.of(settings)
+    files.folder.mkdir(parents=True)
+    (files.folder / "server.pid").write_text("999999999")
+    files.write_ready(999999999, ["gold.toll_traffic"])
+
+    assert status(settings) == {"up": False, "pid": None, "log": str(files.log)}
+    assert connect_url(settings) is None
