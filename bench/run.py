@@ -1,7 +1,7 @@
 """``python -m bench [--smoke] [--only SUITES]``: run, save, summarise.
 
 SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_growth, orchestration,
-throughput, freshness.
+throughput, freshness, sql_latency.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
 table printed at the end is the one kept in the README. ``BENCH_EVENTS`` sets the data size (default
@@ -22,11 +22,21 @@ from pathlib import Path
 
 import psutil
 
-from bench import backfill, orchestration, stream
+from bench import backfill, orchestration, sql_latency, stream
 from bench.data import DataSet, ensure_log, ensure_tables
 
 RESULTS = Path(__file__).with_name("results")
-SUITES = ("backfill", "cold", "growth", "correction", "speed_growth", "orchestration", "throughput", "freshness")
+SUITES = (
+    "backfill",
+    "cold",
+    "growth",
+    "correction",
+    "speed_growth",
+    "orchestration",
+    "throughput",
+    "freshness",
+    "sql_latency",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +58,8 @@ class Plan:
     backfill_jobs: tuple[str, ...] = ()  # all of them
     speed_held_days: tuple[int, int] = (1, 30)  # days of windows in __speed while the stream runs
     speed_growth_batches: int = 4
+    sql_points: int = 20  # one-window lookups on the serving view, and aggregates over its whole day
+    sql_aggregates: int = 5
 
     @classmethod
     def full(cls, env) -> Plan:
@@ -81,6 +93,8 @@ class Plan:
             orchestration_hours=2,
             speed_held_days=(1, 2),
             speed_growth_batches=1,
+            sql_points=2,
+            sql_aggregates=1,
         )
 
 
@@ -180,6 +194,16 @@ def _batch_figures(results: dict, add) -> None:
         add("correction of 100 windows, 10 days vs 1 day held", median["10d"], median["1d"], "~1")
 
 
+def _sql_figures(results: dict, add) -> None:
+    """SQL through the warm service against a process (and a JVM) per query."""
+    if "sql_latency" in results:
+        jobs = results["sql_latency"]["jobs"]
+        add("SQL p50, warm service vs a lakehouse sql process per query", jobs["service"]["p50_s"],
+            jobs["cli"]["p50_s"], "service <= 0.5 s")  # fmt: skip
+        add("SQL p95, warm service vs a lakehouse sql process per query", jobs["service"]["p95_s"],
+            jobs["cli"]["p95_s"])  # fmt: skip
+
+
 def headline(results: dict) -> list[dict]:
     """The figures of the README table: each a value, its baseline and their ratio (with the target)."""
     rows: list[dict] = []
@@ -191,6 +215,7 @@ def headline(results: dict) -> list[dict]:
 
     _stream_figures(results, add)
     _batch_figures(results, add)
+    _sql_figures(results, add)
     return rows
 
 
@@ -232,6 +257,7 @@ def _measures(spark, plan: Plan, data: DataSet, results: dict) -> dict:
         "throughput": lambda: stream.throughput(
             spark, data, plan.runs, plan.trigger, plan.drain_sizes, plan.drain_batches
         ),
+        "sql_latency": lambda: sql_latency.sql_latency(data, plan.runs, plan.sql_points, plan.sql_aggregates),
         "freshness": lambda: stream.freshness(
             spark,
             max(results["throughput"]["jobs"]["lakehouse"]["events_per_s"]["median"] / 2, 1.0),

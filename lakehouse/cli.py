@@ -187,11 +187,11 @@ def cmd_replay(args, settings: Settings) -> None:
     replay(spark, settings, pipeline, arrivals)
     result = replay_result(spark, settings, pipeline)
     if args.format == "json":
-        from lakehouse.serving.sql import _json_value
+        from lakehouse.serving.sql import json_value
 
         print(
             json.dumps(
-                {part: [{k: _json_value(v) for k, v in row.items()} for row in rows] for part, rows in result.items()},
+                {part: [{k: json_value(v) for k, v in row.items()} for row in rows] for part, rows in result.items()},
                 indent=1,
             )
         )

@@ -128,7 +128,7 @@ class Settings:
     batch_lateness_delay: str = "15m"
     # --- end orchestration ---
     # --- The Spark service (lakehouse serve; docs/sql.md) ---
-    # Its Spark Connect and Thrift (JDBC/ODBC) ports on loopback.
+    # Its Spark Connect and Thrift (JDBC/ODBC) ports on loopback; 0 picks a free one at start.
     connect_port: int = 15002
     thrift_port: int = 10000
     # The Hive metastore in PostgreSQL that keeps the service's catalog across restarts (a JDBC URL;
@@ -197,8 +197,8 @@ class Settings:
         if parse_duration(self.trigger_interval).total_seconds() < 1:
             raise LakehouseError("LAKEHOUSE_TRIGGER_INTERVAL must be at least 1s")
         for name in ("connect_port", "thrift_port"):
-            if not 1 <= getattr(self, name) <= 65535:
-                raise LakehouseError(f"LAKEHOUSE_{name.upper()} must be a port number (1-65535)")
+            if not 0 <= getattr(self, name) <= 65535:
+                raise LakehouseError(f"LAKEHOUSE_{name.upper()} must be a port number (1-65535, or 0: any free one)")
         if self.sql_route not in choices(SqlRoute) and not self.sql_route.startswith("sc://"):
             raise LakehouseError(
                 f"LAKEHOUSE_SQL_ROUTE must be auto, embedded or an sc://host:port URL, not {self.sql_route!r}"

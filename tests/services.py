@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import socket
+from lakehouse.serving.service import free_port
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+__all__ = ["free_port"]

@@ -248,7 +248,7 @@ def test_the_default_home_is_the_checkout_a_command_runs_in(tmp_path, monkeypatc
 @pytest.mark.parametrize(
     ("variable", "value", "message"),
     [
-        ("LAKEHOUSE_CONNECT_PORT", "0", "LAKEHOUSE_CONNECT_PORT must be a port number"),
+        ("LAKEHOUSE_CONNECT_PORT", "-1", "LAKEHOUSE_CONNECT_PORT must be a port number"),
         ("LAKEHOUSE_THRIFT_PORT", "70000", "LAKEHOUSE_THRIFT_PORT must be a port number"),
         ("LAKEHOUSE_THRIFT_PORT", "ten", "LAKEHOUSE_THRIFT_PORT must be a whole number, not 'ten'"),
         ("LAKEHOUSE_SQL_ROUTE", "server", "LAKEHOUSE_SQL_ROUTE must be auto, embedded or an sc://host:port URL"),

@@ -52,6 +52,13 @@ def port_answers(port: int) -> bool:
         return probe.connect_ex(("127.0.0.1", port)) == 0
 
 
+def free_port() -> int:
+    """A port nothing listens on now (for a port setting of 0; another process may take it first)."""
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
 def _pid_alive(pid: int | None) -> bool:
     if not pid:
         return False
@@ -163,6 +170,9 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     files = ServiceState.of(settings)
     if _pid_alive(files.pid()):
         raise LakehouseError(f"a service is starting or stuck (pid {files.pid()}): `lakehouse serve --stop` first")
+    settings = settings.replace(
+        connect_port=settings.connect_port or free_port(), thrift_port=settings.thrift_port or free_port()
+    )
     _check_can_start(settings)
     files.folder.mkdir(parents=True, exist_ok=True)
     files.clear()

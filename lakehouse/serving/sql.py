@@ -26,7 +26,8 @@ def _text(value) -> str:
     return str(value)
 
 
-def _json_value(value):
+def json_value(value):
+    """A value as ``--format json`` writes it."""
     if isinstance(value, Decimal):
         return str(value)  # exact to the cent; a float would not be
     if isinstance(value, (datetime, date)):
@@ -50,7 +51,7 @@ def format_rows(columns: list[str], rows: list[tuple], output: str, truncated: b
         writer.writerows([["" if v is None else _text(v) for v in row] for row in rows])
         return buffer.getvalue()
     if output == "json":
-        records = [{c: _json_value(v) for c, v in zip(columns, row, strict=True)} for row in rows]
+        records = [{c: json_value(v) for c, v in zip(columns, row, strict=True)} for row in rows]
         return json.dumps(records, indent=1) + "\n"
     cells = [[_text(v) for v in row] for row in rows]
     widths = [max([len(c)] + [len(row[i]) for row in cells]) for i, c in enumerate(columns)]
