@@ -4,7 +4,9 @@ hourly chunk, against one ``lakehouse backfill`` process over the whole day.
 The Airflow side is the ``lakehouse_backfill`` DAG run by ``airflow dags test`` on a scratch Airflow
 home: the same tasks a worker runs (validation, one ``spark-submit jobs/backfill.py`` per chunk, the
 summary), in sequence as the DAG's one-slot pool runs them, without a scheduler's polling delays.
-Both sides must leave the same vehicles in ``__batch``, or the ratio would compare different work.
+It runs twice: with spark-submit per chunk, and with ``LAKEHOUSE_SPARK_REMOTE`` naming a Spark
+service started on the data set's home, so that each chunk is a Spark Connect client (no JVM). Every
+side must leave the same vehicles in ``__batch``, or the ratio would compare different work.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from pyspark.sql import functions as F
 from bench.data import PIPELINE, DataSet, scratch_home
 from bench.measure import summary
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.serving import service
 from lakehouse.settings import PROJECT_ROOT
 from lakehouse.storage.catalog import pipeline_tables
 
@@ -57,36 +60,48 @@ def _run(command: list[str], env: dict[str, str]) -> None:
 
 
 def _commands(start, end, hours: int) -> dict[str, list[str]]:
-    """The two sides: the backfill DAG in hourly chunks, and one ``lakehouse backfill`` of the range."""
+    """The sides: the backfill DAG in hourly chunks (spark-submit per chunk, or through the Spark
+    service), and one ``lakehouse backfill`` of the range."""
     conf = {"pipeline": PIPELINE, "start": _iso(start), "end": _iso(end), "source": "bronze", "chunk": "1h",
             "reprocess": "redo", "dry_run": False}  # fmt: skip
     one_job = ["backfill", "--pipeline", PIPELINE, "--start", _iso(start), "--end", _iso(end),
                "--source", "bronze", "--chunk", f"{hours}h"]  # fmt: skip
+    dag_test = [str(BIN / "airflow"), "dags", "test", "lakehouse_backfill", "-c", json.dumps(conf)]
     return {
-        "airflow_hourly_chunks": [str(BIN / "airflow"), "dags", "test", "lakehouse_backfill", "-c", json.dumps(conf)],
+        "airflow_hourly_chunks": dag_test,
+        "airflow_hourly_chunks_through_service": dag_test,  # the same DAG, with LAKEHOUSE_SPARK_REMOTE set
         "one_job": [str(BIN / "lakehouse"), *one_job],
     }
 
 
+def _vehicles(spark, data: DataSet, start, end) -> int:
+    """The vehicles ``__batch`` holds for the range: every side must leave the same."""
+    batch_uri = pipeline_tables(get_pipeline(PIPELINE)).batch.uri(data.settings())
+    window = (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
+    return spark.read.format("delta").load(batch_uri).where(window).agg(F.sum("vehicles")).first()[0] or 0
+
+
 def orchestration(spark, data: DataSet, runs: int, hours: int, spark_master: str = "local[2]") -> dict:
-    """Seconds for ``hours`` hourly chunks as Airflow tasks vs one job over the same range."""
+    """Seconds for ``hours`` hourly chunks as Airflow tasks (spark-submit each, or through the Spark
+    service) vs one job over the same range."""
     airflow_home = scratch_home("airflow")
     env = airflow_env(airflow_home, data, spark_master)
     _run([str(BIN / "airflow"), "db", "migrate"], env)  # set-up, not timed
     start, end = data.start, data.start + timedelta(hours=hours)
     commands = _commands(start, end, hours)
-    batch_uri = pipeline_tables(get_pipeline(PIPELINE)).batch.uri(data.settings())
     seconds: dict[str, list[float]] = {name: [] for name in commands}
     vehicles: dict[str, int] = {}
-    for _ in range(runs):
-        for name, command in commands.items():
-            began = time.perf_counter()
-            _run(command, env)  # a failed DAG run exits non-zero
-            seconds[name].append(time.perf_counter() - began)
-            window = (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
-            vehicles[name] = (
-                spark.read.format("delta").load(batch_uri).where(window).agg(F.sum("vehicles")).first()[0] or 0
-            )
+    served = data.settings(LAKEHOUSE_CONNECT_PORT="0", LAKEHOUSE_THRIFT_PORT="0")  # free ports
+    remote = {**env, "LAKEHOUSE_SPARK_REMOTE": service.start(served)["connect"]}  # started once, not timed
+    try:
+        for _ in range(runs):
+            for name, command in commands.items():
+                began = time.perf_counter()
+                _run(command, remote if name.endswith("through_service") else env)  # a failed run exits non-zero
+                seconds[name].append(time.perf_counter() - began)
+                vehicles[name] = _vehicles(spark, data, start, end)
+    finally:
+        service.stop(served)
     if len(set(vehicles.values())) != 1:
         raise RuntimeError(f"the two backfills disagree on the vehicles counted: {vehicles}")
     return {

@@ -183,12 +183,13 @@ def _batch_figures(results: dict, add) -> None:
             "~1",
         )
     if "orchestration" in results:
-        jobs = results["orchestration"]["jobs"]
-        add(
-            f"Airflow backfill of {results['orchestration']['hours']} hourly chunks vs one job (orchestration)",
-            jobs["airflow_hourly_chunks"]["seconds"]["median"],
-            jobs["one_job"]["seconds"]["median"],
-        )
+        jobs, hours = results["orchestration"]["jobs"], results["orchestration"]["hours"]
+        one_job = jobs["one_job"]["seconds"]["median"]
+        add(f"Airflow backfill of {hours} hourly chunks vs one job (orchestration)",
+            jobs["airflow_hourly_chunks"]["seconds"]["median"], one_job)  # fmt: skip
+        if "airflow_hourly_chunks_through_service" in jobs:
+            add(f"Airflow backfill of {hours} hourly chunks through the Spark service vs one job",
+                jobs["airflow_hourly_chunks_through_service"]["seconds"]["median"], one_job, "<= 2")  # fmt: skip
     if "correction" in results:
         median = {name: figure["seconds"]["median"] for name, figure in results["correction"].items()}
         add("correction of 100 windows, 10 days vs 1 day held", median["10d"], median["1d"], "~1")

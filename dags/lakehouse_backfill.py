@@ -6,7 +6,7 @@ from datetime import datetime, timedelta
 
 from airflow.sdk import Param, dag, task
 
-from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, spark_job_kwargs
+from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, spark_job_mapped, through_service
 from lakehouse.ops.orchestration import BACKFILL_POOL, DEFAULT_PIPELINE, backfill_param_schemas
 from lakehouse.settings import Settings
 
@@ -22,7 +22,9 @@ Recomputes `gold.<pipeline>__batch` for the windows starting in **[start, end)**
    a range longer than `LAKEHOUSE_BACKFILL_MAX_RANGE` and a start older than the log's retention,
    before any Spark work. It splits the range into chunks.
 2. **recompute_chunk** (one mapped task per chunk, in the `lakehouse_backfill` pool so backfills
-   never take every slot from the scheduled layers) runs `jobs/backfill.py` through spark-submit.
+   never take every slot from the scheduled layers) runs `jobs/backfill.py` through spark-submit,
+   or, with `LAKEHOUSE_SPARK_REMOTE` set, the same command in the task as a Spark Connect client of
+   the Spark service (no JVM per task).
    A chunk is replaced atomically, so a retry after a crash leaves what a clean run leaves. With
    *reprocess = skip* a chunk whose inputs are unchanged since it was last computed is left as is.
 3. **summarise** publishes chunks recomputed and skipped, rows written and events used as its
@@ -51,8 +53,6 @@ Recomputes `gold.<pipeline>__batch` for the windows starting in **[start, end)**
     },
 )
 def lakehouse_backfill():
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-
     @task
     def validate_and_plan(params=None, run_id=None, dag_run=None) -> list[list[str]]:
         """The spark-submit arguments of each chunk to recompute (none for a dry run)."""
@@ -95,9 +95,9 @@ def lakehouse_backfill():
         return summary
 
     plan = validate_and_plan()
-    recompute = SparkSubmitOperator.partial(
-        task_id="recompute_chunk", pool=BACKFILL_POOL, **spark_job_kwargs("backfill")
-    ).expand(application_args=plan)
+    recompute_chunk = spark_job_mapped("recompute_chunk", "backfill", pool=BACKFILL_POOL)
+    # A chunk's arguments: spark-submit's application_args, or the job's positional arguments.
+    recompute = recompute_chunk.expand(**{"op_args" if through_service("backfill") else "application_args": plan})
     recompute >> summarise()
 
 

@@ -422,6 +422,14 @@ def main(argv: list[str] | None = None) -> int:
     except LakehouseError as error:
         print(f"lakehouse: error: {error}", file=sys.stderr)
         return 2
+    except Exception as error:
+        from lakehouse.serving.read_only import refusal
+
+        refused = refusal(error)  # a job through the Spark service without its write token, say
+        if refused is None:
+            raise
+        print(f"lakehouse: error: {refused}", file=sys.stderr)
+        return 2
     except (AuditFailed, Unhealthy):
         return 1
     except KeyboardInterrupt:

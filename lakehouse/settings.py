@@ -76,7 +76,15 @@ _TEXT_FIELDS = (
     "batch_lateness_delay",
     "metastore_password",
 )
-_STRIPPED_FIELDS = ("driver_java_options", "class_archive", "metastore_url", "metastore_user", "sql_route")
+_STRIPPED_FIELDS = (
+    "driver_java_options",
+    "class_archive",
+    "metastore_url",
+    "metastore_user",
+    "sql_route",
+    "spark_remote",
+    "spark_remote_token",
+)
 _INTEGER_FIELDS = ("shuffle_partitions", "max_files_per_trigger", "stream_lag_batches", "connect_port", "thrift_port")
 
 
@@ -138,6 +146,10 @@ class Settings:
     metastore_password: str = dataclasses.field(default="", repr=False)
     # auto: lakehouse sql goes through this home's service when it is up; embedded; or sc://host:port.
     sql_route: str = SqlRoute.AUTO
+    # Jobs as Spark Connect clients of a service (sc://host:port) instead of a JVM each; they write
+    # with its write token (this one, or the service's write-token file in this home).
+    spark_remote: str = ""
+    spark_remote_token: str = dataclasses.field(default="", repr=False)
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -203,6 +215,8 @@ class Settings:
             raise LakehouseError(
                 f"LAKEHOUSE_SQL_ROUTE must be auto, embedded or an sc://host:port URL, not {self.sql_route!r}"
             )
+        if self.spark_remote and not self.spark_remote.startswith("sc://"):
+            raise LakehouseError(f"LAKEHOUSE_SPARK_REMOTE must be an sc://host:port URL, not {self.spark_remote!r}")
         if self.metastore_url and not self.metastore_url.startswith("jdbc:postgresql://"):
             raise LakehouseError(
                 f"LAKEHOUSE_METASTORE_URL must be a jdbc:postgresql:// URL, not {self.metastore_url!r}"

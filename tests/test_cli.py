@@ -103,35 +103,3 @@ def test_unresolvable_jars_are_a_clear_error_naming_the_coordinates(cli_env, tmp
     last_line = finished.stderr.strip().splitlines()[-1]
     assert last_line.startswith("lakehouse: error: Spark's JVM did not start; most likely the JARs ")
     assert "org.example.nonexistent:no-such-artifact:0.0.1" in last_line
-
-
-@pytest.mark.slow
-def test_spark_submit_runs_a_backfill_job_from_the_raw_log(tmp_path, cli_env):
-    from lakehouse.storage.spark import spark_submit_jars
-
-    settings = make_settings(tmp_path / "home")
-    generate(settings, GeneratorConfig(events=400, events_per_file=200, seed=4))
-    command = [
-        str(Path(sys.executable).with_name("spark-submit")),
-        "--master",
-        "local[1]",
-        "--jars",
-        spark_submit_jars(settings),
-        str(PROJECT / "jobs" / "backfill.py"),
-        "--source",
-        "log",
-        "--start",
-        "2026-01-05T08:00Z",
-        "--end",
-        "2026-01-05T08:10Z",
-        "--chunk",
-        "5m",
-    ]
-    import pyspark
-
-    # spark-submit finds Spark through SPARK_HOME (pip's pyspark is one) and runs the job with the
-    # interpreter PYSPARK_PYTHON names: this environment's, where lakehouse is installed.
-    env = {**cli_env, "SPARK_HOME": str(Path(pyspark.__file__).parent), "PYSPARK_PYTHON": sys.executable}
-    finished = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert finished.returncode == 0, finished.stderr[-3000:]
-    assert " succeeded: toll_traffic " in finished.stdout and " 2 chunks recomputed, " in finished.stdout

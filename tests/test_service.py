@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.settings import local_path
-from lakehouse.storage.catalog import DATA_QUALITY, ensure_pipeline_tables, ensure_table
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.settings import Settings, local_path
+from lakehouse.storage.catalog import DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
 from tests.conftest import make_settings
 from tests.frames import inline_frame
 from tests.services import free_port
@@ -195,6 +196,70 @@ def test_a_table_a_job_creates_later_is_registered_within_seconds(spark, service
     while DATA_QUALITY.name not in lakehouse(env, "sql", "SHOW TABLES IN audit", "--format", "csv").stdout:
         assert time.monotonic() < deadline, "audit.data_quality was not registered within 60 s"
         time.sleep(1)
+
+
+BACKFILL = ["--source", "log", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T08:10Z", "--chunk", "5m"]
+
+
+def _home_with_a_log(root: Path) -> Settings:
+    settings = make_settings(root)
+    generate(settings, GeneratorConfig(events=400, events_per_file=200, seed=4))
+    return settings
+
+
+def _spark_submit_backfill(settings: Settings) -> subprocess.CompletedProcess:
+    import pyspark
+
+    from lakehouse.storage.spark import spark_submit_jars
+
+    submit = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[1]"]
+    submit += ["--jars", spark_submit_jars(settings), str(PROJECT / "jobs" / "backfill.py"), *BACKFILL]
+    # spark-submit finds Spark through SPARK_HOME (pip's pyspark is one) and runs the job with the
+    # interpreter PYSPARK_PYTHON names: this environment's, where lakehouse is installed.
+    env = {**os.environ, "LAKEHOUSE_HOME": str(local_path(settings.home)), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+    env |= {"SPARK_HOME": str(Path(pyspark.__file__).parent), "PYSPARK_PYTHON": sys.executable}
+    return subprocess.run(submit, env=env, capture_output=True, text=True, timeout=300)
+
+
+def _batch_rows(spark, settings: Settings) -> list:
+    batch = spark.read.format("delta").load(pipeline_tables(PIPELINE).batch.uri(settings))
+    return batch.drop("run_id", "updated_at").orderBy("window_start", "bridge_id", "vehicle_type").collect()
+
+
+def test_a_backfill_through_the_service_writes_what_spark_submit_writes_row_for_row(spark, service, tmp_path):
+    env, served, _ = service
+    through_service, submitted = _home_with_a_log(tmp_path / "connect"), _home_with_a_log(tmp_path / "submit")
+    # A job through the service needs no Java here, only the service's URL and write token.
+    no_java = {**env, "PATH": os.path.dirname(sys.executable), "JAVA_HOME": "/nonexistent"}
+    no_java |= {"LAKEHOUSE_HOME": str(local_path(through_service.home)), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+    no_java |= {
+        "LAKEHOUSE_SPARK_REMOTE": f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}",
+        "LAKEHOUSE_SPARK_REMOTE_TOKEN": (served.service_dir() / "write-token").read_text(),
+    }
+
+    connect = lakehouse(no_java, "backfill", *BACKFILL)
+    submit = _spark_submit_backfill(submitted)
+
+    assert connect.returncode == 0, connect.stderr[-3000:]
+    assert submit.returncode == 0, submit.stderr[-3000:]
+    for out in (connect, submit):
+        assert " succeeded: toll_traffic " in out.stdout and " 2 chunks recomputed, " in out.stdout
+    rows = _batch_rows(spark, through_service)
+    assert rows and rows == _batch_rows(spark, submitted)
+
+
+def test_without_the_write_token_a_job_through_the_service_writes_nothing(service, tmp_path):
+    env, _, _ = service
+    home = _home_with_a_log(tmp_path / "home")
+    remote = {**env, "LAKEHOUSE_HOME": str(local_path(home.home))}
+    remote |= {"LAKEHOUSE_SPARK_REMOTE": f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"}
+
+    no_token = lakehouse(remote, "backfill", *BACKFILL)
+    wrong_token = lakehouse({**remote, "LAKEHOUSE_SPARK_REMOTE_TOKEN": "guessed"}, "backfill", *BACKFILL)
+
+    assert no_token.returncode == 2 and "need its write token: set LAKEHOUSE_SPARK_REMOTE_TOKEN" in no_token.stderr
+    assert wrong_token.returncode == 2 and wrong_token.stderr.startswith("lakehouse: error: read-only: ")
+    assert not (local_path(home.warehouse_uri) / "gold").exists()
 
 
 def _metastore_tables(env) -> dict[str, int]:

@@ -88,7 +88,7 @@ class _ParseColumns:
 
 
 @functools.lru_cache(maxsize=16)
-def _parse_columns(pipeline: Pipeline, spark_context: SparkContext) -> _ParseColumns:
+def _parse_columns(pipeline: Pipeline, spark_context: SparkContext | None) -> _ParseColumns:
     """Built once per pipeline and Spark context, not per call: the expressions are a few hundred
     calls into the JVM (0.3 s of every micro-batch, measured), and they name columns only, so any
     DataFrame of log lines can take them. The context is part of the key because a Column belongs
@@ -118,7 +118,8 @@ def parse_events(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
     order: bad_json, not_an_object, then per field missing/wrong type/bad timestamp, then the
     pipeline's value rules. Every line comes out exactly once: nothing is dropped here.
     """
-    columns = _parse_columns(pipeline, raw.sparkSession.sparkContext)
+    # A Spark Connect session's columns are plain descriptions, any session's (key None).
+    columns = _parse_columns(pipeline, getattr(raw.sparkSession, "_sc", None))
     parsed = (
         raw.withColumn("_document", F.try_parse_json("value"))
         .withColumns(columns.json_values)

@@ -7,6 +7,8 @@ the Spark provider's operator when a DAG is built). The Delta JARs are resolved 
 
 from __future__ import annotations
 
+import functools
+import importlib
 import importlib.util
 import os
 import sys
@@ -50,11 +52,49 @@ def spark_env() -> dict[str, str]:
 USER_DEFINED_MACROS = {"lakehouse_delta_jars": delta_jars}
 
 
+# The jobs that run as Spark Connect clients of the service when LAKEHOUSE_SPARK_REMOTE is set; the
+# others still need a JVM of their own (py4j and Delta's Python API; docs/airflow.md).
+CONNECT_JOBS = frozenset({"backfill"})
+
+
+def through_service(job: str) -> bool:
+    return job in CONNECT_JOBS and bool(Settings.from_env().spark_remote)
+
+
 def spark_job(task_id: str, job: str, application_args, **kwargs):
-    """A SparkSubmitOperator running ``jobs/<job>.py`` on the ``spark_default`` connection's master."""
+    """``jobs/<job>.py``'s command: through the Spark service when the settings name one, else a
+    SparkSubmitOperator on the ``spark_default`` connection's master."""
+    if through_service(job):
+        from airflow.providers.standard.operators.python import PythonOperator
+
+        return PythonOperator(task_id=task_id, python_callable=run_job, op_args=[job, *application_args], **kwargs)
     from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
 
     return SparkSubmitOperator(task_id=task_id, **spark_job_kwargs(job), application_args=application_args, **kwargs)
+
+
+def spark_job_mapped(task_id: str, job: str, **kwargs):
+    """:func:`spark_job` as a mapped task's ``partial``: expand it over each run's arguments."""
+    if through_service(job):
+        from airflow.providers.standard.operators.python import PythonOperator
+
+        return PythonOperator.partial(task_id=task_id, python_callable=functools.partial(run_job, job), **kwargs)
+    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+
+    return SparkSubmitOperator.partial(task_id=task_id, **spark_job_kwargs(job), **kwargs)
+
+
+def run_job(job: str, *application_args: str) -> None:
+    """The job's command in the task's own process, as a Spark Connect client of the service: no JVM
+    here. Fails the task (so that it retries) when the command fails."""
+    # The command line's module, named as spark-submit names the job's file: the task imports it when
+    # it runs, never the DAG processor, and the DAG processor never imports pyspark.
+    cli = importlib.import_module("lakehouse.cli")
+    code = cli.main([job, *application_args])
+    if code != 0:
+        raise RuntimeError(
+            f"lakehouse {job} {' '.join(application_args)} failed with exit code {code}; see the log above"
+        )
 
 
 def spark_job_kwargs(job: str) -> dict:

@@ -15,6 +15,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.serving.read_only import reading_only, refusal
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import register_tables
+from lakehouse.storage.spark import is_remote
 from lakehouse.vocabulary import OutputFormat, choices
 
 
@@ -85,7 +86,7 @@ def run_sql(
     """
     if output not in choices(OutputFormat):
         raise LakehouseError(f"unknown format {output!r}: use one of {', '.join(OutputFormat)}")
-    embedded = hasattr(spark, "_jsparkSession")  # a Connect session has no JVM in this process
+    embedded = not is_remote(spark)
     if embedded:
         register_tables(spark, settings)
     with reading_only(spark) if embedded else contextlib.nullcontext():

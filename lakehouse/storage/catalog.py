@@ -15,6 +15,7 @@ from lakehouse.dataflow.pipelines import PIPELINES
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
+from lakehouse.storage.spark import is_remote
 from lakehouse.vocabulary import AccumulationMode, Layer
 
 
@@ -354,7 +355,14 @@ def table_version(spark: SparkSession, uri: str) -> int:
     10 ms), not through ``history(1)``, which runs a Spark job (0.25-0.45 s, measured side by side on
     the bench's bronze): the speed layer asks once per micro-batch. ``DeltaLog`` is Delta's internal
     API, so the pinned Delta version matters; tests/test_writers.py checks it against the history.
+    A Spark Connect client has no JVM of its own to ask: it reads the log through delta-rs.
     """
+    if is_remote(spark):
+        from deltalake import DeltaTable
+
+        from lakehouse.storage.ops_tables import delta_rs_uri
+
+        return DeltaTable(delta_rs_uri(uri), without_files=True).version()
     delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
     # Scala default arguments, spelled out for Py4J: a synchronous update, no timestamp check, no catalog table.
     defaults = [getattr(delta_log, f"update$default${n}")() for n in (1, 2, 3)]
@@ -365,27 +373,33 @@ def table_version(spark: SparkSession, uri: str) -> int:
 
 
 def table_exists(spark: SparkSession, uri: str) -> bool:
+    if is_remote(spark):
+        from deltalake import DeltaTable
+
+        from lakehouse.storage.ops_tables import delta_rs_uri
+
+        return DeltaTable.is_deltatable(delta_rs_uri(uri))
     from delta.tables import DeltaTable
 
     return DeltaTable.isDeltaTable(spark, uri)
 
 
+def create_table_sql(table: Table, uri: str) -> str:
+    """The table's DDL at its location: columns, generated columns, partitions and properties."""
+    columns = [f"`{f.name}` {f.dataType.simpleString()}" for f in table.columns.fields]
+    columns += [f"`{name}` {kind.simpleString()} GENERATED ALWAYS AS ({sql})" for name, kind, sql in table.generated]
+    partitions = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
+    properties = " TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')" if table.change_data_feed else ""
+    return f"CREATE TABLE IF NOT EXISTS delta.`{uri}` ({', '.join(columns)}) USING DELTA{partitions}{properties}"
+
+
 def ensure_table(spark: SparkSession, table: Table, settings: Settings) -> None:
     """Create the table at its location unless it exists. Safe when two jobs race to create it."""
-    from delta.tables import DeltaTable
-
     uri = table.uri(settings)
     if table_exists(spark, uri):
         return
-    builder = DeltaTable.createIfNotExists(spark).location(uri).addColumns(table.columns)
-    for name, data_type, expression in table.generated:
-        builder = builder.addColumn(name, data_type, generatedAlwaysAs=expression)
-    if table.partition_by:
-        builder = builder.partitionedBy(*table.partition_by)
-    if table.change_data_feed:
-        builder = builder.property("delta.enableChangeDataFeed", "true")
     try:
-        builder.execute()
+        spark.sql(create_table_sql(table, uri))
     except Exception:
         # Another job created it between our check and our commit: fine if it now exists.
         if not table_exists(spark, uri):

@@ -8,6 +8,7 @@ replay of an ingest-time range lists only the folders of that range. Files appea
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import time
 from datetime import datetime, timedelta
@@ -18,8 +19,9 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings, local_path
+from lakehouse.settings import Settings, local_path, to_uri
 from lakehouse.storage.frames import literal_frame
+from lakehouse.storage.spark import is_remote
 
 
 def log_glob(settings: Settings, pipeline: str) -> str:
@@ -67,20 +69,38 @@ class LocalLogWriter:
 _EPOCH = datetime(1970, 1, 1)
 
 
-def _file_system(spark: SparkSession, uri: str):
-    """Hadoop's file system for a URI (local, s3a, ...) and the path in it: listings without reading files."""
+@dataclasses.dataclass(frozen=True)
+class _Entry:
+    name: str
+    uri: str
+    is_dir: bool
+    modified_ms: int
+
+
+def _listing(spark: SparkSession, uri: str) -> list[_Entry]:
+    """A folder's entries ([] when it does not exist), without reading any file: a local log
+    directly, any other through Hadoop's file system for the URI (s3a, ...) in this process's JVM."""
+    if uri.startswith("file:"):
+        folder = local_path(uri)
+        if not folder.is_dir():
+            return []
+        with os.scandir(folder) as entries:
+            return [_Entry(e.name, to_uri(e.path), e.is_dir(), e.stat().st_mtime_ns // 1_000_000) for e in entries]
+    if is_remote(spark):
+        raise LakehouseError(f"a Spark Connect client lists a local log only, and {uri} is not local")
     path = spark._jvm.org.apache.hadoop.fs.Path(uri)
-    return path.getFileSystem(spark._jsc.hadoopConfiguration()), path
-
-
-def _children(file_system, path, prefix: str) -> list:
+    file_system = path.getFileSystem(spark._jsc.hadoopConfiguration())
     if not file_system.exists(path):
         return []
     return [
-        status
-        for status in file_system.listStatus(path)
-        if status.isDirectory() and status.getPath().getName().startswith(prefix)
+        _Entry(s.getPath().getName(), str(s.getPath().toUri()), s.isDirectory(), s.getModificationTime())
+        for s in file_system.listStatus(path)
     ]
+
+
+def _children(spark: SparkSession, uri: str, prefix: str) -> list[_Entry]:
+    """The sub-folders whose names start with ``prefix``, in name order."""
+    return sorted((e for e in _listing(spark, uri) if e.is_dir and e.name.startswith(prefix)), key=lambda e: e.name)
 
 
 def partition_uris(
@@ -96,16 +116,15 @@ def partition_uris(
         pipeline: the pipeline's name (its log folder).
         arrived_from: the first ingest hour wanted (None: all).
     """
-    file_system, base = _file_system(spark, settings.pipeline_log_uri(pipeline))
     cut = f"{arrived_from:%Y-%m-%d}/{arrived_from:%H}" if arrived_from is not None else ""
     uris = []
-    for day in sorted(_children(file_system, base, "ingest_date="), key=lambda s: s.getPath().getName()):
-        day_name = day.getPath().getName().removeprefix("ingest_date=")
+    for day in _children(spark, settings.pipeline_log_uri(pipeline), "ingest_date="):
+        day_name = day.name.removeprefix("ingest_date=")
         if cut and day_name < cut[:10]:
             continue
-        for hour in sorted(_children(file_system, day.getPath(), "ingest_hour="), key=lambda s: s.getPath().getName()):
-            if f"{day_name}/{hour.getPath().getName().removeprefix('ingest_hour=')}" >= cut:
-                uris.append(str(hour.getPath().toUri()))
+        for hour in _children(spark, day.uri, "ingest_hour="):
+            if f"{day_name}/{hour.name.removeprefix('ingest_hour=')}" >= cut:
+                uris.append(hour.uri)
     return uris
 
 
@@ -122,12 +141,10 @@ def file_write_times(
     """
     times = {}
     for uri in partition_uris(spark, settings, pipeline, arrived_from):
-        file_system, path = _file_system(spark, uri)
-        for status in file_system.listStatus(path):
-            name = status.getPath().getName()
-            if status.isFile() and name.endswith(".jsonl"):
+        for entry in _listing(spark, uri):
+            if not entry.is_dir and entry.name.endswith(".jsonl"):
                 # exact: a float of seconds could round below the file's time
-                times[name] = _EPOCH + timedelta(milliseconds=status.getModificationTime())
+                times[entry.name] = _EPOCH + timedelta(milliseconds=entry.modified_ms)
     return times
 
 

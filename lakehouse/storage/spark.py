@@ -111,6 +111,11 @@ def check_java() -> None:
         raise LakehouseError(f"`{java} -version` failed: {error}") from error
 
 
+def is_remote(spark) -> bool:
+    """True for a Spark Connect session: its JVM is the service's, out of this process's reach."""
+    return not hasattr(spark, "_jsparkSession")
+
+
 def launched_by_spark_submit() -> bool:
     """True inside ``spark-submit jobs/...``: the JVM exists and handed Python its gateway."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
@@ -171,23 +176,35 @@ def class_archive_options(settings: Settings) -> str:
     return f"-XX:SharedArchiveFile={archive} -Xlog:cds=off -Xlog:cds+dynamic=off"
 
 
-def _configured_builder(builder, settings: Settings, app_name: str):
-    """The session's configuration, whoever starts the JVM (this process or spark-submit)."""
-    return (
-        builder.appName(app_name)
-        .config("spark.sql.extensions", SESSION_EXTENSIONS)
-        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
-        .config("spark.sql.catalogImplementation", "in-memory")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.extraJavaOptions", driver_java_options(settings))
-        .config("spark.sql.shuffle.partitions", str(settings.shuffle_partitions))
-        .config("spark.default.parallelism", str(settings.shuffle_partitions))
+def session_sql_confs(settings: Settings) -> dict[str, str]:
+    """The settings a session may change for itself at any time: set on a local session's builder,
+    and on a Spark Connect session once it exists (the service's own defaults are for SQL)."""
+    return {
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
+        "spark.sql.adaptive.enabled": "true",
         # Delta's VACUUM lists a table with one task per partition of this setting (Spark's default:
         # 10000): DeltaFileOperations.recursiveListDirs repartitions its listing to it, however small
         # the table. Measured side by side in one local[1] session on the DAG test's 9 tables:
         # maintain() took 346 s, 322 s of it in VACUUM (31-40 s a table, 90,304 tasks in all); with
         # the shuffle partitions here (2), 40 s, VACUUM 23 s (323 tasks), same files compacted and kept.
-        .config("spark.sql.sources.parallelPartitionDiscovery.parallelism", str(settings.shuffle_partitions))
+        "spark.sql.sources.parallelPartitionDiscovery.parallelism": str(settings.shuffle_partitions),
+        # Delta's own post-commit work that a small local lakehouse does not need on every write.
+        "spark.databricks.delta.stats.collect": "true",
+        "spark.databricks.delta.snapshotPartitions": "2",
+        "spark.databricks.delta.schema.autoMerge.enabled": "false",
+    }
+
+
+def _configured_builder(builder, settings: Settings, app_name: str):
+    """The session's configuration, whoever starts the JVM (this process or spark-submit)."""
+    builder = (
+        builder.appName(app_name)
+        .config("spark.sql.extensions", SESSION_EXTENSIONS)
+        .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
+        .config("spark.sql.catalogImplementation", "in-memory")
+        .config("spark.driver.extraJavaOptions", driver_java_options(settings))
+        .config("spark.default.parallelism", str(settings.shuffle_partitions))
         # Spark keeps the classes it compiles for queries (Janino) in a cache of 100 by default; a
         # micro-batch of the speed layer generates about 160 (most of them Delta's log replays), so
         # each batch compiled them all again: 790 compilations per 5 batches, 40 with this cache.
@@ -196,11 +213,34 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         .config("spark.driver.memory", settings.driver_memory)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
-        # Delta's own post-commit work that a small local lakehouse does not need on every write.
-        .config("spark.databricks.delta.stats.collect", "true")
-        .config("spark.databricks.delta.snapshotPartitions", "2")
-        .config("spark.databricks.delta.schema.autoMerge.enabled", "false")
     )
+    for key, value in session_sql_confs(settings).items():
+        builder = builder.config(key, value)
+    return builder
+
+
+WRITE_TOKEN_CONF = "spark.lakehouse.writeToken"
+
+
+def connect_session(settings: Settings):
+    """A Spark Connect session of the service at ``settings.spark_remote``, set up as a job's: the
+    session settings of a local one, and the write token that lets it write (the service's own file
+    in this home when the settings give none)."""
+    from pyspark.sql import SparkSession
+
+    token = settings.spark_remote_token
+    token_file = settings.service_dir() / "write-token"
+    if not token and token_file.is_file():
+        token = token_file.read_text().strip()
+    if not token:
+        raise LakehouseError(
+            f"jobs through {settings.spark_remote} need its write token: set LAKEHOUSE_SPARK_REMOTE_TOKEN "
+            f"(the service writes it to {token_file})"
+        )
+    spark = SparkSession.builder.remote(settings.spark_remote).getOrCreate()
+    for key, value in {**session_sql_confs(settings), WRITE_TOKEN_CONF: token}.items():
+        spark.conf.set(key, value)
+    return spark
 
 
 def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: dict[str, str] | None = None):
@@ -211,11 +251,13 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
     the streaming job, batch jobs and SQL shell run side by side. Each session registers the Delta
     tables by location instead (see ``lakehouse.storage.catalog``).
     """
-    check_java()
     # PySpark turns timestamps into naive datetimes in the process's zone: make that zone UTC, the
     # session's zone, so a datetime means the same instant in Python and in Spark.
     os.environ["TZ"] = "UTC"
     time.tzset()
+    if settings.spark_remote:
+        return connect_session(settings)
+    check_java()
     # Local Spark talks to itself over loopback only.
     if settings.spark_master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

@@ -1,5 +1,7 @@
 package lakehouse.serving;
 
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
 import java.util.Collections;
 import java.util.Map;
 import java.util.Set;
@@ -29,9 +31,11 @@ import scala.runtime.BoxedUnit;
  *
  * <p>Which sessions may write: with {@code spark.lakehouse.readOnly=true} in the JVM's Spark
  * configuration (the service), every session is read-only except those the platform's own driver
- * code marks writable through {@link #setWritable}; sessions a client opens are new sessions, so
- * they read only. A client's SET cannot change this: the flag is read from the SparkContext's
- * configuration, fixed at start, and the marks live in this class, out of SQL's reach.
+ * code marks writable through {@link #setWritable}, and the Connect sessions of the platform's jobs,
+ * which present the service's write token in their {@code spark.lakehouse.writeToken} setting.
+ * Sessions a client opens are new sessions, so they read only. A client's SET cannot change this:
+ * the flag is read from the SparkContext's configuration, fixed at start, and the marks and the
+ * token live in this class, out of SQL's reach (SET itself is refused, and so is reflection).
  */
 public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   public static final String READ_ONLY = "spark.lakehouse.readOnly";
@@ -68,12 +72,21 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
           "ShowViews",
           "ShowViewsCommand");
 
+  /** The session setting by which a platform job's Connect session presents the write token. */
+  public static final String WRITE_TOKEN_CONF = "spark.lakehouse.writeToken";
+
   private static final Map<SparkSession, Boolean> WRITABLE =
       Collections.synchronizedMap(new WeakHashMap<>());
+  private static volatile byte[] writeToken;
 
   /** Let this session write (true) or make it read-only (false), whatever the JVM's default. */
   public static void setWritable(SparkSession session, boolean writable) {
     WRITABLE.put(session, writable);
+  }
+
+  /** The secret a session must present to write in a read-only JVM (the platform's jobs). */
+  public static void setWriteToken(String token) {
+    writeToken = token.getBytes(StandardCharsets.UTF_8);
   }
 
   static boolean readOnly(SparkSession session) {
@@ -81,7 +94,12 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
     if (writable != null) {
       return !writable;
     }
-    return session.sparkContext().getConf().getBoolean(READ_ONLY, false);
+    if (!session.sparkContext().getConf().getBoolean(READ_ONLY, false)) {
+      return false;
+    }
+    byte[] expected = writeToken;
+    byte[] offered = session.conf().get(WRITE_TOKEN_CONF, "").getBytes(StandardCharsets.UTF_8);
+    return expected == null || !MessageDigest.isEqual(expected, offered);
   }
 
   @Override
