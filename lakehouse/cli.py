@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import getpass
 import json
 import sys
 from datetime import UTC, datetime
@@ -11,7 +12,7 @@ from lakehouse.demo import DEMO_EVENTS
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
-from lakehouse.vocabulary import AuditTarget, OutputFormat, Reprocess, Source, choices
+from lakehouse.vocabulary import AuditTarget, Layer, OutputFormat, Reprocess, Source, choices
 
 
 def _spark(settings: Settings, app: str):
@@ -173,6 +174,13 @@ def cmd_correct(args, settings: Settings) -> None:
     pipeline = _pipeline(args.pipeline)
     result = CorrectionRun(_spark(settings, f"correct-{pipeline.name}"), settings, pipeline).run()
     print(result.summary())
+
+
+def cmd_repair(args, settings: Settings) -> None:
+    from lakehouse.audit.manual import Repair, repair
+
+    request = Repair(args.layer, args.where, args.reason, args.by, None if args.delete else args.set)
+    print(json.dumps(repair(_spark(settings, f"repair-{args.pipeline}"), settings, _pipeline(args.pipeline), request)))
 
 
 def cmd_replay(args, settings: Settings) -> None:
@@ -375,6 +383,19 @@ def _add_operations(commands) -> None:
     )
     plan.set_defaults(run=cmd_plan_backfill)
 
+    repair = commands.add_parser(
+        "repair", help="change gold values by hand, recorded (who, what, why) so that audits explain it"
+    )
+    _pipeline_option(repair)
+    repair.add_argument("--layer", required=True, choices=choices(Layer), help="gold.<p>__speed or gold.<p>__batch")
+    repair.add_argument("--where", required=True, help="SQL condition: the rows to change")
+    change = repair.add_mutually_exclusive_group(required=True)
+    change.add_argument("--set", help='SQL assignments, e.g. "vehicles = 12"')
+    change.add_argument("--delete", action="store_true", help="delete the rows instead")
+    repair.add_argument("--reason", required=True, help="why: recorded in audit.manual_changes")
+    repair.add_argument("--by", default=getpass.getuser(), help="who asks (default: this user)")
+    repair.set_defaults(run=cmd_repair)
+
     maintain = commands.add_parser("maintain", help="OPTIMIZE and VACUUM the tables, expire the retained log")
     _pipeline_option(maintain)
     maintain.set_defaults(run=cmd_maintain)
@@ -422,6 +443,10 @@ def main(argv: list[str] | None = None) -> int:
     except LakehouseError as error:
         print(f"lakehouse: error: {error}", file=sys.stderr)
         return 2
+    except (AuditFailed, Unhealthy):
+        return 1
+    except KeyboardInterrupt:
+        return 130
     except Exception as error:
         from lakehouse.serving.read_only import refusal
 
@@ -430,10 +455,6 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"lakehouse: error: {refused}", file=sys.stderr)
         return 2
-    except (AuditFailed, Unhealthy):
-        return 1
-    except KeyboardInterrupt:
-        return 130
     return 0
 
 

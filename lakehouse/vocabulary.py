@@ -93,9 +93,11 @@ class Cause(StrEnum):
     CORRECTED = "corrected"
     # A batch-served value computed before these events reached bronze or the log.
     ARRIVED_AFTER_BATCH = "arrived_after_batch"
+    # A value an operator changed through ``lakehouse repair``, recorded in audit.manual_changes.
+    MANUAL_CHANGE = "manual_change"
 
 
-EXPLAINING_CAUSES = (Cause.LATE, Cause.NOT_YET_READ, Cause.CORRECTED, Cause.ARRIVED_AFTER_BATCH)
+EXPLAINING_CAUSES = (Cause.LATE, Cause.NOT_YET_READ, Cause.CORRECTED, Cause.ARRIVED_AFTER_BATCH, Cause.MANUAL_CHANGE)
 
 
 class OutputFormat(StrEnum):

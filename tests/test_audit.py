@@ -251,6 +251,48 @@ def test_a_speed_value_changed_by_hand_is_unexplained_by_the_amount_changed(
     )
 
 
+def test_the_same_change_through_lakehouse_repair_is_explained_as_a_manual_change(
+    spark, streamed_home, tmp_path, monkeypatch, capsys
+):
+    from lakehouse.storage.catalog import MANUAL_CHANGES
+
+    settings = copy_of(streamed_home, tmp_path)
+    speed = spark.read.format("delta").load(TABLES.speed.uri(settings))
+    target = speed.where("window_start = '2026-01-05 08:01:00'").orderBy("bridge_id", "vehicle_type").first()
+    where = (
+        f"window_start = TIMESTAMP'2026-01-05 08:01:00' AND bridge_id = '{target.bridge_id}' "
+        f"AND vehicle_type = '{target.vehicle_type}'"
+    )
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
+    repair = ["repair", "--layer", "speed", "--where", where, "--set", "revenue = revenue + 0.01"]
+    assert main([*repair, "--reason", "booth 3 undercharged", "--by", "ops-alice"]) == 0
+    assert json.loads(capsys.readouterr().out)["rows_changed"] == 1
+
+    exit_code = main(["audit", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z", "--skip-quality"])
+
+    out = capsys.readouterr().out
+    assert exit_code == 0 and "explained manual 1" in out and "UNEXPLAINED" not in out, out
+    [recorded] = spark.read.format("delta").load(MANUAL_CHANGES.uri(settings)).collect()
+    assert (recorded.changed_by, recorded.reason, recorded.table_name) == (
+        "ops-alice",
+        "booth 3 undercharged",
+        "gold.toll_traffic__speed",
+    )
+    assert recorded.key == {"bridge_id": target.bridge_id, "vehicle_type": target.vehicle_type}
+
+
+def test_a_repair_that_matches_no_row_changes_and_records_nothing(spark, streamed_home, tmp_path, monkeypatch, capsys):
+    from lakehouse.storage.catalog import MANUAL_CHANGES, table_exists
+
+    settings = copy_of(streamed_home, tmp_path)
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
+    repair = ["repair", "--layer", "batch", "--where", "bridge_id = 'no-such-bridge'", "--delete"]
+
+    assert main([*repair, "--reason", "test", "--by", "ops"]) == 2
+    assert "matched no row of gold.toll_traffic__batch" in capsys.readouterr().err
+    assert not table_exists(spark, MANUAL_CHANGES.uri(settings))
+
+
 def test_incremental_audit_compares_only_windows_whose_speed_rows_changed(spark, streamed_home, tmp_path):
     settings = copy_of(streamed_home, tmp_path)
     auditor = Auditor(spark, settings, PIPELINE)

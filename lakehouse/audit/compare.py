@@ -126,12 +126,12 @@ def explained_by_timing(joined: DataFrame, metrics: list[str]) -> Column:
 
 def verdict(joined: DataFrame, metrics: list[str]) -> Column:
     """Matched, explained or unexplained. An event the stream read but bronze lost is unexplained even
-    where the totals still agree."""
+    where the totals still agree; a value an operator's recorded repair changed is explained."""
     no_missing = F.size(F.coalesce(F.col("unexplained_event_ids"), F.array())) == 0
     return (
         F.when(~no_missing, F.lit(Verdict.UNEXPLAINED))
         .when(audited_equals(joined, metrics, "truth"), F.lit(Verdict.MATCHED))
-        .when(explained_by_timing(joined, metrics), F.lit(Verdict.EXPLAINED))
+        .when(explained_by_timing(joined, metrics) | F.col("manually_changed"), F.lit(Verdict.EXPLAINED))
         .otherwise(F.lit(Verdict.UNEXPLAINED))
     )
 
@@ -145,19 +145,17 @@ def unread_events() -> Column:
 
 
 def causes(joined: DataFrame, metrics: list[str]) -> Column:
-    """What the speed layer left out, by cause; a batch row's events are judged by their timing."""
-    batch_causes = F.when(explained_by_timing(joined, metrics), F.array(F.lit(Cause.ARRIVED_AFTER_BATCH))).otherwise(
-        empty_strings()
+    """What the speed layer left out, by cause; a batch row's events are judged by their timing; and
+    whether an operator's recorded repair changed the value."""
+    manual = F.when(F.col("manually_changed"), F.lit(Cause.MANUAL_CHANGE))
+    batch_causes = F.array(F.when(explained_by_timing(joined, metrics), F.lit(Cause.ARRIVED_AFTER_BATCH)), manual)
+    speed_causes = F.array(
+        F.when(late_events() > 0, F.lit(Cause.LATE)),
+        F.when(unread_events() > 0, F.lit(Cause.NOT_YET_READ)),
+        F.when((late_events() > 0) & F.col("corrected"), F.lit(Cause.CORRECTED)),
+        manual,
     )
-    speed_causes = F.filter(
-        F.array(
-            F.when(late_events() > 0, F.lit(Cause.LATE)),
-            F.when(unread_events() > 0, F.lit(Cause.NOT_YET_READ)),
-            F.when((late_events() > 0) & F.col("corrected"), F.lit(Cause.CORRECTED)),
-        ),
-        lambda cause: cause.isNotNull(),
-    )
-    return F.when(from_batch(), batch_causes).otherwise(speed_causes)
+    return F.filter(F.when(from_batch(), batch_causes).otherwise(speed_causes), lambda cause: cause.isNotNull())
 
 
 def after_batch_events(joined: DataFrame, metrics: list[str]) -> Column:
@@ -188,18 +186,17 @@ def residual(joined: DataFrame, metrics: list[str]) -> Column:
     )
 
 
-def with_corrections(joined: DataFrame, corrected: DataFrame | None, pipeline: Pipeline) -> DataFrame:
-    """Flag the (window, key) rows a correction run recomputed; ``corrected`` holds their
-    ``window_start``, ``window_end`` and key as ``_key_json`` (None: no correction has run)."""
-    if corrected is None:
-        return joined.withColumn("corrected", F.lit(False))
+def flagged(joined: DataFrame, rows: DataFrame | None, flag: str, pipeline: Pipeline) -> DataFrame:
+    """Flag (boolean column ``flag``) the (window, key) rows listed in ``rows``: their
+    ``window_start``, ``window_end`` and key as ``_key_json`` (None: none listed). The rows a
+    correction run recomputed, say, or those an operator's repair changed."""
+    if rows is None:
+        return joined.withColumn(flag, F.lit(False))
     key_json = F.to_json(F.create_map(*[part for k in pipeline.keys for part in (F.lit(k), F.col(k).cast("string"))]))
     return (
         joined.withColumn("_key_json", key_json)
-        .join(
-            corrected.withColumn("corrected", F.lit(True)), on=["window_start", "window_end", "_key_json"], how="left"
-        )
-        .withColumn("corrected", F.coalesce("corrected", F.lit(False)))
+        .join(rows.withColumn(flag, F.lit(True)), on=["window_start", "window_end", "_key_json"], how="left")
+        .withColumn(flag, F.coalesce(flag, F.lit(False)))
         .drop("_key_json")
     )
 

@@ -44,6 +44,7 @@ from lakehouse.storage.catalog import (
     BATCH_COVERAGE,
     CORRECTIONS,
     DIFFERENCES,
+    MANUAL_CHANGES,
     RECONCILIATIONS,
     STREAM_PROGRESS,
     Table,
@@ -131,7 +132,7 @@ def current_pins(
         pins[name] = str(table_version(spark, uri))
     if table_exists(spark, tables.batch.uri(settings)):  # incremental audits follow its changes too
         pins["batch"] = str(table_version(spark, tables.batch.uri(settings)))
-    for name, table in (("corrections", CORRECTIONS), ("coverage", BATCH_COVERAGE)):
+    for name, table in (("corrections", CORRECTIONS), ("coverage", BATCH_COVERAGE), ("manual_changes", MANUAL_CHANGES)):
         if table_exists(spark, table.uri(settings)):
             pins[name] = str(table_version(spark, table.uri(settings)))
     # Files are only ever added to the log: the latest write time pins its content.
@@ -265,6 +266,24 @@ class PinnedReads:
             .distinct()
         )
 
+    def manually_changed(self, target: str) -> DataFrame | None:
+        """The (window, key) rows an operator's repair changed in what the audit checks, as of the pins."""
+        if "manual_changes" not in self.pins:
+            return None
+        tables = pipeline_tables(self.pipeline)
+        audited = [tables.speed] + ([tables.batch] if target == AuditTarget.SERVING else [])
+        ordered_key = [part for k in self.pipeline.keys for part in (F.lit(k), F.col("key")[k])]
+        return (
+            _at(self.spark, MANUAL_CHANGES, self.settings, self.pins["manual_changes"])
+            .where(
+                (F.col("pipeline") == self.pipeline.name)
+                & F.col("table_name").isin(*[table.qualified_name for table in audited])
+            )
+            # In the pipeline's key order, as the comparison spells it, whatever order the map was stored in.
+            .select("window_start", "window_end", F.to_json(F.create_map(*ordered_key)).alias("_key_json"))
+            .distinct()
+        )
+
 
 class Auditor:
     def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline):
@@ -304,9 +323,9 @@ class Auditor:
         closed_rows = compare.closed_audited_rows(
             reads.audited_rows(target), self.pipeline, scope.start, end, scope.windows, watermark
         )
-        joined = compare.with_corrections(
-            compare.joined_totals(caused.where(closed), closed_rows, self.pipeline), reads.corrected(), self.pipeline
-        )
+        joined = compare.joined_totals(caused.where(closed), closed_rows, self.pipeline)
+        joined = compare.flagged(joined, reads.corrected(), "corrected", self.pipeline)
+        joined = compare.flagged(joined, reads.manually_changed(target), "manually_changed", self.pipeline)
         per_key = compare.per_window_verdicts(joined, self.pipeline).persist()
         result = AuditResult.from_rows(
             per_key.collect(),
@@ -432,6 +451,7 @@ def render_audit(result: AuditResult) -> str:
             if result.target == AuditTarget.SERVING
             else []
         ),
+        *([f"  explained manual {manual}"] if (manual := result.explained[Cause.MANUAL_CHANGE]) else []),
         f"  unexplained      {len(result.unexplained)}",
         f"  pins             {json.dumps(result.pins, sort_keys=True)}",
     ]

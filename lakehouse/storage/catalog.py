@@ -221,8 +221,28 @@ DATA_QUALITY = Table(
         ("validated_at", TS),
     ),
 )
+# One row per (window, key) an operator's repair changed in a gold table (lakehouse repair): who,
+# what and why, and the table versions around it. The audit explains those rows as manual changes.
+MANUAL_CHANGES = Table(
+    "audit",
+    "manual_changes",
+    struct_of(
+        ("change_id", STR),
+        ("pipeline", STR),
+        ("table_name", STR),
+        ("window_start", TS),
+        ("window_end", TS),
+        ("key", STRING_MAP),
+        ("statement", STR),
+        ("reason", STR),
+        ("changed_by", STR),
+        ("version_before", LONG),
+        ("version_after", LONG),
+        ("changed_at", TS),
+    ),
+)
 SHARED_TABLES = (STREAM_PROGRESS, BACKFILL_RUNS, BATCH_COVERAGE, CORRECTION_RUNS)
-AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, CORRECTIONS, DATA_QUALITY)
+AUDIT_TABLES = (RECONCILIATIONS, DIFFERENCES, CORRECTIONS, DATA_QUALITY, MANUAL_CHANGES)
 # Written by orchestration callbacks through delta-rs (see lakehouse.storage.ops_tables), registered for SQL.
 ALERTS = Table(
     "ops",
