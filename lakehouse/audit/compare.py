@@ -187,9 +187,15 @@ def residual(joined: DataFrame, metrics: list[str]) -> Column:
 
 
 def flagged(joined: DataFrame, rows: DataFrame | None, flag: str, pipeline: Pipeline) -> DataFrame:
-    """Flag (boolean column ``flag``) the (window, key) rows listed in ``rows``: their
-    ``window_start``, ``window_end`` and key as ``_key_json`` (None: none listed). The rows a
-    correction run recomputed, say, or those an operator's repair changed."""
+    """Flag the (window, key) rows listed in ``rows``: those a correction run recomputed, say, or
+    those an operator's repair changed.
+
+    Args:
+        joined: one row per (window, key), the pipeline's keys as columns.
+        rows: ``window_start``, ``window_end`` and the key as ``_key_json`` (None: none listed).
+        flag: the boolean column added.
+        pipeline: whose keys spell ``_key_json``.
+    """
     if rows is None:
         return joined.withColumn(flag, F.lit(False))
     key_json = F.to_json(F.create_map(*[part for k in pipeline.keys for part in (F.lit(k), F.col(k).cast("string"))]))

@@ -56,7 +56,15 @@ class Repair:
 
 
 def repair(spark: SparkSession, settings: Settings, pipeline: Pipeline, request: Repair) -> dict:
-    """Apply the repair, record what it changed in ``audit.manual_changes``, and say so."""
+    """Apply the repair, record what it changed in ``audit.manual_changes``, and say so.
+
+    Args:
+        spark: the session that writes the change (an embedded one: repairs do not go through the
+            read-only service).
+        settings: where the tables live.
+        pipeline: whose gold table.
+        request: the layer, the change, who asks and why.
+    """
     request.check()
     table = getattr(pipeline_tables(pipeline), request.layer)
     uri = require_table(spark, table, settings, "nothing to repair before the layer has written it")
