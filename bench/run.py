@@ -93,7 +93,7 @@ class Plan:
             orchestration_hours=2,
             speed_held_days=(1, 2),
             speed_growth_batches=1,
-            sql_points=2,
+            sql_points=1,
             sql_aggregates=1,
         )
 
