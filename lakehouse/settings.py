@@ -62,20 +62,17 @@ def _default_home() -> Path:
 
 
 # The fields read as they are from LAKEHOUSE_<FIELD>, stripped of spaces, or as whole numbers.
-_TEXT_FIELDS = (
-    "spark_master",
-    "driver_memory",
+_DURATION_FIELDS = (
     "trigger_interval",
     "dedupe_horizon",
-    "ivy_dir",
     "backfill_max_range",
     "log_retention",
     "vacuum_retention",
     "audit_replay_window",
     "stream_max_staleness",
     "batch_lateness_delay",
-    "metastore_password",
 )
+_TEXT_FIELDS = ("spark_master", "driver_memory", "ivy_dir", "metastore_password", *_DURATION_FIELDS)
 _STRIPPED_FIELDS = (
     "driver_java_options",
     "class_archive",
@@ -187,18 +184,7 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        for name in (
-            "trigger_interval",
-            "dedupe_horizon",
-            "watermark_delay",
-            "allowed_lateness",
-            "backfill_max_range",
-            "log_retention",
-            "vacuum_retention",
-            "audit_replay_window",
-            "stream_max_staleness",
-            "batch_lateness_delay",
-        ):
+        for name in (*_DURATION_FIELDS, "watermark_delay", "allowed_lateness"):
             value = getattr(self, name)
             if value is not None:
                 parse_duration(value)

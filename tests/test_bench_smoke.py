@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from bench.run import SUITES
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,17 +35,7 @@ def test_every_benchmark_runs_and_writes_its_results(tmp_path):
     )
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-5000:]
     report = json.loads((tmp_path / "latest-smoke.json").read_text())
-    assert set(report["results"]) == {
-        "backfill",
-        "cold",
-        "growth",
-        "correction",
-        "speed_growth",
-        "orchestration",
-        "throughput",
-        "freshness",
-        "sql_latency",
-    }
+    assert set(report["results"]) == set(SUITES)
     figures = {row["figure"] for row in report["summary"]}
     assert "speed layer sustainable rate vs bare stream" in figures
     assert "backfill from log vs DuckDB" in figures
