@@ -44,10 +44,11 @@ test-spark: setup
 
 # Every test that starts a JVM or a service, three files at a time on two cores: a third worker runs
 # while the others wait on Airflow, a port or a subprocess (measured in CI: 32m58s with two, 30m12s
-# with three). Each worker has its own session; a module's shared set-ups stay on one worker.
+# with three). Each worker has its own session; a module's shared set-ups stay on one worker. Files go
+# out longest first (tests/conftest.py), not by xdist's default of most tests first.
 # --durations: each CI run shows where its minutes go.
 test-rest: setup system-deps
-	$(VENV)/bin/python -m pytest -m "not unit" -n 3 --dist loadfile --durations=15
+	$(VENV)/bin/python -m pytest -m "not unit" -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
 # ruff (format and lint, 120 columns) and the import contracts in pyproject.toml.
 lint: setup
