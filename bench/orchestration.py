@@ -4,8 +4,9 @@ hourly chunk, against one ``lakehouse backfill`` process over the whole day.
 The Airflow side is the ``lakehouse_backfill`` DAG run by ``airflow dags test`` on a scratch Airflow
 home: the same tasks a worker runs (validation, one ``spark-submit jobs/backfill.py`` per chunk, the
 summary), in sequence as the DAG's one-slot pool runs them, without a scheduler's polling delays.
-It runs twice: with spark-submit per chunk, and with ``LAKEHOUSE_SPARK_REMOTE`` naming a Spark
-service started on the data set's home, so that each chunk is a Spark Connect client (no JVM). Every
+It runs twice: with spark-submit per chunk, and with ``LAKEHOUSE_SPARK_REMOTE`` naming the run's
+Spark service on the data set's home (bench.service), so that each chunk is a Spark Connect client
+(no JVM). Every
 side must leave the same vehicles in ``__batch``, or the ratio would compare different work.
 """
 
@@ -23,8 +24,8 @@ from pyspark.sql import functions as F
 
 from bench.data import PIPELINE, DataSet, scratch_home
 from bench.measure import summary
+from bench.service import SharedService
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.serving import service
 from lakehouse.settings import PROJECT_ROOT
 from lakehouse.storage.catalog import pipeline_tables
 
@@ -81,9 +82,20 @@ def _vehicles(spark, data: DataSet, start, end) -> int:
     return spark.read.format("delta").load(batch_uri).where(window).agg(F.sum("vehicles")).first()[0] or 0
 
 
-def orchestration(spark, data: DataSet, runs: int, hours: int, spark_master: str = "local[2]") -> dict:
+def orchestration(
+    spark, data: DataSet, served: SharedService, runs: int, hours: int, spark_master: str = "local[2]"
+) -> dict:
     """Seconds for ``hours`` hourly chunks as Airflow tasks (spark-submit each, or through the Spark
-    service) vs one job over the same range."""
+    service) vs one job over the same range.
+
+    Args:
+        spark: the bench's session, to count what each side left in ``__batch``.
+        data: the data set whose home the sides backfill.
+        served: the run's Spark service on that home.
+        runs: timed runs of each side.
+        hours: the hourly chunks (and the one job's range).
+        spark_master: where spark-submit runs each chunk.
+    """
     airflow_home = scratch_home("airflow")
     env = airflow_env(airflow_home, data, spark_master)
     _run([str(BIN / "airflow"), "db", "migrate"], env)  # set-up, not timed
@@ -91,17 +103,13 @@ def orchestration(spark, data: DataSet, runs: int, hours: int, spark_master: str
     commands = _commands(start, end, hours)
     seconds: dict[str, list[float]] = {name: [] for name in commands}
     vehicles: dict[str, int] = {}
-    served = data.settings(LAKEHOUSE_CONNECT_PORT="0", LAKEHOUSE_THRIFT_PORT="0")  # free ports
-    remote = {**env, "LAKEHOUSE_SPARK_REMOTE": service.start(served)["connect"]}  # started once, not timed
-    try:
-        for _ in range(runs):
-            for name, command in commands.items():
-                began = time.perf_counter()
-                _run(command, remote if name.endswith("through_service") else env)  # a failed run exits non-zero
-                seconds[name].append(time.perf_counter() - began)
-                vehicles[name] = _vehicles(spark, data, start, end)
-    finally:
-        service.stop(served)
+    remote = {**env, "LAKEHOUSE_SPARK_REMOTE": served.connect_url()}  # started once, not timed
+    for _ in range(runs):
+        for name, command in commands.items():
+            began = time.perf_counter()
+            _run(command, remote if name.endswith("through_service") else env)  # a failed run exits non-zero
+            seconds[name].append(time.perf_counter() - began)
+            vehicles[name] = _vehicles(spark, data, start, end)
     if len(set(vehicles.values())) != 1:
         raise RuntimeError(f"the two backfills disagree on the vehicles counted: {vehicles}")
     return {

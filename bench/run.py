@@ -24,6 +24,7 @@ import psutil
 
 from bench import backfill, orchestration, sql_latency, stream
 from bench.data import DataSet, ensure_log, ensure_tables
+from bench.service import SharedService
 
 RESULTS = Path(__file__).with_name("results")
 SUITES = (
@@ -244,7 +245,7 @@ def correction_data(spark, plan: Plan) -> dict[str, DataSet]:
     return data_sets
 
 
-def _measures(spark, plan: Plan, data: DataSet, results: dict) -> dict:
+def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: dict) -> dict:
     """Each suite's measurement, to run in the order asked for (freshness reads throughput's result)."""
     return {
         "backfill": lambda: backfill.warm_backfills(spark, data, plan.runs, plan.backfill_jobs),
@@ -254,11 +255,11 @@ def _measures(spark, plan: Plan, data: DataSet, results: dict) -> dict:
         "speed_growth": lambda: stream.speed_growth(
             spark, data, plan.runs, plan.speed_held_days, plan.speed_growth_batches
         ),
-        "orchestration": lambda: orchestration.orchestration(spark, data, plan.runs, plan.orchestration_hours),
+        "orchestration": lambda: orchestration.orchestration(spark, data, served, plan.runs, plan.orchestration_hours),
         "throughput": lambda: stream.throughput(
             spark, data, plan.runs, plan.trigger, plan.drain_sizes, plan.drain_batches
         ),
-        "sql_latency": lambda: sql_latency.sql_latency(data, plan.runs, plan.sql_points, plan.sql_aggregates),
+        "sql_latency": lambda: sql_latency.sql_latency(data, served, plan.runs, plan.sql_points, plan.sql_aggregates),
         "freshness": lambda: stream.freshness(
             spark,
             max(results["throughput"]["jobs"]["lakehouse"]["events_per_s"]["median"] / 2, 1.0),
@@ -288,7 +289,8 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
         results_dir.mkdir(parents=True, exist_ok=True)  # what is measured survives a later failure
         partial.write_text(json.dumps(results, indent=1, default=str))
 
-    measures = _measures(spark, plan, data, results)
+    served = SharedService(data)
+    measures = _measures(spark, plan, data, served, results)
     if "freshness" in suites and "throughput" not in suites:  # it runs at half the measured rate
         suites = ("throughput", *suites)
     try:
@@ -296,6 +298,7 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
         for name in suites:  # in the order asked for
             stage(name, measures[name])
     finally:
+        served.stop()
         spark.stop()
     report = {
         "mode": mode,

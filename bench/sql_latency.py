@@ -2,7 +2,7 @@
 service (a Spark Connect client) and by a ``lakehouse sql`` process per query (its own JVM, the
 embedded path), side by side on the same tables.
 
-The service is started on the data set's home on free ports and stopped after. Its client runs in a
+The service is the run's (bench.service), on the data set's home. Its client runs in a
 process of its own (``python -m bench.sql_latency URL QUERIES_JSON ROUNDS``): a Connect session turns
 pyspark's column functions into Connect ones for the whole process, which the bench's own session
 must not see. The client runs every query once to warm up (its plans, the JIT) and reports that
@@ -21,6 +21,7 @@ from pathlib import Path
 
 from bench.data import DataSet
 from bench.measure import percentile
+from bench.service import SharedService
 
 BIN = Path(sys.executable).parent
 VIEW = "gold.toll_traffic"
@@ -74,25 +75,25 @@ def _through_service(url: str, statements: list[str], rounds: int) -> dict:
     return json.loads(done.stdout)
 
 
-def sql_latency(data: DataSet, runs: int, points: int, aggregates: int) -> dict:
-    from lakehouse.serving import service
+def sql_latency(data: DataSet, service: SharedService, runs: int, points: int, aggregates: int) -> dict:
+    """p50/p95 of the queries through the warm service and as a ``lakehouse sql`` process each.
 
+    Args:
+        data: the data set whose tables are queried.
+        service: the run's Spark service on that home.
+        runs: timed rounds of every query through the service.
+        points: one-window lookups.
+        aggregates: aggregates over the whole day (at most five).
+    """
     statements = queries(data, points, aggregates)
-    settings = data.settings(LAKEHOUSE_CONNECT_PORT="0", LAKEHOUSE_THRIFT_PORT="0")  # free ports
-    began = time.perf_counter()
-    report = service.start(settings)
-    started_s = time.perf_counter() - began
-    try:
-        served = _through_service(report["connect"], statements, runs)
-    finally:
-        service.stop(settings)
+    served = _through_service(service.connect_url(), statements, runs)
     # One round: each of its queries is a whole JVM's life already, and a round takes minutes.
     cli_seconds, answers = _through_cli(data, statements)
     if answers != served["answers"]:
         raise RuntimeError("the service and lakehouse sql returned different rows for the same queries")
     return {
         "queries": {"points": points, "aggregates": min(aggregates, len(statements) - points)},
-        "service_start_s": round(started_s, 2),
+        "service_start_s": service.started_s,
         "jobs": {
             "service": _percentiles(served["timed"]) | {"first_round_p50_s": percentile(served["first_round"], 0.5)},
             "cli": _percentiles(cli_seconds),

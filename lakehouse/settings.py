@@ -71,6 +71,7 @@ _DURATION_FIELDS = (
     "audit_replay_window",
     "stream_max_staleness",
     "batch_lateness_delay",
+    "sql_staleness",
 )
 _TEXT_FIELDS = ("spark_master", "driver_memory", "ivy_dir", "metastore_password", *_DURATION_FIELDS)
 _STRIPPED_FIELDS = (
@@ -143,6 +144,10 @@ class Settings:
     metastore_password: str = dataclasses.field(default="", repr=False)
     # auto: lakehouse sql goes through this home's service when it is up; embedded; or sc://host:port.
     sql_route: str = SqlRoute.AUTO
+    # How old a table's state the service's SQL sessions may answer from while Delta refreshes it in
+    # the background: queries skip the check for new commits by other processes (the stream, a
+    # spark-submit job) for this long. Writes through the service are seen at once; jobs read exact.
+    sql_staleness: str = "2s"
     # Jobs as Spark Connect clients of a service (sc://host:port) instead of a JVM each; they write
     # with its write token (this one, or the service's write-token file in this home).
     spark_remote: str = ""

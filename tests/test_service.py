@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.settings import Settings, local_path
 from lakehouse.storage.catalog import DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
@@ -289,6 +290,20 @@ def test_the_catalog_lives_in_postgresql_and_survives_a_restart(service):
     assert restarted.returncode == 0, restarted.stderr
     assert _metastore_tables(env) == before  # the same entries: kept, not registered again
     assert "toll_traffic__speed" in beeline(env, "SHOW TABLES IN gold").stdout
+
+
+def test_a_commit_by_another_process_is_answered_once_the_staleness_bound_has_passed(spark, service):
+    env, settings, tables = service
+    count = "SELECT count(*) AS n FROM gold.toll_traffic__batch"
+    before = json.loads(lakehouse(env, "sql", count, "--format", "json").stdout)[0]["n"]
+    row = [(W3, W4, "B2", "truck", 1, Decimal("9.00"), "run-2", W4)]
+    inline_frame(spark, tables.batch.columns, row).write.format("delta").mode("append").save(tables.batch.uri(settings))
+
+    # Past the bound, a query refreshes the table's state before answering, whatever it had cached.
+    time.sleep(parse_duration(settings.sql_staleness).total_seconds() + 0.5)
+    after = lakehouse(env, "sql", count, "--format", "json")
+
+    assert json.loads(after.stdout) == [{"n": before + 1}], after.stderr
 
 
 def test_a_taken_port_is_a_one_line_error(tmp_path):

@@ -167,6 +167,7 @@ def test_settings_read_from_an_explicit_env_ignore_the_process_environment(tmp_p
         ("LAKEHOUSE_METASTORE_USER", "metastore", "metastore_user", "metastore"),
         ("LAKEHOUSE_METASTORE_PASSWORD", "s3cret", "metastore_password", "s3cret"),
         ("LAKEHOUSE_SQL_ROUTE", "sc://10.0.0.5:15002", "sql_route", "sc://10.0.0.5:15002"),
+        ("LAKEHOUSE_SQL_STALENESS", "0s", "sql_staleness", "0s"),
     ],
 )
 def test_each_environment_variable_overrides_its_own_setting(tmp_path, variable, value, attribute, expected):

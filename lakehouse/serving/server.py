@@ -20,9 +20,11 @@ import secrets
 import signal
 import threading
 import time
+from datetime import timedelta
 from pathlib import Path
 from xml.sax.saxutils import escape
 
+from lakehouse.eventtime import parse_duration
 from lakehouse.serving.service import ServiceState, delta_class_path, metastore_driver_jar
 from lakehouse.settings import Settings
 
@@ -55,6 +57,7 @@ def service_confs(settings: Settings) -> dict[str, str]:
     """The Spark configuration that makes a session the service: both endpoints on loopback, every
     client session read-only, and the catalog in the metastore when there is one."""
     class_path = [*delta_class_path(settings)]
+    staleness = parse_duration(settings.sql_staleness) // timedelta(milliseconds=1)
     confs = {
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
         "spark.connect.grpc.binding.address": "127.0.0.1",
@@ -76,6 +79,11 @@ def service_confs(settings: Settings) -> dict[str, str]:
         "spark.sql.shuffle.partitions": "1",
         "spark.sql.adaptive.enabled": "false",
         "spark.databricks.delta.stats.skipping": "false",
+        # A query reads each table's latest snapshot, and by default first lists its log for commits
+        # made since by other processes: once per table per query, four tables behind a serving
+        # view. With a bound on how stale that snapshot may be, Delta refreshes it in the background
+        # instead (measured with the two view changes of docs/design.md, "Serving").
+        "spark.databricks.delta.stalenessLimit": f"{staleness}ms",
     }
     if settings.metastore_url:
         conf_dir = settings.service_dir() / "conf"

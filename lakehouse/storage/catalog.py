@@ -458,8 +458,7 @@ def serving_view_sql(
         UNION ALL
         SELECT {speed_columns}, '{Layer.SPEED}' AS source, FALSE AS is_final, s.updated_at
         FROM {speed} AS s
-        LEFT ANTI JOIN (SELECT DISTINCT window_start FROM {batch}) AS b
-          ON s.window_start = b.window_start
+        LEFT ANTI JOIN {batch} AS b ON s.window_start = b.window_start
         LEFT ANTI JOIN (SELECT range_start, range_end FROM {coverage}
                         WHERE pipeline = '{pipeline.name}') AS c
           ON s.window_start >= c.range_start AND s.window_start < c.range_end

@@ -193,6 +193,11 @@ def session_sql_confs(settings: Settings) -> dict[str, str]:
         "spark.databricks.delta.stats.collect": "true",
         "spark.databricks.delta.snapshotPartitions": "2",
         "spark.databricks.delta.schema.autoMerge.enabled": "false",
+        # A job reads what is committed, and skips files by their statistics, in its own JVM or as a
+        # client of the Spark service, whose SQL defaults differ (lakehouse.serving.server). Delta's
+        # deletion-vector DML fails without statistics skipping ("non-pinned table snapshot").
+        "spark.databricks.delta.stalenessLimit": "0",
+        "spark.databricks.delta.stats.skipping": "true",
     }
 
 

@@ -1,0 +1,30 @@
+"""One Spark service for the suites that use it (orchestration, sql_latency): started on the data
+set's home, on free ports, by the first suite that asks, and stopped when the run ends. A start costs
+a JVM's start-up and the tables' registration, which no suite times."""
+
+from __future__ import annotations
+
+import time
+
+from bench.data import DataSet
+from lakehouse.serving import service
+
+
+class SharedService:
+    def __init__(self, data: DataSet):
+        self.settings = data.settings(LAKEHOUSE_CONNECT_PORT="0", LAKEHOUSE_THRIFT_PORT="0")
+        self.started_s: float | None = None
+        self._url: str | None = None
+
+    def connect_url(self) -> str:
+        """The service's ``sc://`` URL, starting it the first time."""
+        if self._url is None:
+            began = time.perf_counter()
+            self._url = service.start(self.settings)["connect"]
+            self.started_s = round(time.perf_counter() - began, 2)
+        return self._url
+
+    def stop(self) -> None:
+        if self._url is not None:
+            service.stop(self.settings)
+            self._url = None
