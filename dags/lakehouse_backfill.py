@@ -71,7 +71,10 @@ def lakehouse_backfill():
             raise AirflowFailException(f"invalid backfill parameters: {error}") from None
         chunks = plan_chunks(request)
         print(f"{len(chunks)} chunks planned: {chunks}")
-        return [] if request.dry_run else [chunk_job_args(request, c, f"{run_id}|{c['start']}") for c in chunks]
+        if request.dry_run:
+            return []
+        who = dag_run.triggering_user_name
+        return [chunk_job_args(request, c, f"{run_id}|{c['start']}", who) for c in chunks]
 
     @task(trigger_rule="none_failed")
     def summarise(params=None, run_id=None) -> dict:

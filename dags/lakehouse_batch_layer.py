@@ -9,7 +9,7 @@ from airflow.sdk import dag
 
 from lakehouse.eventtime import parse_duration
 from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, hourly_intervals, spark_job
-from lakehouse.ops.orchestration import active_pipelines
+from lakehouse.ops.orchestration import SCHEDULED_BY, active_pipelines
 from lakehouse.settings import Settings
 
 SETTINGS = Settings.from_env()
@@ -63,6 +63,8 @@ def lakehouse_batch_layer():
                 "1h",
                 "--label",
                 "{{ run_id }}",
+                "--triggered-by",
+                f"{{{{ dag_run.triggering_user_name or '{SCHEDULED_BY}' }}}}",
             ],
         )
 

@@ -82,7 +82,14 @@ def cmd_backfill(args, settings: Settings) -> None:
         bar.update(done)
 
     result = layer.backfill(
-        start, end, source=args.source, chunk=args.chunk, on_chunk=on_chunk, reprocess=args.reprocess, label=args.label
+        start,
+        end,
+        source=args.source,
+        chunk=args.chunk,
+        on_chunk=on_chunk,
+        reprocess=args.reprocess,
+        label=args.label,
+        triggered_by=args.triggered_by or getpass.getuser(),
     )
     print(
         f"backfill {result.run_id} {result.status}: {result.pipeline} [{start.isoformat()}Z, {end.isoformat()}Z) "
@@ -316,7 +323,10 @@ def _add_layers(commands) -> None:
         choices=choices(Reprocess),
         help="skip: leave chunks whose inputs are unchanged since their last recomputation",
     )
-    backfill.add_argument("--label", help="recorded in ops.backfill_runs: who asked (an Airflow run, say)")
+    backfill.add_argument("--label", help="recorded in ops.backfill_runs: what asked (an Airflow run, say)")
+    backfill.add_argument(
+        "--triggered-by", help="recorded in ops.backfill_runs: who asked (default: your operating-system user)"
+    )
     backfill.set_defaults(run=cmd_backfill)
 
 

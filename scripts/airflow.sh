@@ -2,7 +2,7 @@
 # Run Airflow locally on PostgreSQL with this checkout's dags/ and LocalExecutor.
 #
 #   scripts/airflow.sh start   # install PostgreSQL if absent, start it, migrate, start api-server,
-#                              # scheduler and dag-processor; print the admin password once
+#                              # scheduler and dag-processor; print generated passwords once
 #   scripts/airflow.sh stop    # stop what start started
 #   scripts/airflow.sh env     # print the environment the processes run with (source it for `airflow ...`)
 #   scripts/airflow.sh metastore  # start PostgreSQL only, with the Spark service's metastore database;
@@ -26,6 +26,9 @@ RUN="$AIRFLOW_HOME/run"
 LOGS="$AIRFLOW_HOME/process-logs"
 SECRETS="$AIRFLOW_HOME/secrets.env"
 PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json"
+# name:role of the simple auth manager's users: admin does everything; operator triggers, clears and
+# marks runs; viewer reads (docs/airflow.md, "Who may do what").
+USERS="admin:admin,operator:op,viewer:viewer"
 
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 # PostgreSQL refuses to run as root: as root, the cluster belongs to the postgres user; otherwise to you.
@@ -97,7 +100,7 @@ export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM=4
 export AIRFLOW__CORE__FERNET_KEY='$FERNET_KEY'
-export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS='admin:admin'
+export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS='$USERS'
 export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE='$PASSWORDS'
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL='http://127.0.0.1:$PORT/execution/'
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow'
@@ -181,22 +184,29 @@ start() {
     start_postgres
     # shellcheck disable=SC1091
     source "$AIRFLOW_HOME/env.sh"
-    local first_login=0
-    if [ ! -f "$PASSWORDS" ]; then
-        # The simple auth manager reads users' passwords from this file: write a generated one.
-        ( umask 077; "$VENV/bin/python" -c 'import json, secrets, sys; json.dump({"admin": secrets.token_urlsafe(18)}, open(sys.argv[1], "w"))' "$PASSWORDS" )
-        first_login=1
-    fi
+    # The simple auth manager reads users' passwords from this file: generate those it lacks.
+    local generated
+    generated="$(umask 077; "$VENV/bin/python" - "$PASSWORDS" "$USERS" <<'PY'
+import json, os, secrets, sys
+path, users = sys.argv[1], [entry.split(":")[0] for entry in sys.argv[2].split(",")]
+known = json.load(open(path)) if os.path.exists(path) else {}
+new = {user: secrets.token_urlsafe(18) for user in users if user not in known}
+if new:
+    json.dump({**known, **new}, open(path, "w"))
+for user, password in new.items():
+    print(f"{user} {password}")
+PY
+)"
     airflow db migrate > "$LOGS/db-migrate.log" 2>&1 || { tail -n 40 "$LOGS/db-migrate.log"; exit 1; }
     airflow pools set lakehouse_backfill 1 "Backfill chunks run one at a time, leaving slots for the stream's DAGs" >/dev/null
     start_process api-server api-server --port "$PORT"
     start_process scheduler scheduler
     start_process dag-processor dag-processor
     wait_for_api
-    echo "Airflow is up: http://127.0.0.1:$PORT  (user admin; logs in $LOGS)"
-    if [ "$first_login" = 1 ]; then
-        echo "Generated admin password (shown once; kept in $PASSWORDS): $("$VENV/bin/python" -c 'import json, sys; print(json.load(open(sys.argv[1]))["admin"])' "$PASSWORDS")"
-    fi
+    echo "Airflow is up: http://127.0.0.1:$PORT  (users admin, operator, viewer; logs in $LOGS)"
+    while read -r user password; do
+        [ -n "$user" ] && echo "Generated $user password (shown once; kept in $PASSWORDS): $password"
+    done <<< "$generated"
 }
 
 # Ends a process's whole session (it was started with setsid): TERM, up to 30 s for every member to

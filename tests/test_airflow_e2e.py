@@ -17,6 +17,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+from pyspark.sql import functions as F
 
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
@@ -34,17 +35,24 @@ PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
 # Generous: on a shared 2-core machine a Spark job under spark-submit takes from 30 s to several minutes.
 RUN_TIMEOUT = 1200
+# PostgreSQL runs as its own user: its cluster must be under a folder that user can enter.
+AIRFLOW_HOME = PROJECT / ".cache" / "airflow-e2e"
 
 
 class Airflow:
     """A REST API v2 client holding a JWT from the simple auth manager's /auth/token."""
 
-    def __init__(self, base_url: str, password: str):
+    def __init__(self, base_url: str, password: str, username: str = "admin"):
         self.base_url = base_url
+        self.username = username
         self.password = password
-        self.token = self.request("POST", "/auth/token", {"username": "admin", "password": password}, auth=False)[
+        self.token = self.request("POST", "/auth/token", {"username": username, "password": password}, auth=False)[
             "access_token"
         ]
+
+    def as_user(self, username: str) -> Airflow:
+        """A client signed in as another of the users `make airflow` creates, with its generated password."""
+        return Airflow(self.base_url, generated_passwords()[username], username)
 
     def request(self, method: str, path: str, body: dict | None = None, auth: bool = True):
         headers = {"Content-Type": "application/json"}
@@ -97,8 +105,7 @@ class Airflow:
 @pytest.fixture(scope="module")
 def live(spark, tmp_path_factory):
     """Airflow started by scripts/airflow.sh on free ports, over a lakehouse with two streamed hours."""
-    # PostgreSQL runs as its own user: its cluster must be under a folder that user can enter.
-    airflow_home = PROJECT / ".cache" / "airflow-e2e"
+    airflow_home = AIRFLOW_HOME
     lakehouse_home = airflow_home / "lakehouse"
     env = {
         **os.environ,
@@ -151,6 +158,29 @@ def test_requests_without_a_token_are_refused(live):
     assert client.status_of("POST", "/api/v2/dags/lakehouse_backfill/dagRuns", {"conf": {}}, auth=False)[0] == 401
 
 
+def generated_passwords() -> dict[str, str]:
+    """The users' passwords `make airflow` generated, from the file the simple auth manager reads."""
+    return json.loads((AIRFLOW_HOME / "simple_auth_manager_passwords.json").read_text())
+
+
+def test_a_viewer_reads_runs_but_cannot_trigger_clear_or_mark_them_and_an_operator_can(live):
+    client, _, _ = live
+    viewer, operator = client.as_user("viewer"), client.as_user("operator")
+    conf = {"pipeline": "toll_traffic", "start": iso(HOUR0), "end": iso(HOUR0 + timedelta(hours=1)), "dry_run": True}
+    trigger = ("POST", "/api/v2/dags/lakehouse_backfill/dagRuns", {"logical_date": None, "conf": conf})
+
+    assert viewer.status_of("GET", "/api/v2/dags/lakehouse_backfill/dagRuns")[0] == 200
+    assert viewer.status_of(*trigger)[0] == 403
+    run_id = operator.trigger("lakehouse_backfill", conf)
+    run = client.run_path("lakehouse_backfill", run_id)
+    assert viewer.status_of("POST", f"{run}/clear", {"dry_run": True})[0] == 403
+    assert viewer.status_of("PATCH", run, {"state": "failed"})[0] == 403
+    assert operator.status_of("POST", f"{run}/clear", {"dry_run": True})[0] == 200
+    assert operator.status_of("PATCH", run, {"state": "failed"})[0] == 200
+    assert viewer.request("GET", run)["state"] == "failed"
+    assert all(len(password) >= 24 for password in generated_passwords().values())  # generated, never defaults
+
+
 def test_bad_parameters_get_a_validation_error_and_create_no_run(live):
     client, _, _ = live
     before = len(client.runs("lakehouse_backfill"))
@@ -180,7 +210,7 @@ def test_a_backfill_triggered_through_the_api_fills_the_batch_layer_with_the_tru
     client, settings, oracle = live
     client.unpause("lakehouse_backfill")
     start, end = HOUR0, HOUR0 + timedelta(hours=2)
-    run_id = client.trigger(
+    run_id = client.as_user("operator").trigger(
         "lakehouse_backfill",
         {
             "pipeline": "toll_traffic",
@@ -197,6 +227,8 @@ def test_a_backfill_triggered_through_the_api_fills_the_batch_layer_with_the_tru
     summary = client.xcom("lakehouse_backfill", run_id, "summarise")
     assert (summary["chunks_planned"], summary["chunks_recomputed"], summary["chunks_skipped"]) == (2, 2, 0)
     assert summary["rows_written"] == len(truth(oracle, start, end))
+    runs = read(spark, settings, BACKFILL_RUNS).where(F.col("label").startswith(f"{run_id}|")).collect()
+    assert len(runs) == 2 and {r.triggered_by for r in runs} == {"operator"}
 
 
 def test_an_airflow_backfill_of_the_batch_layer_recomputes_each_hourly_interval(spark, live):
@@ -307,14 +339,19 @@ def pick_date_time(page, field_index: int, moment) -> None:
     )
 
 
-def fill_the_trigger_form(page, client: Airflow, start, end) -> None:
-    """Sign in, open the backfill DAG's trigger form, and fill the range and reprocess=redo."""
+def open_the_backfill_dag(page, client: Airflow) -> None:
+    """Sign in as the client's user and open the backfill DAG's page."""
     page.goto(client.base_url + "/")
-    page.fill("input[name=username]", "admin")
+    page.fill("input[name=username]", client.username)
     page.fill("input[name=password]", client.password)
     page.get_by_role("button", name="Sign in").click()
     page.get_by_text("Dags").first.wait_for(timeout=60_000)
     page.goto(client.base_url + "/dags/lakehouse_backfill")
+
+
+def fill_the_trigger_form(page, client: Airflow, start, end) -> None:
+    """Sign in, open the backfill DAG's trigger form, and fill the range and reprocess=redo."""
+    open_the_backfill_dag(page, client)
     page.get_by_role("button", name="Trigger").first.click()
     page.get_by_text("Run Parameters").wait_for(timeout=30_000)
     pick_date_time(page, 1, start)
@@ -366,3 +403,35 @@ def test_a_user_triggers_a_backfill_from_the_ui_form_and_sees_it_succeed(spark, 
     assert conf["start"].startswith(start.strftime("%Y-%m-%dT%H:%M")) and conf["reprocess"] == "redo", conf
     assert client.request("GET", client.run_path("lakehouse_backfill", run_id))["state"] == "success"
     assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=2))
+
+
+def test_a_viewer_who_presses_trigger_in_the_ui_is_refused_and_no_run_is_created(live):
+    """Airflow 3.3's UI shows the Trigger button to every role (apache/airflow#57966); what a viewer
+    gets from it is the API's refusal, shown in the form, and no run."""
+    from playwright.sync_api import expect, sync_playwright
+
+    client, _, _ = live
+    viewer = client.as_user("viewer")
+    before = len(client.runs("lakehouse_backfill"))
+    ARTIFACTS.mkdir(exist_ok=True)
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1400, "height": 1000})
+        try:
+            open_the_backfill_dag(page, viewer)
+            page.get_by_role("button", name="Trigger").first.click()
+            page.get_by_text("Run Parameters").wait_for(timeout=30_000)
+            page.get_by_role("dialog").get_by_role("button", name="Trigger").click()
+            expect(page.get_by_text("You do not have permission to perform this action")).to_be_visible(timeout=30_000)
+            page.screenshot(path=str(ARTIFACTS / "lakehouse_backfill_trigger_refused_for_viewer.png"), full_page=True)
+        except Exception:
+            page.screenshot(path=str(ARTIFACTS / "lakehouse_backfill_viewer_failure.png"), full_page=True)
+            print(
+                page.get_by_role("dialog").inner_text()
+                if page.get_by_role("dialog").count()
+                else page.inner_text("body")
+            )
+            raise
+        finally:
+            browser.close()
+    assert len(client.runs("lakehouse_backfill")) == before

@@ -10,6 +10,7 @@ from jsonschema import FormatChecker, ValidationError, validate
 from lakehouse.errors import LakehouseError
 from lakehouse.ops.health import assess_stream_health
 from lakehouse.ops.orchestration import (
+    SCHEDULED_BY,
     backfill_param_schemas,
     chunk_job_args,
     pipeline_names,
@@ -99,9 +100,12 @@ def test_chunks_tile_the_range_and_the_last_one_may_be_shorter():
 
 def test_a_chunk_job_recomputes_exactly_its_chunk_with_the_requested_reprocessing():
     request = request_from_params(params(reprocess="redo"))
-    args = chunk_job_args(request, {"start": "a", "end": "b"}, "run-1|a")
+    args = chunk_job_args(request, {"start": "a", "end": "b"}, "run-1|a", "operator")
     assert args[args.index("--start") + 1] == "a" and args[args.index("--end") + 1] == "b"
     assert args[args.index("--reprocess") + 1] == "redo" and args[args.index("--label") + 1] == "run-1|a"
+    assert args[args.index("--triggered-by") + 1] == "operator"
+    scheduled = chunk_job_args(request, {"start": "a", "end": "b"}, "run-2|a", None)
+    assert scheduled[scheduled.index("--triggered-by") + 1] == SCHEDULED_BY
 
 
 def test_summary_counts_only_succeeded_runs_and_reports_failed_attempts():

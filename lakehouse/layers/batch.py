@@ -129,7 +129,8 @@ class BackfillResult:
     status: str = RunStatus.RUNNING
     error: str | None = None
     chunks_skipped: int = 0
-    label: str | None = None  # who asked: an Airflow run and chunk, say
+    label: str | None = None  # what asked: an Airflow run and chunk, say
+    triggered_by: str | None = None  # who asked: an Airflow user, say
 
 
 class ProgressBar:
@@ -167,6 +168,7 @@ class BatchLayer:
         on_chunk: Callable[[int, int], None] | None = None,
         reprocess: str = "redo",
         label: str | None = None,
+        triggered_by: str | None = None,
     ) -> BackfillResult:
         """Recompute each chunk of ``[start, end)``; with ``reprocess="skip"`` a chunk whose inputs have
         the fingerprint its last recomputation recorded is left as it is.
@@ -179,6 +181,7 @@ class BatchLayer:
             on_chunk: called after each chunk with (chunks done, chunks in all).
             reprocess: ``redo`` every chunk, or ``skip`` those whose inputs are unchanged.
             label: names the run in ``ops.batch_coverage`` (an Airflow run id, say).
+            triggered_by: who requested it, recorded in ``ops.backfill_runs``.
         """
         if source not in choices(Source):
             raise LakehouseError(f"unknown source {source!r}: use one of {', '.join(Source)}")
@@ -187,7 +190,9 @@ class BatchLayer:
         chunk_size = parse_duration(chunk)
         if chunk_size <= timedelta(0) or chunk_size % self.pipeline.window.slide_delta:
             raise LakehouseError(f"chunk {chunk} must be a positive multiple of the window slide")
-        result = BackfillResult(str(uuid.uuid4()), self.pipeline.name, source, start, end, label=label)
+        result = BackfillResult(
+            str(uuid.uuid4()), self.pipeline.name, source, start, end, label=label, triggered_by=triggered_by
+        )
         started = time.time()
         cached: list[DataFrame] = []
         try:

@@ -24,6 +24,8 @@ DURATION_PATTERN = r"^\s*\d+\s*(s|m|h|d)\s*$"
 SPARK_CONN_ID = "spark_default"
 # Backfills run in this pool so they cannot take every worker slot from the scheduled layers.
 BACKFILL_POOL = "lakehouse_backfill"
+# Who requested a run Airflow's schedule started, in ops.backfill_runs (no user triggered it).
+SCHEDULED_BY = "schedule"
 
 
 def _declared_pipelines() -> dict[str, bool]:
@@ -207,8 +209,17 @@ def plan_chunks(request: BackfillRequest) -> list[dict[str, str]]:
     return chunks
 
 
-def chunk_job_args(request: BackfillRequest, chunk: dict[str, str], run_label: str) -> list[str]:
-    """Arguments of ``jobs/backfill.py`` for one chunk (the job commits it in one transaction)."""
+def chunk_job_args(
+    request: BackfillRequest, chunk: dict[str, str], run_label: str, triggered_by: str | None
+) -> list[str]:
+    """Arguments of ``jobs/backfill.py`` for one chunk (the job commits it in one transaction).
+
+    Args:
+        request: the validated backfill request.
+        chunk: the chunk's ``start`` and ``end``.
+        run_label: names the Airflow run and chunk in ``ops.backfill_runs``.
+        triggered_by: the Airflow user who triggered the run (None: the schedule did).
+    """
     return [
         "--pipeline",
         request.pipeline,
@@ -224,6 +235,8 @@ def chunk_job_args(request: BackfillRequest, chunk: dict[str, str], run_label: s
         request.reprocess,
         "--label",
         run_label,
+        "--triggered-by",
+        triggered_by or SCHEDULED_BY,
     ]
 
 

@@ -94,6 +94,9 @@ BACKFILL_RUNS = Table(
         # Orchestration: chunks left as they were (same inputs), and who asked (an Airflow run, say).
         ("chunks_skipped", LONG),
         ("label", STR),
+        # The person or scheduler that requested the run: the Airflow user who triggered it, or the
+        # operating-system user of a command line.
+        ("triggered_by", STR),
     ),
 )
 # One row per chunk the batch layer has recomputed: the serving view trusts batch values there,
