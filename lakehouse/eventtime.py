@@ -24,7 +24,10 @@ def parse_duration(text: str) -> timedelta:
     if not match:
         raise LakehouseError(f"cannot read duration {text!r}: write it like 0s, 90s, 5m, 1h or 1d")
     amount, unit = match.groups()
-    return timedelta(seconds=int(amount) * _UNIT_SECONDS[unit])
+    try:
+        return timedelta(seconds=int(amount) * _UNIT_SECONDS[unit])
+    except OverflowError:
+        raise LakehouseError(f"duration {text!r} is too long: at most 999999999d") from None
 
 
 def format_duration(value: timedelta) -> str:
@@ -38,8 +41,11 @@ def format_duration(value: timedelta) -> str:
 
 def parse_instant(text: str, what: str) -> datetime:
     """An ISO-8601 date or date-time; without a zone it is UTC. Returned as naive UTC."""
+    cleaned = str(text).strip()
     try:
-        moment = datetime.fromisoformat(str(text).strip())
+        if not (cleaned.isascii() and cleaned.isprintable()):  # fromisoformat stops at a NUL, say
+            raise ValueError(cleaned)
+        moment = datetime.fromisoformat(cleaned)
     except ValueError:
         raise LakehouseError(f"cannot read {what} {text!r}: use ISO-8601, e.g. 2026-01-05T08:00:00Z") from None
     if moment.tzinfo is not None:

@@ -68,6 +68,15 @@ def test_valid_parameters_become_a_request_in_naive_utc():
         ({"start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"}, "older than the log's retention of 30d"),
         ({"source": "kafka"}, "source must be one of bronze, log"),
         ({"start": "yesterday"}, "cannot read start 'yesterday'"),
+        # What an injection attempt looks like: refused by the same rules, before any work.
+        ({"pipeline": "toll_traffic'; DROP TABLE gold.toll_traffic__batch; --"}, "unknown pipeline"),
+        ({"pipeline": "../../etc/passwd"}, "unknown pipeline '../../etc/passwd'"),
+        ({"source": "bronze --conf spark.jars=evil.jar"}, "source must be one of bronze, log"),
+        ({"chunk": "1h; rm -rf /"}, "cannot read duration '1h; rm -rf /'"),
+        ({"end": "2026-11-20T10:00:00Z\x00; rm -rf /"}, "cannot read end"),
+        ({"end": "2026-11-20T10:00:00Z\n--master yarn"}, "cannot read end"),
+        ({"start": "0001-01-01T00:00:00Z", "end": "9999-12-31T00:00:00Z"}, "longer than the 2d one backfill may cover"),
+        ({"chunk": "99999999999999999999d"}, "duration '99999999999999999999d' is too long"),
     ],
 )
 def test_bad_parameters_are_rejected_with_a_message_that_says_why(changes, message):

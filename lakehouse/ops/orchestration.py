@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.eventtime import format_duration, parse_duration
+from lakehouse.eventtime import format_duration, parse_duration, parse_instant
 from lakehouse.settings import Settings
 from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
 
@@ -145,17 +145,6 @@ class BackfillRequest:
     dry_run: bool = False
 
 
-def parse_utc(text: str, what: str) -> datetime:
-    """An ISO-8601 date-time (``Z`` and offsets accepted; no zone is UTC) as naive UTC."""
-    try:
-        moment = datetime.fromisoformat(str(text).strip().replace(" ", "T", 1))
-    except ValueError:
-        raise LakehouseError(f"cannot read {what} {text!r}: use ISO-8601, e.g. 2026-01-05T08:00:00Z") from None
-    if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC).replace(tzinfo=None)
-    return moment
-
-
 def validate_backfill_request(params: dict, settings: Settings, now: datetime) -> BackfillRequest:
     """Every rule a backfill's parameters must meet, with a message that says how to fix it."""
     pipeline = params.get("pipeline")
@@ -164,7 +153,7 @@ def validate_backfill_request(params: dict, settings: Settings, now: datetime) -
     for name, allowed in (("source", choices(Source)), ("reprocess", choices(Reprocess))):
         if params.get(name) not in allowed:
             raise LakehouseError(f"{name} must be one of {', '.join(allowed)}, not {params.get(name)!r}")
-    start, end = parse_utc(params.get("start"), "start"), parse_utc(params.get("end"), "end")
+    start, end = parse_instant(params.get("start"), "start"), parse_instant(params.get("end"), "end")
     if end <= start:
         raise LakehouseError(f"end {end.isoformat()}Z must be after start {start.isoformat()}Z")
     longest = parse_duration(settings.backfill_max_range)
@@ -189,8 +178,8 @@ def request_from_params(params: dict) -> BackfillRequest:
     """The request the parameters describe (``validate_backfill_request`` checks them first)."""
     return BackfillRequest(
         str(params["pipeline"]),
-        parse_utc(params["start"], "start"),
-        parse_utc(params["end"], "end"),
+        parse_instant(params["start"], "start"),
+        parse_instant(params["end"], "end"),
         str(params["source"]),
         str(params["chunk"]),
         str(params["reprocess"]),
