@@ -435,3 +435,38 @@ def test_a_viewer_who_presses_trigger_in_the_ui_is_refused_and_no_run_is_created
         finally:
             browser.close()
     assert len(client.runs("lakehouse_backfill")) == before
+
+
+def _secrets() -> dict[str, str]:
+    """What `make airflow` generated and must never show: database password, JWT and API secrets,
+    Fernet key, and the users' passwords."""
+    lines = (AIRFLOW_HOME / "secrets.env").read_text().splitlines()
+    generated = {name: value.strip("'") for name, value in (line.split("=", 1) for line in lines if "=" in line)}
+    return generated | {f"{user}'s password": password for user, password in generated_passwords().items()}
+
+
+def _task_outputs(client: Airflow) -> dict[str, str]:
+    """Each task instance's rendered template fields and return value, as text, by task."""
+    outputs = {}
+    for run in client.runs("lakehouse_backfill"):
+        for ti in client.task_instances("lakehouse_backfill", run["dag_run_id"]):
+            name = f"{run['dag_run_id']} {ti['task_id']}[{ti['map_index']}]"
+            outputs[f"rendered fields of {name}"] = json.dumps(ti.get("rendered_fields"))
+            path = client.run_path("lakehouse_backfill", run["dag_run_id"])
+            path += f"/taskInstances/{ti['task_id']}/xcomEntries/return_value?map_index={ti['map_index']}"
+            status, _ = client.status_of("GET", path)
+            if status == 200:
+                outputs[f"XCom of {name}"] = json.dumps(client.request("GET", path)["value"])
+    return outputs
+
+
+def test_no_secret_appears_in_task_logs_process_logs_xcoms_or_rendered_templates(live):
+    client, _, _ = live
+    files = [p for folder in ("logs", "process-logs") for p in (AIRFLOW_HOME / folder).rglob("*") if p.is_file()]
+    texts = {str(path): path.read_text(errors="replace") for path in files} | _task_outputs(client)
+    # The module's backfills ran before this test: there are task logs and XComs to search.
+    assert any("recompute_chunk" in name for name in texts) and any(name.startswith("XCom") for name in texts)
+
+    leaks = [(secret, where) for secret, value in _secrets().items() for where, text in texts.items() if value in text]
+
+    assert not leaks
