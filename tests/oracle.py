@@ -127,6 +127,16 @@ class OracleResult:
         return {(w, bridge, vehicle, count, total) for (w, bridge, vehicle), (count, total) in table.items()}
 
 
+def truth(oracle: OracleResult, start: datetime, end: datetime) -> set[tuple]:
+    """The oracle's batch rows for the windows starting in ``[start, end)``."""
+    return {row for row in oracle.rows("batch") if start <= row[0] < end}
+
+
+def gold_rows(frame) -> set[tuple]:
+    """A toll_traffic gold table's rows as the oracle writes them (processing-time columns aside)."""
+    return {(r.window_start, r.bridge_id, r.vehicle_type, r.vehicles, r.revenue) for r in frame.collect()}
+
+
 def run_oracle(log_root: Path, watermark_delay: timedelta, files_per_batch: int = 1) -> OracleResult:
     """Replay the log the way the speed layer does with ``files_per_batch`` files per micro-batch,
     and compute the batch truth over every accepted event."""

@@ -26,9 +26,9 @@ from lakehouse.settings import local_path
 from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, pipeline_tables
 from tests.airflow_env import PROJECT
 from tests.conftest import make_settings
-from tests.oracle import run_oracle
+from tests.oracle import gold_rows, run_oracle, truth
 from tests.services import free_port
-from tests.test_dags import HOUR0, gold_rows, iso, read, truth
+from tests.test_dags import HOUR0, iso, read
 
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.services]
 PIPELINE = get_pipeline("toll_traffic")

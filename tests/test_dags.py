@@ -1,7 +1,9 @@
 """The DAG files: they parse cleanly and fast, and each DAG, run once with ``dag.test()`` on a small
 generated log, changes exactly the Delta tables it should. The DAGs' Spark tasks run their job files
 with the arguments the DAG rendered, on one warm JVM (``tests/airflow_harness.py``); spark-submit
-itself is exercised on a real scheduler by ``tests/test_airflow_e2e.py``."""
+itself is exercised on a real scheduler by ``tests/test_airflow_e2e.py``. Last, the jobs these DAGs
+run at once on the same windows (two backfill runs over overlapping ranges, a backfill racing a
+correction) both finish with the truth."""
 
 from __future__ import annotations
 
@@ -11,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -19,13 +22,14 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow.fingerprints import parse_bronze_fingerprint
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.settings import local_path
 from lakehouse.storage.catalog import ALERTS, BACKFILL_RUNS, BATCH_COVERAGE, RECONCILIATIONS, pipeline_tables
 from lakehouse.storage.log import LocalLogWriter
 from tests.airflow_env import PROJECT, DagTestRunner, airflow_env
 from tests.conftest import make_settings
-from tests.oracle import run_oracle
+from tests.oracle import gold_rows, run_oracle, truth
 
 pytestmark = pytest.mark.airflow
 
@@ -120,14 +124,6 @@ def home(streamed, tmp_path):
 
 def read(spark, settings, table):
     return spark.read.format("delta").load(table.uri(settings))
-
-
-def gold_rows(frame) -> set[tuple]:
-    return {(r.window_start, r.bridge_id, r.vehicle_type, r.vehicles, r.revenue) for r in frame.collect()}
-
-
-def truth(oracle, start: datetime, end: datetime) -> set[tuple]:
-    return {row for row in oracle.rows("batch") if start <= row[0] < end}
 
 
 @pytest.mark.slow
@@ -270,12 +266,9 @@ def test_stream_health_dag_passes_for_a_fresh_stream_and_fails_once_it_goes_stal
     assert "speed layer for toll_traffic is stale" in run["output"]
 
 
-@pytest.mark.slow
-def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retractions(spark, airflow, home):
-    from lakehouse.storage.catalog import CORRECTION_RUNS, CORRECTIONS
-
-    settings, _ = home
-    # A straggler for the first minute, arriving after everything else: the stream marks it late.
+def stream_a_late_straggler(spark, settings):
+    """A straggler for the first minute, arriving after everything else: the stream marks it late.
+    Returns the oracle's replay of the log with it."""
     straggler = {
         "event_id": "straggler-1",
         "bridge_id": "bridge-00",
@@ -288,7 +281,15 @@ def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retrac
     }
     LocalLogWriter(settings, PIPELINE.name).write(HOUR0 + timedelta(hours=3), "straggler", [json.dumps(straggler)])
     run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
-    oracle = run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
+    return run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
+
+
+@pytest.mark.slow
+def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retractions(spark, airflow, home):
+    from lakehouse.storage.catalog import CORRECTION_RUNS, CORRECTIONS
+
+    settings, _ = home
+    oracle = stream_a_late_straggler(spark, settings)
     late_windows = {
         r.window_start
         for r in read(spark, settings, TABLES.bronze)
@@ -309,3 +310,61 @@ def test_late_corrections_dag_folds_late_events_into_the_batch_layer_with_retrac
     assert gold_rows(batch) == {
         row for row in oracle.rows("batch") if row[0] in {r.window_start for r in batch.collect()}
     }
+
+
+# --- the DAGs' jobs at once on the same windows ----------------------------------------------------
+# Two backfill runs may overlap (max_active_runs=2, or a command line beside a DAG run), and the
+# corrections DAG runs every 15 minutes whatever backfill is running. A write that loses the commit
+# race runs again on the new snapshot; the result must be what running them in turn leaves: the truth.
+
+
+def at_once(*jobs: Callable[[], object]) -> None:
+    """Run the jobs in threads of the one Spark session, released together; re-raise what failed."""
+    errors: list[BaseException] = []
+    ready = threading.Barrier(len(jobs))
+
+    def run(job) -> None:
+        ready.wait()
+        try:
+            job()
+        except BaseException as error:  # noqa: BLE001 - re-raised in the test's thread
+            errors.append(error)
+
+    threads = [threading.Thread(target=run, args=(job,)) for job in jobs]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert not errors, errors
+
+
+def backfill_job(spark, settings, start: datetime, end: datetime) -> Callable[[], object]:
+    return lambda: BatchLayer(spark, settings, PIPELINE).backfill(start, end, chunk="10m")
+
+
+@pytest.mark.slow
+def test_two_backfills_over_overlapping_ranges_at_once_both_finish_with_the_truth(spark, home):
+    settings, oracle = home
+    ranges = [(HOUR0, HOUR0 + timedelta(minutes=40)), (HOUR0 + timedelta(minutes=20), HOUR0 + timedelta(hours=1))]
+
+    at_once(*(backfill_job(spark, settings, *bounds) for bounds in ranges))
+
+    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=1))
+    runs = read(spark, settings, BACKFILL_RUNS).collect()
+    assert sorted((r.status, r.chunks) for r in runs) == [("succeeded", 4), ("succeeded", 4)]
+
+
+@pytest.mark.slow
+def test_a_backfill_racing_a_correction_on_the_same_windows_both_finish_with_the_truth(spark, home):
+    from lakehouse.layers.corrections import CorrectionRun
+    from lakehouse.storage.catalog import CORRECTION_RUNS
+
+    settings, _ = home
+    oracle = stream_a_late_straggler(spark, settings)
+    hour = (HOUR0, HOUR0 + timedelta(hours=1))
+
+    at_once(backfill_job(spark, settings, *hour), lambda: CorrectionRun(spark, settings, PIPELINE).run())
+
+    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, *hour)
+    corrections = [r for r in read(spark, settings, CORRECTION_RUNS).collect() if r.status == "succeeded"]
+    assert len(corrections) == 1 and corrections[0].late_events > 0, "the correction folded the late event in"
