@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from pathlib import Path
 
@@ -21,8 +21,11 @@ import pytest
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.layers.corrections import CorrectionRun
+from lakehouse.layers.speed import run_speed_layer
 from lakehouse.settings import Settings, local_path
-from lakehouse.storage.catalog import DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
+from lakehouse.storage.catalog import CORRECTIONS, DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
+from lakehouse.storage.log import LocalLogWriter
 from tests.conftest import make_settings
 from tests.frames import inline_frame
 from tests.services import free_port
@@ -247,6 +250,45 @@ def test_a_backfill_through_the_service_writes_what_spark_submit_writes_row_for_
         assert " succeeded: toll_traffic " in out.stdout and " 2 chunks recomputed, " in out.stdout
     rows = _batch_rows(spark, through_service)
     assert rows and rows == _batch_rows(spark, submitted)
+
+
+def _streamed_with_a_straggler(spark, root: Path) -> Settings:
+    """Ten minutes of events drained file by file, then a straggler for the first minute: one late
+    event in bronze, for a correction to fold in."""
+    settings = make_settings(root)
+    start = datetime(2026, 1, 5, 8, 0)
+    generate(settings, GeneratorConfig(events=300, events_per_file=100, seed=4, start=start, rate=0.5))
+    straggler = {"event_id": "straggler-1", "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-0",
+                 "vehicle_type": "car", "axles": 2, "toll_amount": 6.0,
+                 "event_time": "2026-01-05T08:00:30Z", "sent_at": "2026-01-05T08:00:30Z"}  # fmt: skip
+    LocalLogWriter(settings, PIPELINE.name).write(start + timedelta(hours=1), "straggler", [json.dumps(straggler)])
+    run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
+    return settings
+
+
+def test_a_correction_through_the_service_writes_what_one_in_its_own_jvm_writes_row_for_row(spark, service, tmp_path):
+    env, served, _ = service
+    streamed = _streamed_with_a_straggler(spark, tmp_path / "streamed")
+    through_service, local = make_settings(tmp_path / "connect"), make_settings(tmp_path / "local")
+    for settings in (through_service, local):
+        shutil.copytree(local_path(streamed.home), local_path(settings.home))
+    remote = {**env, "LAKEHOUSE_HOME": str(local_path(through_service.home)), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+    remote |= {"LAKEHOUSE_SPARK_REMOTE": f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"}
+    remote |= {"LAKEHOUSE_SPARK_REMOTE_TOKEN": (served.service_dir() / "write-token").read_text()}
+
+    connect = lakehouse(remote, "correct")
+    CorrectionRun(spark, local, PIPELINE).run()
+
+    assert connect.returncode == 0, connect.stderr[-3000:]
+    assert _batch_rows(spark, through_service) == _batch_rows(spark, local)
+    logged = [
+        _rows_of(spark, CORRECTIONS.uri(settings), "run_id", "corrected_at") for settings in (through_service, local)
+    ]
+    assert logged[0] and logged[0] == logged[1]
+
+
+def _rows_of(spark, uri: str, *processing_columns: str) -> list:
+    return sorted(spark.read.format("delta").load(uri).drop(*processing_columns).collect())
 
 
 def test_without_the_write_token_a_job_through_the_service_writes_nothing(service, tmp_path):

@@ -22,7 +22,14 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
-from lakehouse.storage.catalog import MANUAL_CHANGES, ensure_table, pipeline_tables, require_table, table_version
+from lakehouse.storage.catalog import (
+    MANUAL_CHANGES,
+    ensure_table,
+    path_identifier,
+    pipeline_tables,
+    require_table,
+    table_version,
+)
 from lakehouse.storage.ops_tables import append_rows
 from lakehouse.vocabulary import Layer
 
@@ -40,7 +47,7 @@ class Repair:
     set_values: str | None = None  # None: delete the rows ``where`` selects
 
     def statement(self, table_uri: str) -> str:
-        target = f"delta.`{table_uri}`"
+        target = path_identifier(table_uri)
         if self.set_values is None:
             return f"DELETE FROM {target} WHERE {self.where}"
         return f"UPDATE {target} SET {self.set_values} WHERE {self.where}"

@@ -26,11 +26,12 @@ from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.layers.batch import event_span, sql_timestamp
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import (
+    BATCH_COVERAGE,
     CORRECTION_RUNS,
     CORRECTIONS,
     ensure_pipeline_tables,
     ensure_table,
-    register_tables,
+    serving_view_sql,
     table_version,
 )
 from lakehouse.storage.frames import literal_frame
@@ -227,12 +228,7 @@ class CorrectionRun:
         in_scope = F.col("window_start").between(earliest, latest)
         new = self._recompute(earliest, latest, scope).where(in_scope).persist()
         try:
-            register_tables(self.spark, self.settings, [pipeline])
-            old = (
-                self.spark.table(self.tables.serving_view)
-                .where(in_scope)
-                .join(scope, on=scope.columns, how="left_semi")
-            )
+            old = self.spark.sql(self._serving_view()).where(in_scope).join(scope, on=scope.columns, how="left_semi")
             changed = changed_rows(old, new, late_counts, pipeline)
             log_rows = correction_log_rows(changed, pipeline, result.run_id).persist()
             try:
@@ -251,6 +247,16 @@ class CorrectionRun:
             )
         finally:
             new.unpersist()
+
+    def _serving_view(self) -> str:
+        """What the serving view shows now, over the tables by location: the catalog is left as it is."""
+        tables, settings = self.tables, self.settings
+        return serving_view_sql(
+            self.pipeline,
+            speed=tables.speed.by_location(settings),
+            batch=tables.batch.by_location(settings),
+            coverage=BATCH_COVERAGE.by_location(settings),
+        )
 
     def _recompute(self, earliest: datetime, latest: datetime, scope: DataFrame) -> DataFrame:
         """The batch layer's values for the scope, from every accepted event in bronze."""

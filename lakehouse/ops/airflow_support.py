@@ -54,7 +54,7 @@ USER_DEFINED_MACROS = {"lakehouse_delta_jars": delta_jars}
 
 # The jobs that run as Spark Connect clients of the service when LAKEHOUSE_SPARK_REMOTE is set; the
 # others still need a JVM of their own (py4j and Delta's Python API; docs/airflow.md).
-CONNECT_JOBS = frozenset({"backfill"})
+CONNECT_JOBS = frozenset({"backfill", "correct"})
 
 
 def through_service(job: str) -> bool:

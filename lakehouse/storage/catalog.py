@@ -37,12 +37,22 @@ class Table:
     def uri(self, settings: Settings) -> str:
         return settings.table_uri(self.schema, self.name)
 
+    def by_location(self, settings: Settings) -> str:
+        """The table in SQL by its location: no catalog needed, and none changed (a job through the
+        Spark service shares the analysts' catalog)."""
+        return path_identifier(self.uri(settings))
+
     @property
     def arrow_schema(self):
         """The columns as a pyarrow schema, for the one-row appends through delta-rs (lakehouse.storage.ops_tables)."""
         from pyspark.sql.pandas.types import to_arrow_schema
 
         return to_arrow_schema(self.columns)
+
+
+def path_identifier(uri: str) -> str:
+    """A Delta table at ``uri`` as a SQL relation."""
+    return f"delta.`{uri}`"
 
 
 def struct_of(*fields: tuple[str, T.DataType]) -> T.StructType:
@@ -413,7 +423,9 @@ def create_table_sql(table: Table, uri: str) -> str:
     columns += [f"`{name}` {kind.simpleString()} GENERATED ALWAYS AS ({sql})" for name, kind, sql in table.generated]
     partitions = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
     properties = " TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')" if table.change_data_feed else ""
-    return f"CREATE TABLE IF NOT EXISTS delta.`{uri}` ({', '.join(columns)}) USING DELTA{partitions}{properties}"
+    return (
+        f"CREATE TABLE IF NOT EXISTS {path_identifier(uri)} ({', '.join(columns)}) USING DELTA{partitions}{properties}"
+    )
 
 
 def ensure_table(spark: SparkSession, table: Table, settings: Settings) -> None:
