@@ -26,6 +26,8 @@ from lakehouse.layers.speed import run_speed_layer
 from lakehouse.settings import Settings, local_path
 from lakehouse.storage.catalog import CORRECTIONS, DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
 from lakehouse.storage.log import LocalLogWriter
+from lakehouse.storage.ops_tables import read_rows
+from tests.airflow_env import airflow_env, migrate_scratch_db
 from tests.conftest import make_settings
 from tests.frames import inline_frame
 from tests.services import free_port
@@ -202,7 +204,7 @@ def test_a_table_a_job_creates_later_is_registered_within_seconds(spark, service
         time.sleep(1)
 
 
-BACKFILL = ["--source", "log", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T08:10Z", "--chunk", "5m"]
+BACKFILL = ["--source", "log", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T08:30Z", "--chunk", "15m"]
 
 
 def _home_with_a_log(root: Path) -> Settings:
@@ -230,25 +232,31 @@ def _batch_rows(spark, settings: Settings) -> list:
     return batch.drop("run_id", "updated_at").orderBy("window_start", "bridge_id", "vehicle_type").collect()
 
 
-def test_a_backfill_through_the_service_writes_what_spark_submit_writes_row_for_row(spark, service, tmp_path):
+def test_the_backfill_dag_runs_its_chunks_through_the_service_and_writes_what_spark_submit_writes(
+    spark, service, tmp_path
+):
     env, served, _ = service
-    through_service, submitted = _home_with_a_log(tmp_path / "connect"), _home_with_a_log(tmp_path / "submit")
-    # A job through the service needs no Java here, only the service's URL and write token.
-    no_java = {**env, "PATH": os.path.dirname(sys.executable), "JAVA_HOME": "/nonexistent"}
-    no_java |= {"LAKEHOUSE_HOME": str(local_path(through_service.home)), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
-    no_java |= {
-        "LAKEHOUSE_SPARK_REMOTE": f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}",
-        "LAKEHOUSE_SPARK_REMOTE_TOKEN": (served.service_dir() / "write-token").read_text(),
-    }
+    through_dag, submitted = _home_with_a_log(tmp_path / "dag"), _home_with_a_log(tmp_path / "submit")
+    airflow_home = tmp_path / "airflow"
+    migrate_scratch_db(airflow_home)
+    dag_env = airflow_env(airflow_home, local_path(through_dag.home), LAKEHOUSE_LOG_RETENTION="3650d")
+    dag_env |= {"LAKEHOUSE_SPARK_REMOTE": f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"}
+    dag_env |= {"LAKEHOUSE_SPARK_REMOTE_TOKEN": (served.service_dir() / "write-token").read_text()}
+    # The tasks need no Java here, only the service's URL and write token.
+    dag_env |= {"PATH": os.path.dirname(sys.executable), "JAVA_HOME": "/nonexistent"}
+    conf = {"pipeline": "toll_traffic", "start": "2026-01-05T08:00:00Z", "end": "2026-01-05T08:30:00Z",
+            "source": "log", "chunk": "15m", "reprocess": "redo", "dry_run": False}  # fmt: skip
+    command = [str(Path(sys.executable).with_name("airflow")), "dags", "test", "lakehouse_backfill", "-c"]
 
-    connect = lakehouse(no_java, "backfill", *BACKFILL)
+    run = subprocess.run([*command, json.dumps(conf)], env=dag_env, cwd=PROJECT, capture_output=True, text=True)
     submit = _spark_submit_backfill(submitted)
 
-    assert connect.returncode == 0, connect.stderr[-3000:]
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     assert submit.returncode == 0, submit.stderr[-3000:]
-    for out in (connect, submit):
-        assert " succeeded: toll_traffic " in out.stdout and " 2 chunks recomputed, " in out.stdout
-    rows = _batch_rows(spark, through_service)
+    assert " 2 chunks recomputed, " in submit.stdout
+    chunks = [r for r in read_rows(through_dag, "ops", "backfill_runs") if r["status"] == "succeeded"]
+    assert len(chunks) == 2, "one run per chunk, each a task of the DAG"
+    rows = _batch_rows(spark, through_dag)
     assert rows and rows == _batch_rows(spark, submitted)
 
 
