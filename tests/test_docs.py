@@ -41,12 +41,18 @@ def test_nothing_points_outside_the_repository():
         for p in (PROJECT / folder).rglob("*")
         if p.suffix in {".py", ".md", ".sh"}
     ]
+    # Every Markdown file a file names is one of the repository's own: the design doc is docs/design.md.
+    documents = {p.name for p in [*tracked, PROJECT / "README.md"] if p.suffix == ".md"}
     for path in [*tracked, PROJECT / "README.md"]:
         if path == Path(__file__):
             continue
         text = path.read_text()
-        for outside in ("DESIGN.md", "../shared", "seeds/"):
+        for outside in ("../shared", "seeds/"):
             assert outside not in text, f"{path.relative_to(PROJECT)} refers to {outside}, outside the repository"
+        named = {Path(name).name for name in re.findall(r"[\w./-]*\b[\w-]+\.md\b", text)}
+        assert named <= documents, (
+            f"{path.relative_to(PROJECT)} names {sorted(named - documents)}, not in the repository"
+        )
 
 
 def test_the_readme_command_table_names_every_cli_command():
