@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import getpass
 import json
+import os
 import sys
 from datetime import UTC, datetime
 
@@ -69,6 +70,15 @@ def cmd_stream(args, settings: Settings) -> None:
     )
 
 
+def os_user() -> str:
+    """Who runs the command, for the records that name who asked. A container may run under a user id
+    with no name (no passwd entry, no USER variable), where getpass raises."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):
+        return f"uid {os.getuid()}"
+
+
 def cmd_backfill(args, settings: Settings) -> None:
     from lakehouse.layers.batch import BatchLayer, ProgressBar, parse_range
 
@@ -89,7 +99,7 @@ def cmd_backfill(args, settings: Settings) -> None:
         on_chunk=on_chunk,
         reprocess=args.reprocess,
         label=args.label,
-        triggered_by=args.triggered_by or getpass.getuser(),
+        triggered_by=args.triggered_by or os_user(),
     )
     print(
         f"backfill {result.run_id} {result.status}: {result.pipeline} [{start.isoformat()}Z, {end.isoformat()}Z) "
@@ -403,7 +413,7 @@ def _add_operations(commands) -> None:
     change.add_argument("--set", help='SQL assignments, e.g. "vehicles = 12"')
     change.add_argument("--delete", action="store_true", help="delete the rows instead")
     repair.add_argument("--reason", required=True, help="why: recorded in audit.manual_changes")
-    repair.add_argument("--by", default=getpass.getuser(), help="who asks (default: this user)")
+    repair.add_argument("--by", default=os_user(), help="who asks (default: this user)")
     repair.set_defaults(run=cmd_repair)
 
     maintain = commands.add_parser("maintain", help="OPTIMIZE and VACUUM the tables, expire the retained log")

@@ -103,3 +103,16 @@ def test_unresolvable_jars_are_a_clear_error_naming_the_coordinates(cli_env, tmp
     last_line = finished.stderr.strip().splitlines()[-1]
     assert last_line.startswith("lakehouse: error: Spark's JVM did not start; most likely the JARs ")
     assert "org.example.nonexistent:no-such-artifact:0.0.1" in last_line
+
+
+def test_a_user_id_without_a_name_is_recorded_by_its_number(monkeypatch):
+    import getpass
+    import os
+
+    from lakehouse.cli import os_user
+
+    def no_name():
+        raise KeyError("getpwuid(): uid not found")
+
+    monkeypatch.setattr(getpass, "getuser", no_name)
+    assert os_user() == f"uid {os.getuid()}"
