@@ -6,8 +6,8 @@ home: the same tasks a worker runs (validation, one ``spark-submit jobs/backfill
 summary), in sequence as the DAG's one-slot pool runs them, without a scheduler's polling delays.
 It runs twice: with spark-submit per chunk, and with ``LAKEHOUSE_SPARK_REMOTE`` naming the run's
 Spark service on the data set's home (bench.service), so that each chunk is a Spark Connect client
-(no JVM). Every
-side must leave the same vehicles in ``__batch``, or the ratio would compare different work.
+(no JVM). Every side must leave the same vehicles in ``__batch``, or the ratio would compare
+different work.
 """
 
 from __future__ import annotations

@@ -266,9 +266,9 @@ def test_stream_health_dag_passes_for_a_fresh_stream_and_fails_once_it_goes_stal
     assert "speed layer for toll_traffic is stale" in run["output"]
 
 
-def stream_a_late_straggler(spark, settings):
-    """A straggler for the first minute, arriving after everything else: the stream marks it late.
-    Returns the oracle's replay of the log with it."""
+def stream_a_late_straggler(spark, settings, first_minute: datetime = HOUR0):
+    """A straggler for ``first_minute``, arriving after everything else, drained with the rest of
+    the log file by file: the stream marks it late. Returns the oracle's replay of the log with it."""
     straggler = {
         "event_id": "straggler-1",
         "bridge_id": "bridge-00",
@@ -276,10 +276,11 @@ def stream_a_late_straggler(spark, settings):
         "vehicle_type": "car",
         "axles": 2,
         "toll_amount": 6.0,
-        "event_time": iso(HOUR0 + timedelta(seconds=30)),
-        "sent_at": iso(HOUR0 + timedelta(seconds=30)),
+        "event_time": iso(first_minute + timedelta(seconds=30)),
+        "sent_at": iso(first_minute + timedelta(seconds=30)),
     }
-    LocalLogWriter(settings, PIPELINE.name).write(HOUR0 + timedelta(hours=3), "straggler", [json.dumps(straggler)])
+    arrival = first_minute + timedelta(hours=3)
+    LocalLogWriter(settings, PIPELINE.name).write(arrival, "straggler", [json.dumps(straggler)])
     run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
     return run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
 

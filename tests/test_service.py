@@ -12,7 +12,7 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timedelta
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
@@ -22,15 +22,14 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.corrections import CorrectionRun
-from lakehouse.layers.speed import run_speed_layer
 from lakehouse.settings import Settings, local_path
 from lakehouse.storage.catalog import CORRECTIONS, DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
-from lakehouse.storage.log import LocalLogWriter
 from lakehouse.storage.ops_tables import read_rows
 from tests.airflow_env import airflow_env, migrate_scratch_db
 from tests.conftest import make_settings
 from tests.frames import inline_frame
 from tests.services import free_port
+from tests.test_dags import stream_a_late_straggler
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
 PROJECT = Path(__file__).resolve().parents[1]
@@ -261,16 +260,12 @@ def test_the_backfill_dag_runs_its_chunks_through_the_service_and_writes_what_sp
 
 
 def _streamed_with_a_straggler(spark, root: Path) -> Settings:
-    """Ten minutes of events drained file by file, then a straggler for the first minute: one late
+    """Ten minutes of events, then a straggler for the first minute, drained file by file: one late
     event in bronze, for a correction to fold in."""
     settings = make_settings(root)
     start = datetime(2026, 1, 5, 8, 0)
     generate(settings, GeneratorConfig(events=300, events_per_file=100, seed=4, start=start, rate=0.5))
-    straggler = {"event_id": "straggler-1", "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-0",
-                 "vehicle_type": "car", "axles": 2, "toll_amount": 6.0,
-                 "event_time": "2026-01-05T08:00:30Z", "sent_at": "2026-01-05T08:00:30Z"}  # fmt: skip
-    LocalLogWriter(settings, PIPELINE.name).write(start + timedelta(hours=1), "straggler", [json.dumps(straggler)])
-    run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
+    stream_a_late_straggler(spark, settings, first_minute=start)
     return settings
 
 
