@@ -124,8 +124,21 @@ class Registrar:
         return kept
 
     def register_new(self) -> list[str]:
-        from lakehouse.storage.catalog import register_tables
+        from py4j.protocol import Py4JError
 
+        from lakehouse.storage.catalog import register_tables, registrable_tables
+
+        # Delta caches a DeltaLog per path, also one for a table that did not exist yet, and its
+        # existence check reads that cached state: forget it for the tables still unregistered, so a
+        # table another process created since is seen (none of them is queried, so nothing is lost).
+        jvm = self.spark._jvm
+        for table in registrable_tables():
+            if table.qualified_name not in self.registered:
+                try:
+                    path = jvm.org.apache.hadoop.fs.Path(table.uri(self.settings))
+                    jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(self.spark._jsparkSession, path)
+                except Py4JError:
+                    break
         added = register_tables(self.spark, self.settings, skip=frozenset(self.registered))
         self.registered.update(added)
         return added
