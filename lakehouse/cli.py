@@ -52,6 +52,7 @@ def cmd_generate(args, settings: Settings) -> None:
         duplicate_fraction=args.duplicate_fraction,
         malformed_fraction=args.malformed_fraction,
         events_per_file=args.events_per_file,
+        clock_skew=args.clock_skew,
     )
     result = generate(settings, config, args.pipeline)
     print(json.dumps({"log": settings.pipeline_log_uri(args.pipeline), **result.as_dict()}, indent=1))
@@ -307,6 +308,9 @@ def _add_generate(commands) -> None:
     generate.add_argument("--duplicate-fraction", type=float, default=0.01)
     generate.add_argument("--malformed-fraction", type=float, default=0.01)
     generate.add_argument("--events-per-file", type=int, default=500)
+    generate.add_argument(
+        "--clock-skew", default="0s", help="each booth's clock is off by a fixed amount within +/- this (e.g. 5m)"
+    )
     generate.set_defaults(run=cmd_generate)
 
 

@@ -60,6 +60,9 @@ class GeneratorConfig:
     duplicate_fraction: float = 0.01
     malformed_fraction: float = 0.01
     events_per_file: int = 500
+    # Each booth's clock is off by a fixed amount within +/- this (0s: every clock is right). Only the
+    # stamps move: the same seed gives the same events, arrivals and files with or without skew.
+    clock_skew: str = "0s"
 
     def validate(self) -> None:
         from lakehouse.errors import LakehouseError
@@ -73,6 +76,18 @@ class GeneratorConfig:
             raise LakehouseError("events_per_file must be >= 1 and wall_rate >= 0")
         if parse_duration(self.late_delay).total_seconds() < 1:
             raise LakehouseError("late_delay must be at least 1s")
+        parse_duration(self.clock_skew)  # a clear error for a malformed duration
+
+
+def device_clock_offset(config: GeneratorConfig, booth_id: str) -> timedelta:
+    """How far a booth's clock is ahead of the true time (negative: behind), whole milliseconds.
+
+    Drawn from a hash of the seed and the booth, not from the event stream's random numbers, so
+    that skew changes nothing else in the log.
+    """
+    bound_ms = int(parse_duration(config.clock_skew).total_seconds() * 1000)
+    draw = int.from_bytes(hashlib.sha256(f"{config.seed}:{booth_id}".encode()).digest()[:8], "big")
+    return timedelta(milliseconds=draw % (2 * bound_ms + 1) - bound_ms)
 
 
 @dataclasses.dataclass
@@ -97,16 +112,19 @@ def _toll_event(rng: random.Random, config: GeneratorConfig, event_time: datetim
     if rng.random() < 0.15:  # frequent-traveller discount, rounded to the cent
         toll = (toll * Decimal("0.85")).quantize(Decimal("0.01"))
     bridge = rng.randrange(config.bridges)
+    event_id = str(uuid.UUID(int=rng.getrandbits(128), version=4))
+    booth_id = f"bridge-{bridge:02d}-booth-{rng.randrange(config.booths_per_bridge)}"
+    clock = device_clock_offset(config, booth_id)  # the booth stamps both times by its own clock
     event = {
-        "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+        "event_id": event_id,
         "bridge_id": f"bridge-{bridge:02d}",
-        "booth_id": f"bridge-{bridge:02d}-booth-{rng.randrange(config.booths_per_bridge)}",
+        "booth_id": booth_id,
         "vehicle_type": vehicle_type,
         "axles": axles,
         # Cents are computed in Decimal; a float's shortest repr writes them back exactly ("12.11").
         "toll_amount": float(toll),
-        "event_time": _iso(event_time),
-        "sent_at": _iso(sent_at),
+        "event_time": _iso(event_time + clock),
+        "sent_at": _iso(sent_at + clock),
     }
     plate = rng.random()
     if plate < 0.9:

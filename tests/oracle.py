@@ -65,8 +65,17 @@ def _type_ok(kind: str, value) -> bool:
     raise ValueError(kind)
 
 
-def classify(line: str) -> tuple[dict | None, str | None]:
-    """(typed event, None) for a valid line, (None, reason) for an invalid one."""
+def receive_time(path: Path) -> datetime | None:
+    """When the log received a file: the stamp its name starts with (None for another name)."""
+    match = re.match(r"^(\d{8}T\d{12})Z-", path.name)
+    return datetime.strptime(match.group(1), "%Y%m%dT%H%M%S%f") if match else None
+
+
+def classify(
+    line: str, received: datetime | None = None, skew_bound: timedelta | None = None
+) -> tuple[dict | None, str | None]:
+    """(typed event, None) for a valid line, (None, reason) for an invalid one. With ``skew_bound``,
+    device clocks are corrected by the file's ``received`` time (docs/design.md, "Device clocks")."""
     try:
         document = json.loads(
             line,
@@ -93,15 +102,33 @@ def classify(line: str) -> tuple[dict | None, str | None]:
             if value is None:
                 return None, f"bad_timestamp:{name}"
         event[name] = Decimal(value) if kind == "money" else value
-    if event["vehicle_type"] not in VEHICLE_TYPES:
-        return None, "unknown_vehicle_type"
-    if not 2 <= event["axles"] <= 9:
-        return None, "axles_out_of_range"
-    if not Decimal(0) <= event["toll_amount"] < Decimal(1000):
-        return None, "toll_out_of_range"
-    if event["event_time"] > event["sent_at"] + timedelta(days=1):
-        return None, "event_time_too_far_in_future"
+    offset = None
+    if skew_bound is not None:
+        if received is None:
+            return None, "no_receive_time"
+        offset = received - event["sent_at"]
+        if abs(offset) > skew_bound:
+            return None, "clock_skew_out_of_bounds"
+    reason = _value_rule_broken(event)
+    if reason:
+        return None, reason
+    if offset is not None:
+        event["event_time"] += offset
+        event["received_at"] = received
     return event, None
+
+
+def _value_rule_broken(event: dict) -> str | None:
+    """The suite's value rules, judged on the event as its device sent it."""
+    if event["vehicle_type"] not in VEHICLE_TYPES:
+        return "unknown_vehicle_type"
+    if not 2 <= event["axles"] <= 9:
+        return "axles_out_of_range"
+    if not Decimal(0) <= event["toll_amount"] < Decimal(1000):
+        return "toll_out_of_range"
+    if event["event_time"] > event["sent_at"] + timedelta(days=1):
+        return "event_time_too_far_in_future"
+    return None
 
 
 def window_start(moment: datetime) -> datetime:
@@ -137,9 +164,11 @@ def gold_rows(frame) -> set[tuple]:
     return {(r.window_start, r.bridge_id, r.vehicle_type, r.vehicles, r.revenue) for r in frame.collect()}
 
 
-def run_oracle(log_root: Path, watermark_delay: timedelta, files_per_batch: int = 1) -> OracleResult:
+def run_oracle(
+    log_root: Path, watermark_delay: timedelta, files_per_batch: int = 1, skew_bound: timedelta | None = None
+) -> OracleResult:
     """Replay the log the way the speed layer does with ``files_per_batch`` files per micro-batch,
-    and compute the batch truth over every accepted event."""
+    and compute the batch truth over every accepted event (device clocks corrected with ``skew_bound``)."""
     files = log_files(log_root)
     result = OracleResult()
     seen: set[str] = set()
@@ -151,8 +180,8 @@ def run_oracle(log_root: Path, watermark_delay: timedelta, files_per_batch: int 
         counts = defaultdict(int)
         batch_max = None
         # Within a batch, copies are taken in (file, text) order: the first one wins.
-        for _, line in sorted(lines):
-            event, reason = classify(line)
+        for path, line in sorted(lines):
+            event, reason = classify(line, receive_time(Path(path)), skew_bound)
             if reason:
                 counts["quarantined"] += 1
                 result.reasons[reason] += 1

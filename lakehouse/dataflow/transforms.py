@@ -16,7 +16,9 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
-from lakehouse.dataflow.pipelines.base import INTEGER, MONEY, STRING, TIMESTAMP, Field, Pipeline
+from lakehouse.dataflow import clocks
+from lakehouse.dataflow.pipelines.base import INTEGER, MONEY, RECEIVED_AT, STRING, TIMESTAMP, Field, Pipeline
+from lakehouse.eventtime import parse_duration
 from lakehouse.vocabulary import Fate
 
 # ISO-8601 with an explicit zone: a timestamp without one would silently take the reader's zone.
@@ -85,6 +87,7 @@ class _ParseColumns:
     typed_values: dict[str, Column]
     reason: Column
     raw_event_id: Column
+    corrected: dict[str, Column]  # the device's times moved onto the log's clock, when it corrects clocks
 
 
 @functools.lru_cache(maxsize=16)
@@ -100,14 +103,22 @@ def _parse_columns(pipeline: Pipeline, spark_context: SparkContext | None) -> _P
     ]
     for field in pipeline.fields:
         problems.extend(_field_problems(field))
+    typed_values = {f.name: F.when(_is_present(f.name) & _has_right_type(f), _typed_value(f)) for f in pipeline.fields}
+    corrected = {}
+    if pipeline.corrects_clocks:
+        received, sent = F.col(RECEIVED_AT), F.col(pipeline.clocks.sent_at)
+        typed_values[RECEIVED_AT] = clocks.received_at(F.col("source_file"))
+        problems.extend(clocks.clock_problems(received, sent, _micros(pipeline.clocks.bound_delta)))
+        offset = clocks.clock_offset_micros(received, sent)
+        corrected = {pipeline.event_time: clocks.corrected_time(F.col(pipeline.event_time), offset)}
+    # Value rules judge the event as its device sent it, before any correction.
     problems.extend((rule.violated(), rule.reason) for rule in pipeline.rules)
     return _ParseColumns(
         json_values={f"_json_{f.name}": F.try_variant_get(document, f"$.{f.name}", "variant") for f in pipeline.fields},
-        typed_values={
-            f.name: F.when(_is_present(f.name) & _has_right_type(f), _typed_value(f)) for f in pipeline.fields
-        },
+        typed_values=typed_values,
         reason=F.coalesce(*[F.when(condition, F.lit(reason)) for condition, reason in problems]),
         raw_event_id=F.try_variant_get(document, f"$.{pipeline.event_id}", "string").alias("raw_event_id"),
+        corrected=corrected,
     )
 
 
@@ -115,8 +126,10 @@ def parse_events(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
     """Raw log lines (``value``, ``source_file``) -> typed fields plus ``reason``.
 
     ``reason`` is null for a valid event and otherwise names the first rule it breaks, in this
-    order: bad_json, not_an_object, then per field missing/wrong type/bad timestamp, then the
-    pipeline's value rules. Every line comes out exactly once: nothing is dropped here.
+    order: bad_json, not_an_object, then per field missing/wrong type/bad timestamp, then the clock
+    rules of a pipeline that corrects clocks, then the pipeline's value rules. Every line comes out
+    exactly once: nothing is dropped here. Such a pipeline's events also carry ``received_at``, and
+    their ``event_time`` is on the log's clock (``lakehouse.dataflow.clocks``).
     """
     # A Spark Connect session's columns are plain descriptions, any session's (key None).
     columns = _parse_columns(pipeline, getattr(raw.sparkSession, "_sc", None))
@@ -125,6 +138,7 @@ def parse_events(raw: DataFrame, pipeline: Pipeline) -> DataFrame:
         .withColumns(columns.json_values)
         .withColumns(columns.typed_values)
         .withColumn("reason", columns.reason)
+        .withColumns(columns.corrected)
         .select("value", "source_file", *pipeline.field_names, "reason", columns.raw_event_id)
     )
     return _evaluated_once(parsed)
@@ -151,8 +165,6 @@ def quarantined_records(parsed: DataFrame) -> DataFrame:
 
 def interval(duration: str) -> str:
     """A Spark interval string for one of our durations."""
-    from lakehouse.eventtime import parse_duration
-
     return f"{int(parse_duration(duration).total_seconds())} seconds"
 
 

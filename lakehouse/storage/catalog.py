@@ -304,7 +304,7 @@ BY_WINDOW_DATE = {
 def _event_tables(pipeline: Pipeline) -> dict[str, Table]:
     """Bronze (accepted events, with their fate) and quarantine (rejected records) of a pipeline."""
     p = pipeline.name
-    event_fields = [(f.name, f.spark_type) for f in pipeline.fields]
+    event_fields = pipeline.event_columns
     return dict(
         bronze=Table(
             "bronze",

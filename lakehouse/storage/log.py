@@ -1,9 +1,10 @@
 """The retained log: newline-delimited JSON files, partitioned by ingest hour.
 
-Layout: ``<log>/<pipeline>/ingest_date=YYYY-MM-DD/ingest_hour=HH/<arrival>-<seq>.jsonl``. File
-names start with the arrival time of their first record, so name order is arrival order, and a
-replay of an ingest-time range lists only the folders of that range. Files appear atomically
-(written beside, then renamed), so a reader never sees half a file.
+Layout: ``<log>/<pipeline>/ingest_date=YYYY-MM-DD/ingest_hour=HH/<arrival>Z-<tag>.jsonl``. File
+names start with the arrival time of their first record (the file's receive time, which corrects
+device clocks), so name order is arrival order, and a replay of an ingest-time range lists only
+the folders of that range. Files appear atomically (written beside, then renamed), so a reader
+never sees half a file.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.dataflow.clocks import log_file_name
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, local_path, to_uri
 from lakehouse.storage.frames import literal_frame
@@ -50,7 +52,7 @@ class LocalLogWriter:
         target_dir = self.root / partition_dir(arrival)
         target_dir.mkdir(parents=True, exist_ok=True)
         self.incoming.mkdir(parents=True, exist_ok=True)
-        name = f"{arrival:%Y%m%dT%H%M%S%f}Z-{tag}.jsonl"
+        name = log_file_name(arrival, tag)
         temp = self.incoming / f"{name}.{os.getpid()}.tmp"
         with open(temp, "w", encoding="utf-8") as handle:
             handle.write("\n".join(lines) + "\n")

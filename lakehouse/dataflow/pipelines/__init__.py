@@ -2,11 +2,24 @@
 
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.dataflow.pipelines.team_scores import TEAM_SCORES, TEAM_SCORES_SESSIONS
-from lakehouse.dataflow.pipelines.toll_traffic import TOLL_TRAFFIC, TOLL_TRAFFIC_5M, TOLL_TRIPS
+from lakehouse.dataflow.pipelines.toll_traffic import (
+    TOLL_TRAFFIC,
+    TOLL_TRAFFIC_5M,
+    TOLL_TRAFFIC_CORRECTED_CLOCKS,
+    TOLL_TRIPS,
+)
 from lakehouse.errors import LakehouseError
 
 PIPELINES: dict[str, Pipeline] = {
-    p.name: p for p in (TOLL_TRAFFIC, TOLL_TRAFFIC_5M, TOLL_TRIPS, TEAM_SCORES, TEAM_SCORES_SESSIONS)
+    p.name: p
+    for p in (
+        TOLL_TRAFFIC,
+        TOLL_TRAFFIC_5M,
+        TOLL_TRIPS,
+        TOLL_TRAFFIC_CORRECTED_CLOCKS,
+        TEAM_SCORES,
+        TEAM_SCORES_SESSIONS,
+    )
 }
 
 

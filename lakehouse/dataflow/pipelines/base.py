@@ -11,6 +11,8 @@ from pyspark.sql import types as T
 
 from lakehouse.eventtime import parse_duration
 
+# When the log received an event, by the log's clock (docs/design.md, "Device clocks").
+RECEIVED_AT = "received_at"
 # JSON value kinds a field may hold, checked against the type the JSON text actually carries.
 STRING, INTEGER, MONEY, TIMESTAMP = "string", "integer", "money", "timestamp"
 
@@ -93,6 +95,21 @@ class Window:
 
 
 @dataclasses.dataclass(frozen=True)
+class ClockCorrection:
+    """Correct device clocks by the log's receive time: ``sent_at`` is the device's send time by its
+    own clock, ``device`` the field naming the clock's owner (offsets are reported per device), and
+    an offset beyond ``bound`` is quarantined."""
+
+    bound: str
+    sent_at: str = "sent_at"
+    device: str = "device_id"
+
+    @property
+    def bound_delta(self) -> timedelta:
+        return parse_duration(self.bound)
+
+
+@dataclasses.dataclass(frozen=True)
 class Pipeline:
     name: str
     fields: tuple[Field, ...]
@@ -109,6 +126,17 @@ class Pipeline:
     source: str | None = None
     # Sessions are recomputed from events up to this far before a range (longer ones are cut).
     session_lookback: str = "1d"
+    # Device clocks moved onto the log's clock, when set (docs/design.md, "Device clocks").
+    clocks: ClockCorrection | None = None
+
+    def __post_init__(self):
+        names = {f.name for f in self.fields}
+        if self.clocks and not {self.clocks.sent_at, self.clocks.device} <= names:
+            raise ValueError(f"{self.name}: clock correction names fields it does not have: {self.clocks}")
+
+    @property
+    def corrects_clocks(self) -> bool:
+        return self.clocks is not None
 
     @property
     def topic(self) -> str:
@@ -123,8 +151,14 @@ class Pipeline:
         return T.StructType([T.StructField(f.name, f.spark_type, nullable=not f.required) for f in self.fields])
 
     @property
+    def event_columns(self) -> list[tuple[str, T.DataType]]:
+        """An accepted event's columns: its fields, and the receive time when clocks are corrected."""
+        received = [(RECEIVED_AT, T.TimestampType())] if self.corrects_clocks else []
+        return [(f.name, f.spark_type) for f in self.fields] + received
+
+    @property
     def field_names(self) -> list[str]:
-        return [f.name for f in self.fields]
+        return [name for name, _ in self.event_columns]
 
     @property
     def metric_names(self) -> list[str]:

@@ -6,7 +6,17 @@ import dataclasses
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
-from lakehouse.dataflow.pipelines.base import INTEGER, MONEY, STRING, TIMESTAMP, Field, Metric, Pipeline, Window
+from lakehouse.dataflow.pipelines.base import (
+    INTEGER,
+    MONEY,
+    STRING,
+    TIMESTAMP,
+    ClockCorrection,
+    Field,
+    Metric,
+    Pipeline,
+    Window,
+)
 from lakehouse.dataflow.pipelines.row_rules import row_rules
 
 VEHICLE_TYPES = ("car", "motorcycle", "van", "bus", "truck")
@@ -60,4 +70,12 @@ TOLL_TRIPS = TOLL_TRAFFIC.variant(
         Metric("bridges_crossed", lambda: F.count(F.lit(1)), T.LongType()),
         Metric("total_toll", lambda: F.sum("toll_amount").cast(REVENUE_TYPE), REVENUE_TYPE),
     ),
+)
+
+# The same traffic on the log's clock: each booth's stamps are moved by its clock's offset, measured
+# as received_at - sent_at. A clock more than 10 minutes off is broken, not skewed: quarantined.
+TOLL_TRAFFIC_CORRECTED_CLOCKS = TOLL_TRAFFIC.variant(
+    "toll_traffic_corrected_clocks",
+    description="Vehicles and toll revenue per 1-minute window, bridge and vehicle type, booth clocks corrected",
+    clocks=ClockCorrection(bound="10m", sent_at="sent_at", device="booth_id"),
 )
