@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -16,7 +17,8 @@ from decimal import Decimal
 from pathlib import Path
 
 VEHICLE_TYPES = {"car", "motorcycle", "van", "bus", "truck"}
-ISO_WITH_ZONE = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,6})?(Z|[+-]\d{2}:\d{2})$")
+# Up to nine digits of a second, read to the microsecond (the rest is cut, not rounded).
+ISO_WITH_ZONE = re.compile(r"^(\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2})(?:\.(\d{1,9}))?(Z|[+-]\d{2}:\d{2})$")
 FIELDS = (  # name, kind, required, in declaration order
     ("event_id", "string", True),
     ("bridge_id", "string", True),
@@ -41,13 +43,21 @@ def _no_duplicate_keys(pairs):
     return dict(pairs)
 
 
+# docs/design.md, "Validation": instants a day inside years 1 to 9999, in UTC.
+READABLE = (datetime(1, 1, 2), datetime(9999, 12, 31))
+
+
 def _timestamp(text: str) -> datetime | None:
-    if not ISO_WITH_ZONE.match(text):
+    match = ISO_WITH_ZONE.match(text)
+    if not match:
         return None
+    seconds, fraction, zone = match.groups()
     try:
-        return datetime.fromisoformat(text).astimezone(UTC).replace(tzinfo=None)
-    except ValueError:
+        moment = datetime.fromisoformat(f"{seconds}.{(fraction or '')[:6]:0<6}{zone}")
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    except (ValueError, OverflowError):
         return None
+    return moment if READABLE[0] <= moment < READABLE[1] else None
 
 
 def _type_ok(kind: str, value) -> bool:
@@ -65,10 +75,36 @@ def _type_ok(kind: str, value) -> bool:
     raise ValueError(kind)
 
 
+# The parser's limit on nesting (Jackson's default): a document nested deeper is not read at all.
+MAX_JSON_DEPTH = 1000
+
+
+def _depth(document) -> int:
+    """How deeply arrays and objects nest in a parsed document (a scalar: 0), without recursion."""
+    deepest, level = 0, [(document, 1)]
+    while level:
+        value, depth = level.pop()
+        children = value.values() if isinstance(value, dict) else value if isinstance(value, list) else None
+        if children is not None:
+            deepest = max(deepest, depth)
+            level.extend((child, depth + 1) for child in children)
+    return deepest
+
+
 def receive_time(path: Path) -> datetime | None:
     """When the log received a file: the stamp its name starts with (None for another name)."""
     match = re.match(r"^(\d{8}T\d{12})Z-", path.name)
     return datetime.strptime(match.group(1), "%Y%m%dT%H%M%S%f") if match else None
+
+
+def _loads(line: str, **options):
+    """json.loads with room to nest past the parser's limit (Python's own recursion limit is lower)."""
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(max(limit, 4 * MAX_JSON_DEPTH))
+    try:
+        return json.loads(line, **options)
+    finally:
+        sys.setrecursionlimit(limit)
 
 
 def classify(
@@ -77,13 +113,16 @@ def classify(
     """(typed event, None) for a valid line, (None, reason) for an invalid one. With ``skew_bound``,
     device clocks are corrected by the file's ``received`` time (docs/design.md, "Device clocks")."""
     try:
-        document = json.loads(
+        document = _loads(
             line,
             object_pairs_hook=_no_duplicate_keys,
-            parse_float=Decimal,
+            # A number with an exponent is a double, not an amount of cents (docs/design.md, "Validation").
+            parse_float=lambda text: float(text) if "e" in text.lower() else Decimal(text),
             parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)),
         )
-    except (ValueError, _DuplicateKey):
+    except (ValueError, _DuplicateKey, RecursionError):
+        return None, "bad_json"
+    if _depth(document) > MAX_JSON_DEPTH:
         return None, "bad_json"
     if not isinstance(document, dict):
         return None, "not_an_object"

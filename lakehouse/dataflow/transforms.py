@@ -23,6 +23,10 @@ from lakehouse.vocabulary import Fate
 
 # ISO-8601 with an explicit zone: a timestamp without one would silently take the reader's zone.
 ISO_TIMESTAMP_WITH_ZONE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"
+# Instants a day inside the calendar every client reads (years 1 to 9999): an event at 9999-12-31
+# 23:59 had a window ending in year 10000 and one at 0001-01-01 00:30+01:00 an instant in year 0,
+# and a Python client (lakehouse sql, a BI tool's driver) failed on any query returning them.
+READABLE_INSTANTS = ("0001-01-02T00:00:00Z", "9999-12-31T00:00:00Z")
 _INTEGER_JSON_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
 # A JSON number with at most two decimals ("12.5" is DECIMAL(3,1) in a variant).
 _CENT_DECIMAL = r"^DECIMAL\(\d+,[0-2]\)$"
@@ -32,8 +36,22 @@ def _json_value(name: str) -> Column:
     return F.col(f"_json_{name}")
 
 
+def _is_object(value: Column) -> Column:
+    return F.try_variant_get(value, "$", "map<string,variant>").isNotNull()
+
+
+def _is_container(value: Column) -> Column:
+    """An object or an array, told without walking it. ``schema_of_variant`` (and a cast of a
+    container to string) walks the whole value recursively: a hostile line nested a few hundred
+    deep overflowed the task's stack, and the JVM died with the stream in it. A cast to a map or an
+    array of variants looks at the top level only."""
+    return _is_object(value) | F.try_variant_get(value, "$", "array<variant>").isNotNull()
+
+
 def _json_type(name: str) -> Column:
-    return F.schema_of_variant(_json_value(name))
+    """The JSON type of a field's value, for scalars (a container is just CONTAINER)."""
+    value = _json_value(name)
+    return F.when(_is_container(value), F.lit("CONTAINER")).otherwise(F.schema_of_variant(value))
 
 
 def _is_present(name: str) -> Column:
@@ -44,7 +62,9 @@ def _is_present(name: str) -> Column:
 def _typed_value(field: Field) -> Column:
     value = _json_value(field.name)
     if field.kind == TIMESTAMP:
-        return F.try_variant_get(value, "$", "string").try_cast("timestamp")
+        return _scalar_text(value).try_cast("timestamp")
+    if field.kind == STRING:
+        return _scalar_text(value)
     return F.try_variant_get(value, "$", field.spark_type.simpleString())
 
 
@@ -63,8 +83,9 @@ def _has_right_type(field: Field) -> Column:
 
 
 def _is_valid_timestamp(field: Field) -> Column:
-    text = F.try_variant_get(_json_value(field.name), "$", "string")
-    return text.rlike(ISO_TIMESTAMP_WITH_ZONE) & _typed_value(field).isNotNull()
+    text, typed = _scalar_text(_json_value(field.name)), _typed_value(field)
+    earliest, end = (F.lit(bound).cast("timestamp") for bound in READABLE_INSTANTS)
+    return text.rlike(ISO_TIMESTAMP_WITH_ZONE) & typed.isNotNull() & (typed >= earliest) & (typed < end)
 
 
 def _field_problems(field: Field) -> list[tuple[Column, str]]:
@@ -76,6 +97,11 @@ def _field_problems(field: Field) -> list[tuple[Column, str]]:
     if field.kind == TIMESTAMP:
         problems.append((present & ~_is_valid_timestamp(field), f"bad_timestamp:{field.name}"))
     return problems
+
+
+def _scalar_text(value: Column) -> Column:
+    """A JSON scalar as text (null for a container, which a cast would walk)."""
+    return F.when(~_is_container(value), F.try_variant_get(value, "$", "string"))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,7 +125,7 @@ def _parse_columns(pipeline: Pipeline, spark_context: SparkContext | None) -> _P
     document = F.col("_document")
     problems: list[tuple[Column, str]] = [
         (document.isNull(), "bad_json"),
-        (~F.schema_of_variant(document).startswith("OBJECT"), "not_an_object"),
+        (~_is_object(document), "not_an_object"),
     ]
     for field in pipeline.fields:
         problems.extend(_field_problems(field))
@@ -117,7 +143,9 @@ def _parse_columns(pipeline: Pipeline, spark_context: SparkContext | None) -> _P
         json_values={f"_json_{f.name}": F.try_variant_get(document, f"$.{f.name}", "variant") for f in pipeline.fields},
         typed_values=typed_values,
         reason=F.coalesce(*[F.when(condition, F.lit(reason)) for condition, reason in problems]),
-        raw_event_id=F.try_variant_get(document, f"$.{pipeline.event_id}", "string").alias("raw_event_id"),
+        raw_event_id=_scalar_text(F.try_variant_get(document, f"$.{pipeline.event_id}", "variant")).alias(
+            "raw_event_id"
+        ),
         corrected=corrected,
     )
 
