@@ -61,6 +61,7 @@ class Plan:
     speed_growth_batches: int = 4
     sql_points: int = 20  # one-window lookups on the serving view, and aggregates over its whole day
     sql_aggregates: int = 5
+    sql_cli_queries: int | None = None  # all of them
 
     @classmethod
     def full(cls, env) -> Plan:
@@ -91,11 +92,12 @@ class Plan:
             # layer's first micro-batch (creating its tables) has taken longer than 20 s.
             freshness_grace=150,
             correction_events_per_day=500,
-            orchestration_hours=2,
+            orchestration_hours=1,
             speed_held_days=(1, 2),
             speed_growth_batches=1,
             sql_points=1,
             sql_aggregates=1,
+            sql_cli_queries=1,  # a JVM per query: the aggregate only
         )
 
 
@@ -259,7 +261,9 @@ def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: 
         "throughput": lambda: stream.throughput(
             spark, data, plan.runs, plan.trigger, plan.drain_sizes, plan.drain_batches
         ),
-        "sql_latency": lambda: sql_latency.sql_latency(data, served, plan.runs, plan.sql_points, plan.sql_aggregates),
+        "sql_latency": lambda: sql_latency.sql_latency(
+            data, served, plan.runs, plan.sql_points, plan.sql_aggregates, plan.sql_cli_queries
+        ),
         "freshness": lambda: stream.freshness(
             spark,
             max(results["throughput"]["jobs"]["lakehouse"]["events_per_s"]["median"] / 2, 1.0),

@@ -39,7 +39,7 @@ def test_every_benchmark_runs_and_writes_its_results(tmp_path):
     figures = {row["figure"] for row in report["summary"]}
     assert "speed layer sustainable rate vs bare stream" in figures
     assert "backfill from log vs DuckDB" in figures
-    assert "Airflow backfill of 2 hourly chunks vs one job (orchestration)" in figures
+    assert "Airflow backfill of 1 hourly chunks vs one job (orchestration)" in figures
     assert "SQL p50, warm service vs a lakehouse sql process per query" in figures
     jobs = report["results"]["backfill"]["jobs"]
     # Same data, same aggregation: the backfill jobs count the same vehicles, give or take the few

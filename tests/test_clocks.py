@@ -28,8 +28,8 @@ from tests.oracle import gold_rows, run_oracle
 
 PIPELINE = get_pipeline("toll_traffic_corrected_clocks")
 BOUND = PIPELINE.clocks.bound_delta
-# Eight minutes of events; a file holds five seconds of arrivals, six files make a micro-batch.
-SKEWED = GeneratorConfig(events=960, seed=11, rate=2.0, clock_skew="5m", late_fraction=0.05, late_delay="90s",
+# Five minutes of events; a file holds five seconds of arrivals, six files make a micro-batch.
+SKEWED = GeneratorConfig(events=600, seed=11, rate=2.0, clock_skew="5m", late_fraction=0.05, late_delay="90s",
                          events_per_file=10, bridges=2, booths_per_bridge=3)  # fmt: skip
 HONEST = dataclasses.replace(SKEWED, clock_skew="0s")
 FILES_PER_BATCH = 6
