@@ -321,6 +321,9 @@ def _add_layers(commands) -> None:
     stream.add_argument("--available-now", action="store_true", help="process what the log holds, then stop")
     stream.add_argument("--timeout", help="stop after this long, e.g. 10m")
     stream.add_argument("--max-files-per-trigger", type=int)
+    stream.add_argument(
+        "--max-bytes-per-trigger", help="e.g. 64m: the new files of a micro-batch add up to at most this"
+    )
     stream.add_argument("--watermark-delay")
     stream.add_argument("--allowed-lateness")
     stream.set_defaults(run=cmd_stream)
@@ -454,7 +457,7 @@ def _settings_for(args) -> Settings:
     settings = Settings.from_env()
     overrides = {
         name: getattr(args, name)
-        for name in ("max_files_per_trigger", "watermark_delay", "allowed_lateness")
+        for name in ("max_files_per_trigger", "max_bytes_per_trigger", "watermark_delay", "allowed_lateness")
         if getattr(args, name, None) is not None
     }
     return settings.replace(**overrides) if overrides else settings

@@ -73,7 +73,26 @@ _DURATION_FIELDS = (
     "batch_lateness_delay",
     "sql_staleness",
 )
-_TEXT_FIELDS = ("spark_master", "driver_memory", "ivy_dir", "metastore_password", *_DURATION_FIELDS)
+_TEXT_FIELDS = (
+    "spark_master",
+    "driver_memory",
+    "ivy_dir",
+    "metastore_password",
+    "max_bytes_per_trigger",
+    *_DURATION_FIELDS,
+)
+_SIZE = re.compile(r"^(\d+)\s*([kmg]?)b?$", re.IGNORECASE)
+
+
+def parse_size(text: str) -> int:
+    """Bytes in a size such as ``256m``, ``64k``, ``1g`` or ``1048576`` (powers of 1024)."""
+    match = _SIZE.match(text.strip())
+    if not match:
+        raise LakehouseError(f"cannot read size {text!r}: use a whole number of bytes, or one ending in k, m or g")
+    number, unit = match.groups()
+    return int(number) * 1024 ** " kmg".index(unit.lower() or " ")
+
+
 _STRIPPED_FIELDS = (
     "driver_java_options",
     "class_archive",
@@ -107,6 +126,10 @@ class Settings:
     # Files per micro-batch for the speed layer (0: no limit). Bounds batch size, and with 1 makes
     # batch boundaries, and so the watermark, reproducible file by file.
     max_files_per_trigger: int = 0
+    # Otherwise the new files a micro-batch takes add up to at most this (a single larger file is
+    # taken alone): after an outage or a burst the stream catches up in batches of bounded size and
+    # memory instead of one batch of everything (0: no limit).
+    max_bytes_per_trigger: str = "256m"
     # How far (in event time) the speed layer searches bronze for an earlier copy of an event id.
     # A retransmitted copy carries the same event time as the original, so any horizon finds it;
     # the horizon bounds each micro-batch's bronze scan (cost grows with bronze rows in range).
@@ -197,6 +220,10 @@ class Settings:
             raise LakehouseError("LAKEHOUSE_SHUFFLE_PARTITIONS must be at least 1")
         if self.max_files_per_trigger < 0:
             raise LakehouseError("LAKEHOUSE_MAX_FILES_PER_TRIGGER must be 0 (no limit) or more")
+        try:
+            parse_size(self.max_bytes_per_trigger)
+        except LakehouseError as error:
+            raise LakehouseError(f"LAKEHOUSE_MAX_BYTES_PER_TRIGGER: {error}") from None
         if parse_duration(self.trigger_interval).total_seconds() < 1:
             raise LakehouseError("LAKEHOUSE_TRIGGER_INTERVAL must be at least 1s")
         for name in ("connect_port", "thrift_port"):

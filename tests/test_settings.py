@@ -8,7 +8,7 @@ import pytest
 
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import format_duration, parse_duration
-from lakehouse.settings import PROJECT_ROOT, Settings, local_path, to_uri
+from lakehouse.settings import PROJECT_ROOT, Settings, local_path, parse_size, to_uri
 
 # --- parse_duration / format_duration -------------------------------------------------------------
 
@@ -264,3 +264,15 @@ def test_a_bad_service_setting_is_a_lakehouse_error(tmp_path, variable, value, m
 def test_the_metastore_password_never_appears_in_the_settings_repr(tmp_path):
     settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_METASTORE_PASSWORD": "s3cret-42"})
     assert "s3cret-42" not in repr(settings)
+
+
+@pytest.mark.parametrize(("text", "expected"), [("0", 0), ("1048576", 1048576), ("64k", 65536), ("256m", 256 << 20),
+                                                ("1G", 1 << 30), ("2mb", 2 << 20)])  # fmt: skip
+def test_parse_size_reads_bytes_and_binary_units(text, expected):
+    assert parse_size(text) == expected
+
+
+@pytest.mark.parametrize("text", ["", "-1m", "1.5m", "1t", "lots"])
+def test_a_size_that_cannot_be_read_is_a_clear_error(text):
+    with pytest.raises(LakehouseError, match="cannot read size"):
+        Settings.from_env({"LAKEHOUSE_HOME": "/tmp/h", "LAKEHOUSE_MAX_BYTES_PER_TRIGGER": text})

@@ -34,7 +34,7 @@ from lakehouse.layers.micro_batch import (
     progress_row,
     summarise,
 )
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, parse_size
 from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
 from lakehouse.storage.log import log_glob
 from lakehouse.storage.ops_tables import append_rows_stamped_once
@@ -75,10 +75,15 @@ BRONZE_SKIPPING = {"spark.databricks.delta.stats.skipping": "true"}
 
 
 def log_stream(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> DataFrame:
-    """The retained log as a stream of lines, each with the file it came from."""
+    """The retained log as a stream of lines, each with the file it came from, at most
+    ``max_files_per_trigger`` files or else ``max_bytes_per_trigger`` bytes of files a micro-batch
+    (Spark takes one of the two limits)."""
     reader = spark.readStream.format("text")
+    max_bytes = parse_size(settings.max_bytes_per_trigger)
     if settings.max_files_per_trigger:
         reader = reader.option("maxFilesPerTrigger", settings.max_files_per_trigger)
+    elif max_bytes:
+        reader = reader.option("maxBytesPerTrigger", max_bytes)
     return reader.load(log_glob(settings, pipeline.topic)).select(
         "value", F.col("_metadata.file_path").alias("source_file")
     )
