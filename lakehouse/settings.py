@@ -126,9 +126,8 @@ class Settings:
     # Files per micro-batch for the speed layer (0: no limit). Bounds batch size, and with 1 makes
     # batch boundaries, and so the watermark, reproducible file by file.
     max_files_per_trigger: int = 0
-    # Otherwise the new files a micro-batch takes add up to at most this (a single larger file is
-    # taken alone): after an outage or a burst the stream catches up in batches of bounded size and
-    # memory instead of one batch of everything (0: no limit).
+    # Otherwise its new files add up to at most this (a larger file is taken alone): a backlog is read
+    # in batches of bounded size, not all at once (0: no limit).
     max_bytes_per_trigger: str = "256m"
     # How far (in event time) the speed layer searches bronze for an earlier copy of an event id.
     # A retransmitted copy carries the same event time as the original, so any horizon finds it;
