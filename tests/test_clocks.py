@@ -15,6 +15,7 @@ from decimal import Decimal
 
 import pytest
 
+from lakehouse.audit.reconcile import Auditor
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.dataflow.pipelines.base import ClockCorrection
 from lakehouse.generator import GeneratorConfig, device_clock_offset, generate, generate_records
@@ -94,6 +95,10 @@ def test_both_layers_correct_skewed_clocks_as_the_oracle_does(spark, settings, t
     assert gold_rows(spark.read.format("delta").load(tables.batch.uri(settings))) == oracle.rows("batch")
     fates = spark.read.format("delta").load(tables.bronze.uri(settings)).groupBy("fate").count().collect()
     assert {r.fate: r["count"] for r in fates} == {fate: oracle.fates[fate] for fate in ("on_time", "late")}
+    # The audit recomputes the truth from the raw log, on the log's clock too: every difference of the
+    # speed table is explained (by lateness), none unexplained.
+    audit = Auditor(spark, settings, PIPELINE).reconcile(start, start + timedelta(hours=1))
+    assert audit.ok and audit.matched > 0 and audit.explained.get("late", 0) > 0, audit
     # A booth's median offset is its clock's error, give or take the delivery delay (0.05-1.5 s) and
     # the spread of arrivals within a file, which shares one receive time. (The last file of the
     # log holds the stragglers of several minutes, so the extremes are wider.)
