@@ -29,20 +29,10 @@ from lakehouse.storage.log import partition_dir
 from tests.conftest import INTERPRETED
 from tests.frames import inline_frame
 from tests.oracle import FIELDS, classify
+from tests.test_transforms import VALID
 
 PIPELINE = get_pipeline("toll_traffic")
 EXAMPLES = int(os.environ.get("HYPOTHESIS_EXAMPLES", "20"))
-VALID = {
-    "event_id": "e-1",
-    "bridge_id": "bridge-00",
-    "booth_id": "bridge-00-booth-1",
-    "vehicle_type": "van",
-    "axles": 3,
-    "toll_amount": 12.34,
-    "plate_hash": "9f86d081884c7d65",
-    "event_time": "2026-01-05T08:00:30.250Z",
-    "sent_at": "2026-01-05T08:00:31.000Z",
-}
 # Lines are given to the parser as they come out of the log's line splitter: no line breaks.
 NO_BREAKS = st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r")
 
