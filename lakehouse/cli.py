@@ -13,7 +13,7 @@ from lakehouse.demo import DEMO_EVENTS
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
-from lakehouse.vocabulary import AuditTarget, Layer, OutputFormat, Reprocess, Source, choices
+from lakehouse.vocabulary import AuditTarget, Layer, LogSink, OutputFormat, Reprocess, Source, choices
 
 
 def _spark(settings: Settings, app: str):
@@ -54,8 +54,12 @@ def cmd_generate(args, settings: Settings) -> None:
         events_per_file=args.events_per_file,
         clock_skew=args.clock_skew,
     )
-    result = generate(settings, config, args.pipeline)
-    print(json.dumps({"log": settings.pipeline_log_uri(args.pipeline), **result.as_dict()}, indent=1))
+    sink = args.sink or (LogSink.KAFKA if settings.kafka_bootstrap else LogSink.FILES)
+    if sink == LogSink.KAFKA and not settings.kafka_bootstrap:
+        raise LakehouseError("--sink kafka needs LAKEHOUSE_KAFKA_BOOTSTRAP (host:port; `make kafka` prints it)")
+    result = generate(settings, config, args.pipeline, sink=sink)
+    where = f"kafka://{settings.kafka_bootstrap}/{args.pipeline}" if sink == LogSink.KAFKA else None
+    print(json.dumps({"log": where or settings.pipeline_log_uri(args.pipeline), **result.as_dict()}, indent=1))
 
 
 def cmd_stream(args, settings: Settings) -> None:
@@ -85,6 +89,12 @@ def cmd_backfill(args, settings: Settings) -> None:
 
     pipeline = _pipeline(args.pipeline)
     start, end = parse_range(args.start, args.end, pipeline)  # before Spark starts: bad input fails fast
+    if args.source == Source.LOG and settings.kafka_bootstrap:
+        from lakehouse.layers.batch import event_span
+        from lakehouse.storage.kafka_log import check_retained
+        from lakehouse.storage.log import earliest_arrival_for
+
+        check_retained(settings, pipeline.topic, earliest_arrival_for(event_span(pipeline, start, end)[0]))
     layer = BatchLayer(_spark(settings, f"backfill-{args.pipeline}"), settings, pipeline)
     bar = ProgressBar(0, f"backfill {pipeline.name} from {args.source}")
 
@@ -275,6 +285,18 @@ def cmd_serve(args, settings: Settings) -> None:
         raise Unhealthy()
 
 
+def cmd_kafka(args, settings: Settings) -> None:
+    from lakehouse.storage import kafka_broker
+
+    if args.action == "stop":
+        print("Kafka broker stopped" if kafka_broker.stop(settings) else "no Kafka broker was running")
+        return
+    report = kafka_broker.status(settings) if args.action == "status" else kafka_broker.start(settings)
+    print(json.dumps(report, indent=1))
+    if not report["up"]:
+        raise Unhealthy()
+
+
 # --- end orchestration commands ---
 
 
@@ -308,6 +330,11 @@ def _add_generate(commands) -> None:
     generate.add_argument("--duplicate-fraction", type=float, default=0.01)
     generate.add_argument("--malformed-fraction", type=float, default=0.01)
     generate.add_argument("--events-per-file", type=int, default=500)
+    generate.add_argument(
+        "--sink",
+        choices=choices(LogSink),
+        help="files, or kafka (default: kafka when LAKEHOUSE_KAFKA_BOOTSTRAP is set)",
+    )
     generate.add_argument(
         "--clock-skew", default="0s", help="each booth's clock is off by a fixed amount within +/- this (e.g. 5m)"
     )
@@ -439,6 +466,10 @@ def _add_operations(commands) -> None:
     serve_action.add_argument("--status", action="store_true", help="exit 1 unless both endpoints answer")
     serve_action.add_argument("--stop", action="store_true", help="stop the service and its JVM")
     serve.set_defaults(run=cmd_serve)
+
+    kafka = commands.add_parser("kafka", help="a Kafka broker on loopback for the retained log (KRaft, one node)")
+    kafka.add_argument("action", choices=["start", "status", "stop"], help="status exits 1 unless it answers")
+    kafka.set_defaults(run=cmd_kafka)
 
     demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")
     demo.add_argument("--events", type=int, default=DEMO_EVENTS)

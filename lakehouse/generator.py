@@ -23,7 +23,9 @@ from decimal import Decimal
 from lakehouse.dataflow.pipelines.toll_traffic import VEHICLE_TYPES
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
+from lakehouse.storage.kafka_log import KafkaLogWriter
 from lakehouse.storage.log import LocalLogWriter
+from lakehouse.vocabulary import LogSink
 
 DEFAULT_START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
 MALFORMED_KINDS = (
@@ -215,6 +217,7 @@ def generate(
     config: GeneratorConfig,
     pipeline: str = "toll_traffic",
     on_file: Callable[[int, int], None] | None = None,
+    sink: LogSink = LogSink.FILES,
 ) -> GeneratedLog:
     """Write the generated records into the retained log, file by file, paced by ``wall_rate``.
 
@@ -223,13 +226,14 @@ def generate(
         config: what to generate: events, rates, lateness, duplicates, malformed records.
         pipeline: the pipeline whose log is written.
         on_file: called after each file with (records written, records in all).
+        sink: files under the log URI, or the pipeline's Kafka topic (each record with its own receive time).
     """
     records, kinds = generate_records(config)
-    writer = LocalLogWriter(settings, pipeline)
+    writer = KafkaLogWriter(settings, pipeline) if sink == LogSink.KAFKA else LocalLogWriter(settings, pipeline)
     result = GeneratedLog(kinds=kinds)
     began = time.monotonic()
     for sequence, chunk in enumerate(_files(records, config.events_per_file)):
-        writer.write(chunk[0][0], f"s{config.seed}-{sequence:06d}", [line for _, _, line in chunk])
+        writer.append([(arrival, line) for arrival, _, line in chunk], f"s{config.seed}-{sequence:06d}")
         result.records += len(chunk)
         result.files += 1
         if on_file:

@@ -101,8 +101,19 @@ _STRIPPED_FIELDS = (
     "sql_route",
     "spark_remote",
     "spark_remote_token",
+    "kafka_bootstrap",
+    "kafka_topic_prefix",
 )
-_INTEGER_FIELDS = ("shuffle_partitions", "max_files_per_trigger", "stream_lag_batches", "connect_port", "thrift_port")
+_INTEGER_FIELDS = (
+    "shuffle_partitions",
+    "max_files_per_trigger",
+    "max_offsets_per_trigger",
+    "stream_lag_batches",
+    "connect_port",
+    "thrift_port",
+    "kafka_port",
+)
+_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -129,6 +140,8 @@ class Settings:
     # Otherwise its new files add up to at most this (a larger file is taken alone): a backlog is read
     # in batches of bounded size, not all at once (0: no limit).
     max_bytes_per_trigger: str = "256m"
+    # The same bound on a Kafka log: records per micro-batch (0: no limit).
+    max_offsets_per_trigger: int = 500_000
     # How far (in event time) the speed layer searches bronze for an earlier copy of an event id.
     # A retransmitted copy carries the same event time as the original, so any horizon finds it;
     # the horizon bounds each micro-batch's bronze scan (cost grows with bronze rows in range).
@@ -174,6 +187,13 @@ class Settings:
     # with its write token (this one, or the service's write-token file in this home).
     spark_remote: str = ""
     spark_remote_token: str = dataclasses.field(default="", repr=False)
+    # --- The retained log on Kafka (docs/operations.md, "Kafka") ---
+    # host:port of the brokers; empty keeps the file log under log_uri.
+    kafka_bootstrap: str = ""
+    # Put before each pipeline's topic name, so that deployments (or tests) share a cluster.
+    kafka_topic_prefix: str = ""
+    # The port of the broker `lakehouse kafka start` runs on loopback (0: any free one).
+    kafka_port: int = 9092
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -211,35 +231,7 @@ class Settings:
         return settings
 
     def validate(self) -> None:
-        for name in (*_DURATION_FIELDS, "watermark_delay", "allowed_lateness"):
-            value = getattr(self, name)
-            if value is not None:
-                parse_duration(value)
-        if self.shuffle_partitions < 1:
-            raise LakehouseError("LAKEHOUSE_SHUFFLE_PARTITIONS must be at least 1")
-        if self.max_files_per_trigger < 0:
-            raise LakehouseError("LAKEHOUSE_MAX_FILES_PER_TRIGGER must be 0 (no limit) or more")
-        try:
-            parse_size(self.max_bytes_per_trigger)
-        except LakehouseError as error:
-            raise LakehouseError(f"LAKEHOUSE_MAX_BYTES_PER_TRIGGER: {error}") from None
-        if parse_duration(self.trigger_interval).total_seconds() < 1:
-            raise LakehouseError("LAKEHOUSE_TRIGGER_INTERVAL must be at least 1s")
-        for name in ("connect_port", "thrift_port"):
-            if not 0 <= getattr(self, name) <= 65535:
-                raise LakehouseError(f"LAKEHOUSE_{name.upper()} must be a port number (1-65535, or 0: any free one)")
-        if self.sql_route not in choices(SqlRoute) and not self.sql_route.startswith("sc://"):
-            raise LakehouseError(
-                f"LAKEHOUSE_SQL_ROUTE must be auto, embedded or an sc://host:port URL, not {self.sql_route!r}"
-            )
-        if self.spark_remote and not self.spark_remote.startswith("sc://"):
-            raise LakehouseError(f"LAKEHOUSE_SPARK_REMOTE must be an sc://host:port URL, not {self.spark_remote!r}")
-        if self.metastore_url and not self.metastore_url.startswith("jdbc:postgresql://"):
-            raise LakehouseError(
-                f"LAKEHOUSE_METASTORE_URL must be a jdbc:postgresql:// URL, not {self.metastore_url!r}"
-            )
-        if self.stream_lag_batches < 2:
-            raise LakehouseError("LAKEHOUSE_STREAM_LAG_BATCHES must be at least 2 (growth needs two batches)")
+        _validate(self)
 
     def replace(self, **changes) -> Settings:
         updated = dataclasses.replace(self, **changes)
@@ -256,5 +248,53 @@ class Settings:
         """Where the Spark service keeps its state file, its log and its private configuration."""
         return local_path(self.home) / "service"
 
+    def kafka_topic(self, pipeline_topic: str) -> str:
+        return f"{self.kafka_topic_prefix}{pipeline_topic}"
+
+    def kafka_dir(self) -> Path:
+        """Where the broker of ``lakehouse kafka start`` keeps its configuration, data and log."""
+        return local_path(self.home) / "kafka"
+
     def speed_checkpoint_uri(self, pipeline: str) -> str:
         return f"{self.checkpoint_uri}/{pipeline}/speed"
+
+
+def _validate(settings: Settings) -> None:
+    """Every setting readable and in range, or a LakehouseError naming its variable."""
+    for name in (*_DURATION_FIELDS, "watermark_delay", "allowed_lateness"):
+        value = getattr(settings, name)
+        if value is not None:
+            parse_duration(value)
+    if settings.shuffle_partitions < 1:
+        raise LakehouseError("LAKEHOUSE_SHUFFLE_PARTITIONS must be at least 1")
+    if settings.max_files_per_trigger < 0:
+        raise LakehouseError("LAKEHOUSE_MAX_FILES_PER_TRIGGER must be 0 (no limit) or more")
+    try:
+        parse_size(settings.max_bytes_per_trigger)
+    except LakehouseError as error:
+        raise LakehouseError(f"LAKEHOUSE_MAX_BYTES_PER_TRIGGER: {error}") from None
+    if parse_duration(settings.trigger_interval).total_seconds() < 1:
+        raise LakehouseError("LAKEHOUSE_TRIGGER_INTERVAL must be at least 1s")
+    for name in _PORT_FIELDS:
+        if not 0 <= getattr(settings, name) <= 65535:
+            raise LakehouseError(f"LAKEHOUSE_{name.upper()} must be a port number (1-65535, or 0: any free one)")
+    if settings.sql_route not in choices(SqlRoute) and not settings.sql_route.startswith("sc://"):
+        raise LakehouseError(
+            f"LAKEHOUSE_SQL_ROUTE must be auto, embedded or an sc://host:port URL, not {settings.sql_route!r}"
+        )
+    if settings.spark_remote and not settings.spark_remote.startswith("sc://"):
+        raise LakehouseError(f"LAKEHOUSE_SPARK_REMOTE must be an sc://host:port URL, not {settings.spark_remote!r}")
+    if settings.metastore_url and not settings.metastore_url.startswith("jdbc:postgresql://"):
+        raise LakehouseError(
+            f"LAKEHOUSE_METASTORE_URL must be a jdbc:postgresql:// URL, not {settings.metastore_url!r}"
+        )
+    if settings.stream_lag_batches < 2:
+        raise LakehouseError("LAKEHOUSE_STREAM_LAG_BATCHES must be at least 2 (growth needs two batches)")
+    if settings.kafka_bootstrap and not re.match(r"^[\w.-]+:\d+(,[\w.-]+:\d+)*$", settings.kafka_bootstrap):
+        raise LakehouseError(
+            f"LAKEHOUSE_KAFKA_BOOTSTRAP must be host:port[,host:port...], not {settings.kafka_bootstrap!r}"
+        )
+    if not re.match(r"^[\w.-]*$", settings.kafka_topic_prefix):
+        raise LakehouseError("LAKEHOUSE_KAFKA_TOPIC_PREFIX may hold letters, digits, '.', '_' and '-' only")
+    if settings.max_offsets_per_trigger < 0:
+        raise LakehouseError("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER must be 0 (no limit) or more")

@@ -113,3 +113,10 @@ class SqlRoute(StrEnum):
 
     AUTO = "auto"  # through this home's Spark service when it is up, embedded otherwise
     EMBEDDED = "embedded"  # a Spark of its own in the command's process
+
+
+class LogSink(StrEnum):
+    """Where the retained log lives: JSONL files under the log URI, or a Kafka topic per pipeline."""
+
+    FILES = "files"
+    KAFKA = "kafka"

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from lakehouse.serving.service import free_port
+from lakehouse.processes import free_port
 
 __all__ = ["free_port"]

@@ -7,8 +7,9 @@ the device's offset is ``received_at - sent_at``, and the event happened at
 works an example through.
 
 The file log receives a file at once: the writer names each file after its receive time (the
-arrival of its first record), and every record of the file shares it. Kafka's record timestamp
-would play the same part.
+arrival of its first record), and every record of the file shares it. On Kafka, each record's
+timestamp is its own receive time, and its locator carries it in the same form
+(lakehouse.storage.kafka_log).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pyspark.sql import functions as F
 # A log file's name: its receive time, then the writer's tag.
 LOG_FILE_STAMP = "%Y%m%dT%H%M%S%f"
 _STAMP_IN_PATH = r"(?:^|/)(\d{8}T\d{12})Z-[^/]*$"
-_SPARK_STAMP = "yyyyMMdd'T'HHmmssSSSSSS"
+SPARK_STAMP = "yyyyMMdd'T'HHmmssSSSSSS"  # LOG_FILE_STAMP in Spark's datetime pattern
 
 # Quarantine reasons of a pipeline that corrects clocks.
 CLOCK_SKEW_OUT_OF_BOUNDS = "clock_skew_out_of_bounds"
@@ -36,7 +37,7 @@ def log_file_name(received: datetime, tag: str) -> str:
 def received_at(source_file: Column) -> Column:
     """When the log received the file a record came in (null for a file not named by the writer)."""
     stamp = F.regexp_extract(source_file, _STAMP_IN_PATH, 1)
-    return F.when(stamp != "", F.try_to_timestamp(stamp, F.lit(_SPARK_STAMP)))
+    return F.when(stamp != "", F.try_to_timestamp(stamp, F.lit(SPARK_STAMP)))
 
 
 def clock_offset_micros(received: Column, sent: Column) -> Column:

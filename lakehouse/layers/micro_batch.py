@@ -11,12 +11,13 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from pyspark.sql import Column, DataFrame, Row, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import table_version
 from lakehouse.vocabulary import Fate
 
@@ -59,7 +60,7 @@ class MicroBatch:
     batch_id: int
     first_attempt: bool  # False when an earlier attempt may have written some of its rows
     parsed: DataFrame
-    summary: Row  # input_rows, quarantined, min/max_event_time of valid records, source_files
+    summary: dict  # input_rows, quarantined, min/max_event_time of valid records, source_files (units read)
     watermark: datetime | None  # from batches before this one only
     max_event_time: datetime | None  # through this batch: what the on-time watermark follows
 
@@ -74,14 +75,20 @@ class MicroBatch:
         return {"app_id": F.lit(self.app_id), "batch_id": F.lit(self.batch_id).cast("long")}
 
 
-def summarise(parsed: DataFrame, pipeline: Pipeline) -> Row:
-    return parsed.agg(
-        F.count(F.lit(1)).alias("input_rows"),
-        F.count("reason").alias("quarantined"),
-        F.min(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("min_event_time"),
-        F.max(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("max_event_time"),
-        F.sort_array(F.collect_set("source_file")).alias("source_files"),
-    ).first()
+def summarise(parsed: DataFrame, pipeline: Pipeline) -> dict:
+    summary = (
+        parsed.agg(
+            F.count(F.lit(1)).alias("input_rows"),
+            F.count("reason").alias("quarantined"),
+            F.min(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("min_event_time"),
+            F.max(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("max_event_time"),
+            F.sort_array(F.collect_set(kafka_log.source_unit(F.col("source_file")))).alias("source_files"),
+        )
+        .first()
+        .asDict()
+    )
+    summary["source_files"] = kafka_log.read_offsets(parsed, summary["source_files"])
+    return summary
 
 
 def count_fates(fates: DataFrame) -> dict[str, int]:
@@ -99,7 +106,7 @@ def before_batch(app_id: str, batch_id: int) -> Column:
 def seen_event_ids(
     spark: SparkSession,
     bronze_uri: str,
-    summary: Row,
+    summary: dict,
     app_id: str,
     batch_id: int,
     pipeline: Pipeline,

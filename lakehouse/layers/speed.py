@@ -35,6 +35,7 @@ from lakehouse.layers.micro_batch import (
     summarise,
 )
 from lakehouse.settings import Settings, parse_size
+from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
 from lakehouse.storage.log import log_glob
 from lakehouse.storage.ops_tables import append_rows_stamped_once
@@ -77,7 +78,9 @@ BRONZE_SKIPPING = {"spark.databricks.delta.stats.skipping": "true"}
 def log_stream(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> DataFrame:
     """The retained log as a stream of lines, each with the file it came from, at most
     ``max_files_per_trigger`` files or else ``max_bytes_per_trigger`` bytes of files a micro-batch
-    (Spark takes one of the two limits)."""
+    (Spark takes one of the two limits); on Kafka, ``max_offsets_per_trigger`` records."""
+    if settings.kafka_bootstrap:
+        return kafka_log.topic_stream(spark, settings, pipeline.topic)
     reader = spark.readStream.format("text")
     max_bytes = parse_size(settings.max_bytes_per_trigger)
     if settings.max_files_per_trigger:

@@ -8,18 +8,16 @@ answer, and ``server.log``. A stop ends the whole session, so no child keeps a p
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
+from lakehouse.processes import free_port, pid_alive, port_answers, stop_session
 from lakehouse.settings import Settings
 from lakehouse.vocabulary import SqlRoute
 
@@ -31,9 +29,9 @@ STOP_SECONDS = 60
 def delta_class_path(settings: Settings) -> list[str]:
     """Delta's own JARs and the platform's, for the driver's class path. Only Delta's: the rest of
     the resolved list brings an older Jackson than Spark's, which breaks Spark when put first."""
-    from lakehouse.storage.spark import JarCache, delta_packages, extensions_jar
+    from lakehouse.storage.spark import JarCache, extensions_jar, spark_packages
 
-    jars = JarCache(settings.ivy_dir, delta_packages() + list(settings.extra_packages)).cached_jars() or []
+    jars = JarCache(settings.ivy_dir, spark_packages() + list(settings.extra_packages)).cached_jars() or []
     delta = [jar for jar in jars if Path(jar).name.startswith(("io.delta_", "io.unitycatalog_"))]
     if not delta:
         raise LakehouseError("Delta's JARs are not cached yet: run `make setup` first")
@@ -44,31 +42,6 @@ def metastore_driver_jar(settings: Settings) -> str:
     from lakehouse.storage.spark import maven_central_jar
 
     return maven_central_jar(METASTORE_DRIVER)
-
-
-def port_answers(port: int) -> bool:
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        probe.settimeout(1)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
-
-
-def free_port() -> int:
-    """A port nothing listens on now (for a port setting of 0; another process may take it first)."""
-    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _pid_alive(pid: int | None) -> bool:
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,8 +94,8 @@ def status(settings: Settings) -> dict:
     """Whether this home's service is up: its process alive, its state ready, both ports answering."""
     files = ServiceState.of(settings)
     ready, pid = files.ready(), files.pid()
-    up = bool(ready) and _pid_alive(pid) and all(port_answers(ready[k]) for k in ("connect_port", "thrift_port"))
-    report = {"up": up, "pid": pid if _pid_alive(pid) else None, "log": str(files.log)}
+    up = bool(ready) and pid_alive(pid) and all(port_answers(ready[k]) for k in ("connect_port", "thrift_port"))
+    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.log)}
     if up:
         report |= endpoints(ready) | {"tables": len(ready["tables"])}
         report["catalog"] = "metastore" if settings.metastore_url else "in memory"
@@ -168,7 +141,7 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     if already["up"]:
         return already
     files = ServiceState.of(settings)
-    if _pid_alive(files.pid()):
+    if pid_alive(files.pid()):
         raise LakehouseError(f"a service is starting or stuck (pid {files.pid()}): `lakehouse serve --stop` first")
     settings = settings.replace(
         connect_port=settings.connect_port or free_port(), thrift_port=settings.thrift_port or free_port()
@@ -216,34 +189,11 @@ def stop(settings: Settings) -> bool:
     """End the service's process session (TERM, then KILL after a minute). False if none ran."""
     files = ServiceState.of(settings)
     pid = files.pid()
-    if not _pid_alive(pid):
+    if not pid_alive(pid):
         files.clear()
         return False
     # The driver first, so that it stops the endpoints and Spark itself; the rest of its session
     # (the JVM) only if it is still there after a minute.
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_SECONDS
-    while _session_alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    if _session_alive(pid):
-        _signal_session(pid, signal.SIGKILL)
-        while _session_alive(pid):
-            time.sleep(0.2)
+    stop_session(pid, STOP_SECONDS)
     files.clear()
-    return True
-
-
-def _signal_session(pid: int, signum: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pid, signum)
-
-
-def _session_alive(pid: int) -> bool:
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(pid, os.WNOHANG)  # reap the driver when this process started it (tests do)
-    try:
-        os.killpg(pid, 0)
-    except ProcessLookupError:
-        return False
     return True

@@ -22,6 +22,7 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow.clocks import log_file_name
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, local_path, to_uri
+from lakehouse.storage import kafka_log
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.spark import is_remote
 
@@ -66,6 +67,10 @@ class LocalLogWriter:
         target = target_dir / name
         os.replace(temp, target)
         return target
+
+    def append(self, records: list[tuple[datetime, str]], tag: str) -> Path:
+        """(receive time, line) records as one file, received when its first record was."""
+        return self.write(records[0][0], tag, [line for _, line in records])
 
 
 _EPOCH = datetime(1970, 1, 1)
@@ -168,7 +173,8 @@ def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_fro
     """Raw log lines (``value``, ``source_file``, ``written_at``) that arrived at or after ``arrived_from``'s hour.
 
     ``written_at`` is the file's modification time: when it was added to the log. Spark is given
-    only the folders of those hours, so it neither lists nor reads the rest of the log.
+    only the folders of those hours, so it neither lists nor reads the rest of the log. A log on
+    Kafka is read from the offsets of that time (lakehouse.storage.kafka_log).
 
     Args:
         spark: the session to read and write with.
@@ -176,6 +182,8 @@ def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_fro
         pipeline: the pipeline's name (its log folder).
         arrived_from: the first ingest hour read (None: all).
     """
+    if settings.kafka_bootstrap:
+        return kafka_log.read_topic(spark, settings, pipeline, arrived_from)
     base = settings.pipeline_log_uri(pipeline)
     empty = literal_frame(spark, "value string, source_file string, written_at timestamp", [])
     folders = partition_uris(spark, settings, pipeline, arrived_from)

@@ -26,7 +26,7 @@ LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
 
 
-def delta_packages() -> list[str]:
+def spark_packages() -> list[str]:
     """Maven coordinates of the Delta JARs that match the installed delta-spark and pyspark."""
     import importlib.metadata
 
@@ -69,6 +69,22 @@ def extensions_jar() -> str:
 
 
 MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+
+# Spark's Kafka source, JAR by JAR rather than through the package resolver. 4.1.1's source fails
+# a stream that restarts on a batch planned before a crash (NullPointerException in
+# KafkaMicroBatchStream.metrics, SPARK-57438); 4.1.3 fixes it, but its POM names a token provider
+# 4.1.3 that Maven Central does not serve. Its dependencies' other JARs ship with pyspark.
+KAFKA_SOURCE_JARS = (
+    "org.apache.spark:spark-sql-kafka-0-10_2.13:4.1.3",
+    "org.apache.spark:spark-token-provider-kafka-0-10_2.13:4.1.1",
+    "org.apache.kafka:kafka-clients:3.9.1",
+    "org.apache.commons:commons-pool2:2.12.1",
+)
+
+
+def platform_jars() -> list[str]:
+    """The JARs every session loads besides Delta's: the platform's own and Spark's Kafka source."""
+    return [extensions_jar(), *(maven_central_jar(coordinates) for coordinates in KAFKA_SOURCE_JARS)]
 
 
 def maven_central_jar(coordinates: str) -> str:
@@ -123,14 +139,14 @@ def launched_by_spark_submit() -> bool:
 
 def spark_submit_jars(settings: Settings) -> str:
     """The ``--jars`` value for ``spark-submit jobs/...``: the cached Delta JARs (resolving them once)."""
-    jar_cache = JarCache(settings.ivy_dir, delta_packages() + list(settings.extra_packages))
+    jar_cache = JarCache(settings.ivy_dir, spark_packages() + list(settings.extra_packages))
     jars = jar_cache.cached_jars()
     if jars is None:
         build_spark_session(settings, "resolve-jars").stop()
         jars = jar_cache.cached_jars()
     if not jars:
         raise LakehouseError(f"no cached JARs for {', '.join(jar_cache.packages)} in {jar_cache.ivy_dir}")
-    return ",".join([*jars, extensions_jar()])
+    return ",".join([*jars, *platform_jars()])
 
 
 class JarCache:
@@ -279,7 +295,7 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
     from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
-    jar_cache = JarCache(settings.ivy_dir, delta_packages() + list(settings.extra_packages))
+    jar_cache = JarCache(settings.ivy_dir, spark_packages() + list(settings.extra_packages))
     builder = _configured_builder(SparkSession.builder, settings, app_name)
     if launched_by_spark_submit():
         # spark-submit started the JVM before Python: its --master and --jars/--packages rule.
@@ -288,7 +304,7 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
         return spark
     builder = builder.master(settings.spark_master)
     cached = jar_cache.cached_jars()
-    builder = builder.config("spark.jars", ",".join([*(cached or []), extensions_jar()]))
+    builder = builder.config("spark.jars", ",".join([*(cached or []), *platform_jars()]))
     if not cached:
         jar_cache.ivy_dir.mkdir(parents=True, exist_ok=True)
         builder = builder.config("spark.jars.packages", ",".join(jar_cache.packages)).config(

@@ -1,0 +1,208 @@
+"""A Kafka broker on loopback for the retained log (``lakehouse kafka start``, ``make kafka``).
+
+One JVM is both broker and KRaft controller, as in Kafka's own quick start; its JARs come from
+Maven Central through the Ivy that pyspark ships, into the ignored ``.cache/kafka/``. The broker
+keeps its configuration, data and log in the home's ``kafka/`` folder, so a restart finds its
+topics and offsets again. It runs detached in its own process session; a stop ends the session.
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+from lakehouse.processes import free_port, pid_alive, port_answers, stop_session
+from lakehouse.settings import PROJECT_ROOT, Settings
+
+KAFKA_VERSION = "4.1.1"
+KAFKA_JARS = PROJECT_ROOT / ".cache" / "kafka" / KAFKA_VERSION
+START_SECONDS = 120
+STOP_SECONDS = 30
+# Small on purpose: the broker shares two cores and the memory with Spark's JVMs.
+BROKER_HEAP = "-Xms128m -Xmx512m"
+
+
+def broker_jars() -> list[str]:
+    """The broker's class path, resolved from Maven Central once (about 40 JARs, 40 MB). Some of its
+    dependencies (scala-logging) are published as OSGi bundles: those are JARs too."""
+    manifest = KAFKA_JARS / "manifest.json"
+    if manifest.is_file():
+        jars = json.loads(manifest.read_text())
+        if jars and all(Path(jar).is_file() for jar in jars):
+            return jars
+    from pyspark.find_spark_home import _find_spark_home
+
+    ivy = next((Path(_find_spark_home()) / "jars").glob("ivy-*.jar"), None)
+    if ivy is None:
+        raise LakehouseError("pyspark's Ivy JAR is missing: reinstall with `make setup`")
+    retrieve = f"{KAFKA_JARS}/jars/[organisation]_[artifact]-[revision](-[classifier]).[ext]"
+    command = ["java", "-jar", str(ivy), "-dependency", "org.apache.kafka", "kafka_2.13", KAFKA_VERSION]
+    command += [
+        "-confs",
+        "default",
+        "-types",
+        "jar",
+        "bundle",
+        "-cache",
+        str(KAFKA_JARS / "ivy"),
+        "-retrieve",
+        retrieve,
+    ]
+    done = subprocess.run(command, capture_output=True, text=True)
+    jars = sorted(str(jar) for jar in (KAFKA_JARS / "jars").glob("*.jar"))
+    if done.returncode != 0 or not jars:
+        raise LakehouseError(
+            f"could not resolve Kafka {KAFKA_VERSION}'s JARs from Maven Central: {done.stdout[-1500:]}{done.stderr}"
+        )
+    partial = manifest.with_suffix(".partial")
+    partial.write_text(json.dumps(jars, indent=1))
+    os.replace(partial, manifest)
+    return jars
+
+
+def _cluster_id() -> str:
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's own form)."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokerFiles:
+    """The broker's files in the home: configuration, ports, pid, data and log."""
+
+    folder: Path
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "broker.log"
+
+    @property
+    def properties(self) -> Path:
+        return self.folder / "server.properties"
+
+    def pid(self) -> int | None:
+        try:
+            return int((self.folder / "broker.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def ports(self) -> dict | None:
+        """The ports chosen when the storage was formatted: KRaft records the controller's address."""
+        try:
+            return json.loads((self.folder / "ports.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+
+    def write_configuration(self, port: int, controller_port: int) -> None:
+        data = self.folder / "data"
+        lines = {
+            "process.roles": "broker,controller",
+            "node.id": "1",
+            "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
+            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names": "CONTROLLER",
+            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name": "PLAINTEXT",
+            "log.dirs": str(data),
+            # One broker: every internal topic has one replica.
+            "offsets.topic.replication.factor": "1",
+            "transaction.state.log.replication.factor": "1",
+            "transaction.state.log.min.isr": "1",
+            "group.initial.rebalance.delay.ms": "0",
+            # Topics are the platform's: one per pipeline, made with their retention (kafka_log).
+            "auto.create.topics.enable": "false",
+        }
+        self.properties.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
+        (self.folder / "ports.json").write_text(json.dumps({"port": port, "controller_port": controller_port}))
+
+    def clear_pid(self) -> None:
+        (self.folder / "broker.pid").unlink(missing_ok=True)
+
+
+def status(settings: Settings) -> dict:
+    """Whether this home's broker is up: its process alive and its port answering."""
+    files = BrokerFiles(settings.kafka_dir())
+    pid, ports = files.pid(), files.ports() or {}
+    up = pid_alive(pid) and bool(ports) and port_answers(ports["port"])
+    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.log)}
+    if up:
+        report["bootstrap"] = f"127.0.0.1:{ports['port']}"
+    return report
+
+
+def _java(jars: list[str], *arguments: str) -> list[str]:
+    return ["java", *BROKER_HEAP.split(), "-cp", ":".join(jars), *arguments]
+
+
+def _format_storage(files: BrokerFiles, settings: Settings, jars: list[str]) -> None:
+    port = settings.kafka_port or free_port()
+    files.folder.mkdir(parents=True, exist_ok=True)
+    files.write_configuration(port, free_port())
+    format_command = _java(
+        jars, "kafka.tools.StorageTool", "format", "--standalone", "-t", _cluster_id(), "-c", str(files.properties)
+    )
+    done = subprocess.run(format_command, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise LakehouseError(f"Kafka's storage format failed: {(done.stderr or done.stdout).strip()[-1500:]}")
+
+
+def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
+    """Start the broker detached (formatting its storage the first time) and return its status once
+    its port answers."""
+    from lakehouse.storage.spark import check_java
+
+    already = status(settings)
+    if already["up"]:
+        return already
+    files = BrokerFiles(settings.kafka_dir())
+    if pid_alive(files.pid()):
+        raise LakehouseError(f"a broker is starting or stuck (pid {files.pid()}): `lakehouse kafka stop` first")
+    check_java()
+    jars = broker_jars()
+    if files.ports() is None or not (files.folder / "data" / "meta.properties").is_file():
+        _format_storage(files, settings, jars)
+    port = files.ports()["port"]
+    if settings.kafka_port and settings.kafka_port != port:
+        raise LakehouseError(f"this home's broker was set up on port {port}: set LAKEHOUSE_KAFKA_PORT={port}")
+    for taken in (port, files.ports()["controller_port"]):
+        if port_answers(taken):
+            raise LakehouseError(f"port {taken} is taken: stop what listens there or choose another home")
+    with files.log.open("ab") as log:
+        process = subprocess.Popen(
+            _java(jars, f"-Dkafka.logs.dir={files.folder}", "kafka.Kafka", str(files.properties)),
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (files.folder / "broker.pid").write_text(str(process.pid))
+    deadline = time.monotonic() + wait_seconds
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            files.clear_pid()
+            raise LakehouseError(f"the Kafka broker exited while starting (code {process.returncode}); see {files.log}")
+        report = status(settings)
+        if report["up"]:
+            return report
+        time.sleep(0.5)
+    stop(settings)
+    raise LakehouseError(f"the Kafka broker did not answer within {wait_seconds:.0f} s; see {files.log}")
+
+
+def stop(settings: Settings) -> bool:
+    """Stop the broker (TERM, so that it closes its logs cleanly; KILL after 30 s). False if none ran."""
+    files = BrokerFiles(settings.kafka_dir())
+    pid = files.pid()
+    if not pid_alive(pid):
+        files.clear_pid()
+        return False
+    stop_session(pid, STOP_SECONDS)
+    files.clear_pid()
+    return True

@@ -1,0 +1,228 @@
+"""The retained log on Kafka (set ``LAKEHOUSE_KAFKA_BOOTSTRAP``): one topic per pipeline.
+
+Each record's timestamp is when the log received it (the producer stamps it, as the file writer
+names a file after its arrival), which the clock correction reads as ``received_at``. Records are
+keyed by bridge, so the copies of one event, and a bridge's events, stay in one partition, in order.
+
+The Spark side reads a topic into the same frame as the file log: ``value``, ``source_file`` and
+``written_at``. A record's ``source_file`` is its locator,
+``kafka:<topic>/partition=<p>/<receive stamp>Z-o<offset>``: its last segment has the form of a log
+file's name, so the receive time is read by the same rule, and locators sort in arrival order
+within a partition.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from datetime import UTC, datetime
+
+from lakehouse.dataflow.clocks import SPARK_STAMP
+from lakehouse.errors import LakehouseError
+from lakehouse.eventtime import parse_duration
+from lakehouse.settings import Settings
+
+TOPIC_PARTITIONS = 3
+CLIENT_TIMEOUT_SECONDS = 30
+
+
+def _client_config(settings: Settings) -> dict:
+    return {"bootstrap.servers": settings.kafka_bootstrap}
+
+
+def _millis(moment: datetime) -> int:
+    return int(moment.replace(tzinfo=moment.tzinfo or UTC).timestamp() * 1000)
+
+
+def ensure_topic(settings: Settings, topic: str) -> None:
+    """Create the pipeline's topic if missing, with the log's retention (``LAKEHOUSE_LOG_RETENTION``)
+    counted from each record's receive time. An existing topic keeps its own configuration."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import AdminClient, NewTopic
+
+    topic = settings.kafka_topic(topic)
+    admin = AdminClient(_client_config(settings))
+    retention_ms = int(parse_duration(settings.log_retention).total_seconds() * 1000)
+    config = {"retention.ms": str(retention_ms), "message.timestamp.type": "CreateTime"}
+    future = admin.create_topics([NewTopic(topic, TOPIC_PARTITIONS, 1, config=config)])[topic]
+    try:
+        future.result(timeout=CLIENT_TIMEOUT_SECONDS)
+    except KafkaException as error:
+        if error.args[0].name() != "TOPIC_ALREADY_EXISTS":
+            raise LakehouseError(
+                f"could not create Kafka topic {topic} at {settings.kafka_bootstrap}: {error}"
+            ) from None
+
+
+def _bridge_key(line: str) -> bytes | None:
+    """The record's key: its bridge, when the line is an event that names one."""
+    try:
+        document = json.loads(line)
+    except ValueError:
+        return None
+    bridge = document.get("bridge_id") if isinstance(document, dict) else None
+    return bridge.encode() if isinstance(bridge, str) else None
+
+
+class KafkaLogWriter:
+    """Produces log records into a pipeline's topic, each stamped with its own receive time.
+
+    Idempotent and acknowledged by every replica: a retried send is not written twice, and
+    ``append`` returns once the broker has the records."""
+
+    def __init__(self, settings: Settings, topic: str):
+        from confluent_kafka import Producer
+
+        ensure_topic(settings, topic)
+        self.topic = settings.kafka_topic(topic)
+        self.retention = parse_duration(settings.log_retention)
+        self._errors: list[str] = []
+        self._producer = Producer(
+            {**_client_config(settings), "enable.idempotence": True, "acks": "all", "linger.ms": 20}
+        )
+
+    def _delivered(self, error, message) -> None:
+        if error is not None:
+            self._errors.append(str(error))
+
+    def append(self, records: list[tuple[datetime, str]], tag: str) -> None:
+        """Send (receive time, line) records and wait until the broker has them all."""
+        oldest = min(arrival for arrival, _ in records)
+        if _millis(oldest) < (time.time() - self.retention.total_seconds()) * 1000:
+            raise LakehouseError(
+                f"records received at {oldest:%Y-%m-%dT%H:%M:%S}Z are older than the topic's retention "
+                f"({self.retention.days} days): Kafka would delete them. Produce recent ones (--start now) or "
+                "raise LAKEHOUSE_LOG_RETENTION"
+            )
+        for arrival, line in records:
+            self._producer.produce(
+                self.topic,
+                value=line.encode("utf-8", "surrogateescape"),
+                key=_bridge_key(line),
+                timestamp=_millis(arrival),
+                on_delivery=self._delivered,
+            )
+            self._producer.poll(0)
+        if self._producer.flush(CLIENT_TIMEOUT_SECONDS) or self._errors:
+            raise LakehouseError(f"Kafka did not take every record of {tag}: {self._errors[:3] or 'timed out'}")
+
+
+def oldest_retained(settings: Settings, topic: str) -> datetime | None:
+    """The receive time of the oldest record the topic still holds when retention has deleted
+    older ones; None when it holds everything it was sent (nothing deleted yet)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = settings.kafka_topic(topic)
+    consumer = Consumer(
+        {**_client_config(settings), "group.id": "lakehouse-retention-check", "enable.auto.commit": False}
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_SECONDS).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            raise LakehouseError(f"Kafka at {settings.kafka_bootstrap} has no topic {topic}")
+        oldest = None
+        for partition in metadata.partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), CLIENT_TIMEOUT_SECONDS)
+            if low == 0 or low == high:
+                continue
+            consumer.assign([TopicPartition(topic, partition, low)])
+            message = consumer.consume(1, CLIENT_TIMEOUT_SECONDS)
+            if message and message[0].error() is None:
+                received = datetime.fromtimestamp(message[0].timestamp()[1] / 1000, UTC).replace(tzinfo=None)
+                oldest = received if oldest is None else min(oldest, received)
+        return oldest
+    finally:
+        consumer.close()
+
+
+def check_retained(settings: Settings, topic: str, arrived_from: datetime) -> None:
+    """Fail before any Spark work when records that arrived from ``arrived_from`` on are gone."""
+    oldest = oldest_retained(settings, topic)
+    topic = settings.kafka_topic(topic)
+    if oldest is not None and arrived_from < oldest:
+        raise LakehouseError(
+            f"the Kafka log {topic} holds records received from {oldest:%Y-%m-%dT%H:%M:%S}Z on (retention "
+            f"{settings.log_retention}); this range needs records received from {arrived_from:%Y-%m-%dT%H:%M:%S}Z, "
+            "which retention has deleted"
+        )
+
+
+# A locator, split into its partition (``kafka:<topic>/partition=<p>``) and its zero-padded offset.
+_LOCATOR = r"^(kafka:[^/]+/partition=\d+)/\d{8}T\d{12}Z-o(\d{20})$"
+
+
+def source_unit(source_file):
+    """What a micro-batch records it read (ops.stream_progress.source_files): a log file's path, or
+    a record's partition, to which :func:`read_offsets` adds the last offset read."""
+    from pyspark.sql import functions as F
+
+    return F.regexp_replace(source_file, _LOCATOR, "$1")
+
+
+def read_offsets(parsed, units: list[str]) -> list[str]:
+    """``units`` with each Kafka partition as ``<partition>/o<last offset read>`` (one small job,
+    run only when the batch came from Kafka): the stream reads a partition in offset order, so
+    that offset bounds what it has read, and a batch's row stays small whatever its size."""
+    from pyspark.sql import functions as F
+
+    if not any(unit.startswith("kafka:") for unit in units):
+        return units
+    kafka = parsed.where(F.col("source_file").rlike(_LOCATOR))
+    last = kafka.groupBy(F.regexp_extract("source_file", _LOCATOR, 1).alias("partition")).agg(
+        F.max(F.regexp_extract("source_file", _LOCATOR, 2)).alias("offset")
+    )
+    read = {row["partition"]: f"{row['partition']}/o{row['offset']}" for row in last.collect()}
+    return sorted(read.get(unit, unit) for unit in units)
+
+
+def _locator(topic, partition, offset, timestamp):
+    from pyspark.sql import functions as F
+
+    stamp = F.date_format(timestamp, SPARK_STAMP)
+    return F.format_string("kafka:%s/partition=%d/%sZ-o%020d", topic, partition, stamp, offset)
+
+
+def _as_log_lines(records):
+    """Kafka records as the log's lines: ``value`` (UTF-8 text), ``source_file`` (the locator) and
+    ``written_at`` (the receive time)."""
+    from pyspark.sql import functions as F
+
+    return records.select(
+        F.col("value").cast("string").alias("value"),
+        _locator(F.col("topic"), F.col("partition"), F.col("offset"), F.col("timestamp")).alias("source_file"),
+        F.col("timestamp").alias("written_at"),
+    )
+
+
+def topic_stream(spark, settings: Settings, topic: str):
+    """The topic as a stream of log lines from its first retained record, at most
+    ``max_offsets_per_trigger`` records a micro-batch. Offsets live in the query's checkpoint; a
+    record that retention deleted before the stream read it fails the query (failOnDataLoss)."""
+    reader = (
+        spark.readStream.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", settings.kafka_topic(topic))
+        .option("startingOffsets", "earliest")
+        .option("failOnDataLoss", "true")
+    )
+    if settings.max_offsets_per_trigger:
+        reader = reader.option("maxOffsetsPerTrigger", settings.max_offsets_per_trigger)
+    return _as_log_lines(reader.load()).select("value", "source_file")
+
+
+def read_topic(spark, settings: Settings, topic: str, arrived_from: datetime | None):
+    """The records received at or after ``arrived_from`` (all when None), through Kafka's offsets
+    for that time, up to the topic's end when the read starts."""
+    reader = (
+        spark.read.format("kafka")
+        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .option("subscribe", settings.kafka_topic(topic))
+        .option("endingOffsets", "latest")
+    )
+    if arrived_from is None:
+        reader = reader.option("startingOffsets", "earliest")
+    else:
+        # A partition with nothing received since then starts at its end: it adds no record.
+        reader = reader.option("startingTimestamp", str(_millis(arrived_from)))
+        reader = reader.option("startingOffsetsByTimestampStrategy", "latest")
+    return _as_log_lines(reader.load())

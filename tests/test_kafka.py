@@ -1,0 +1,206 @@
+"""The retained log on a real Kafka broker (KRaft, started by the project's own `lakehouse kafka`):
+the generator's producer, the speed layer and log backfills reading the topic, a SIGKILL of the
+stream, and retention. One broker for the module; each test has its own topic prefix (home)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from confluent_kafka import TopicPartition
+
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.layers.batch import BatchLayer
+from lakehouse.layers.speed import run_speed_layer
+from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
+from lakehouse.storage.kafka_log import KafkaLogWriter
+from lakehouse.vocabulary import LogSink
+from tests.conftest import make_settings
+from tests.test_crash_safety import VOLATILE, commits, kill_after, snapshot
+
+pytestmark = [pytest.mark.services, pytest.mark.slow]
+
+PIPELINE = get_pipeline("toll_traffic")
+TABLES = pipeline_tables(PIPELINE)
+CONFIG = GeneratorConfig(
+    events=1500,
+    seed=11,
+    rate=6.0,
+    late_fraction=0.06,
+    late_delay="3m",
+    duplicate_fraction=0.04,
+    malformed_fraction=0.03,
+    events_per_file=250,
+)
+WINDOW_RANGE = ("2026-01-05T08:00:00Z", "2026-01-05T09:00:00Z")
+
+
+def cli(*arguments: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", *arguments], env=env, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.fixture(scope="module")
+def broker(tmp_path_factory):
+    """One broker for the module, on free ports, started and stopped as a user would."""
+    home = tmp_path_factory.mktemp("kafka-home")
+    env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": "0"}
+    assert cli("kafka", "status", env=env).returncode == 1
+    started = cli("kafka", "start", env=env, timeout=300)
+    assert started.returncode == 0, started.stderr[-3000:]
+    bootstrap = next(line.split('"')[3] for line in started.stdout.splitlines() if '"bootstrap"' in line)
+    yield bootstrap
+    stopped = cli("kafka", "stop", env=env)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert cli("kafka", "status", env=env).returncode == 1
+
+
+# Kafka deletes records older than the topic's retention, counted from their receive times, and the
+# generated log is received in January 2026: the topics keep ten years.
+RETENTION = "3650d"
+
+
+def kafka_settings(home: Path, bootstrap: str, prefix: str):
+    """A home whose log is its own topic on the module's broker."""
+    return make_settings(
+        home,
+        LAKEHOUSE_KAFKA_BOOTSTRAP=bootstrap,
+        LAKEHOUSE_KAFKA_TOPIC_PREFIX=prefix,
+        LAKEHOUSE_LOG_RETENTION=RETENTION,
+        LAKEHOUSE_BACKFILL_MAX_RANGE="31d",
+    )
+
+
+def rows(spark, settings, table, drop=()) -> list[tuple]:
+    frame = spark.read.format("delta").load(table.uri(settings))
+    kept = [c for c in frame.columns if c not in VOLATILE | {"app_id", "run_id", *drop}]
+    return sorted(tuple(map(str, row)) for row in frame.select(kept).collect())
+
+
+def test_stream_and_log_backfill_from_kafka_equal_the_file_log_runs(spark, broker, tmp_path: Path):
+    """The same generated events through the file log and through a topic give the same tables."""
+    on_files = make_settings(tmp_path / "files")
+    on_kafka = kafka_settings(tmp_path / "kafka", broker, "equal.")
+    for settings, sink in ((on_files, LogSink.FILES), (on_kafka, LogSink.KAFKA)):
+        written = generate(settings, CONFIG, sink=sink)
+        run_speed_layer(spark, settings, PIPELINE, available_now=True)
+        BatchLayer(spark, settings, PIPELINE).backfill(*map(_instant, WINDOW_RANGE), source="log")
+
+    # Bronze and quarantine keep each record's locator: a partition and an offset instead of a file.
+    for table in (TABLES.bronze, TABLES.quarantine, TABLES.speed, TABLES.batch):
+        assert rows(spark, on_kafka, table, drop={"source_file"}) == rows(
+            spark, on_files, table, drop={"source_file"}
+        ), table.qualified_name
+    for table in (TABLES.bronze, TABLES.quarantine):
+        located = spark.read.format("delta").load(table.uri(on_kafka)).select("source_file").collect()
+        assert all(row[0].startswith("kafka:equal.toll_traffic/partition=") for row in located)
+    progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(on_kafka)).first()
+    # Every record has a fate, and the batch records the last offset it read in each partition.
+    fates = ("quarantined", "duplicates", "on_time", "late")
+    assert progress["input_rows"] == sum(progress[fate] for fate in fates) == written.records
+    assert all(unit.startswith("kafka:equal.toll_traffic/partition=") for unit in progress["source_files"])
+
+
+def _instant(text: str):
+    from lakehouse.eventtime import parse_instant
+
+    return parse_instant(text, "time")
+
+
+@pytest.mark.slow
+def test_sigkill_of_the_stream_on_kafka_then_restart_gives_the_uninterrupted_tables(spark, broker, tmp_path: Path):
+    """Offsets live in the checkpoint, writes are stamped with the batch: a crash between any two
+    writes loses and duplicates nothing (as tests/test_crash_safety.py shows for the file log)."""
+    reference = kafka_settings(tmp_path / "reference", broker, "sigkill.")
+    generate(reference, CONFIG, sink=LogSink.KAFKA)
+    run_speed_layer(spark, reference.replace(max_offsets_per_trigger=300), PIPELINE, available_now=True)
+
+    crashed = kafka_settings(tmp_path / "crashed", broker, "sigkill.")
+    env = {
+        **os.environ,
+        "LAKEHOUSE_HOME": str(tmp_path / "crashed"),
+        "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
+        "LAKEHOUSE_KAFKA_BOOTSTRAP": broker,
+        "LAKEHOUSE_KAFKA_TOPIC_PREFIX": "sigkill.",
+        "LAKEHOUSE_LOG_RETENTION": RETENTION,
+        "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "300",
+    }
+    for table, target in ((TABLES.bronze, 3), (TABLES.speed, 4)):
+        kill_after(crashed, env, table, target)
+    finished = cli("stream", "--available-now", env=env)
+    assert finished.returncode == 0, finished.stderr[-3000:]
+
+    assert commits(crashed, STREAM_PROGRESS) > 4  # several batches, so the kills fell mid-stream
+    assert snapshot(spark, crashed) == snapshot(spark, reference)
+
+
+def test_a_range_older_than_the_topic_holds_is_refused_before_spark_starts(broker, tmp_path: Path):
+    from confluent_kafka.admin import AdminClient
+
+    settings = kafka_settings(tmp_path / "home", broker, "retention.")
+    writer = KafkaLogWriter(settings, PIPELINE.topic)
+    hour = datetime(2026, 1, 5, 8)
+    writer.append([(hour + timedelta(minutes=m), f'{{"n": {m}}}') for m in range(0, 120, 10)], "two hours")
+    # What retention does to a topic: its oldest records go (here the first hour's, in every partition).
+    admin = AdminClient({"bootstrap.servers": broker})
+    first_hour = _offsets_before(settings, hour + timedelta(hours=1))
+    for future in admin.delete_records(first_hour).values():
+        future.result(timeout=30)
+
+    env = {
+        **os.environ,
+        "LAKEHOUSE_HOME": str(tmp_path / "home"),
+        "LAKEHOUSE_KAFKA_BOOTSTRAP": broker,
+        "LAKEHOUSE_KAFKA_TOPIC_PREFIX": "retention.",
+        "LAKEHOUSE_LOG_RETENTION": RETENTION,
+    }
+    refused = cli(
+        "backfill", "--start", "2026-01-06T08:00:00Z", "--end", "2026-01-06T09:00:00Z", "--source", "log", env=env
+    )
+    assert refused.returncode != 0
+    assert "holds records received from 2026-01-05T09:00:00Z on" in refused.stderr
+    assert "needs records received from 2026-01-05T08:00:00Z" in refused.stderr
+    assert "Traceback" not in refused.stderr and not (tmp_path / "home" / "warehouse").exists()  # no Spark work
+
+
+def test_the_producer_refuses_records_retention_would_delete(broker, tmp_path: Path):
+    """With the default retention (30 days), January's generated log would be deleted on arrival."""
+    env = {
+        **os.environ,
+        "LAKEHOUSE_HOME": str(tmp_path / "home"),
+        "LAKEHOUSE_KAFKA_BOOTSTRAP": broker,
+        "LAKEHOUSE_KAFKA_TOPIC_PREFIX": "too-old.",
+    }
+    refused = cli("generate", "--events", "10", env=env)
+    assert refused.returncode != 0 and "older than the topic's retention (30 days)" in refused.stderr
+    settings = kafka_settings(tmp_path / "home", broker, "too-old.")
+    assert _offsets_before(settings, datetime(2100, 1, 1)) == [
+        TopicPartition("too-old.toll_traffic", partition, 0) for partition in range(3)
+    ]
+    produced = cli("generate", "--events", "10", "--start", "now", env=env)
+    assert produced.returncode == 0, produced.stderr
+
+
+def _offsets_before(settings, moment: datetime) -> list:
+    """Each partition's first offset received at or after ``moment`` (its end when none is)."""
+    from confluent_kafka import Consumer
+
+    topic = settings.kafka_topic(PIPELINE.topic)
+    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "tests"})
+    try:
+        partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
+        stamp = int(moment.replace(tzinfo=UTC).timestamp() * 1000)
+        found = consumer.offsets_for_times([TopicPartition(topic, p, stamp) for p in partitions], timeout=30)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)[1] for p in partitions}
+        return sorted(
+            (TopicPartition(topic, t.partition, t.offset if t.offset >= 0 else ends[t.partition]) for t in found),
+            key=lambda t: t.partition,
+        )
+    finally:
+        consumer.close()
