@@ -6,7 +6,7 @@ UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke lock clean airflow airflow-stop \
-	system-deps test-airflow serve serve-stop
+	system-deps test-airflow serve serve-stop kafka kafka-stop
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -94,6 +94,14 @@ serve: setup
 
 serve-stop:
 	@$(VENV)/bin/lakehouse serve --stop
+
+# A Kafka broker for the retained log (docs/operations.md, "The retained log on Kafka"): its JARs from
+# Maven Central into .cache/kafka/ once, its data in the home. Prints the address for LAKEHOUSE_KAFKA_BOOTSTRAP.
+kafka: setup
+	@$(VENV)/bin/lakehouse kafka start
+
+kafka-stop:
+	@$(VENV)/bin/lakehouse kafka stop
 
 # The Airflow tests alone: DAG integrity, dag.test() of each DAG, the newcomer's make airflow, and end
 # to end on a real Airflow (PostgreSQL, api-server, scheduler, dag-processor) with a browser test.

@@ -89,6 +89,7 @@ LONGEST_FILES = (
     "test_dags.py",
     "test_audit.py",
     "test_crash_safety.py",
+    "test_kafka.py",
     "test_event_time_properties.py",
     "test_airflow_e2e.py",
     "test_readme_commands.py",

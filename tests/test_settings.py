@@ -168,6 +168,10 @@ def test_settings_read_from_an_explicit_env_ignore_the_process_environment(tmp_p
         ("LAKEHOUSE_METASTORE_PASSWORD", "s3cret", "metastore_password", "s3cret"),
         ("LAKEHOUSE_SQL_ROUTE", "sc://10.0.0.5:15002", "sql_route", "sc://10.0.0.5:15002"),
         ("LAKEHOUSE_SQL_STALENESS", "0s", "sql_staleness", "0s"),
+        ("LAKEHOUSE_KAFKA_BOOTSTRAP", " b1:9092,b2.internal:9093 ", "kafka_bootstrap", "b1:9092,b2.internal:9093"),
+        ("LAKEHOUSE_KAFKA_TOPIC_PREFIX", "prod.", "kafka_topic_prefix", "prod."),
+        ("LAKEHOUSE_KAFKA_PORT", "0", "kafka_port", 0),
+        ("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", "1000", "max_offsets_per_trigger", 1000),
     ],
 )
 def test_each_environment_variable_overrides_its_own_setting(tmp_path, variable, value, attribute, expected):
@@ -254,6 +258,11 @@ def test_the_default_home_is_the_checkout_a_command_runs_in(tmp_path, monkeypatc
         ("LAKEHOUSE_THRIFT_PORT", "ten", "LAKEHOUSE_THRIFT_PORT must be a whole number, not 'ten'"),
         ("LAKEHOUSE_SQL_ROUTE", "server", "LAKEHOUSE_SQL_ROUTE must be auto, embedded or an sc://host:port URL"),
         ("LAKEHOUSE_METASTORE_URL", "jdbc:derby:metastore_db", "LAKEHOUSE_METASTORE_URL must be a jdbc:postgresql://"),
+        ("LAKEHOUSE_KAFKA_PORT", "65536", "LAKEHOUSE_KAFKA_PORT must be a port number"),
+        ("LAKEHOUSE_KAFKA_BOOTSTRAP", "kafka://b1:9092", "LAKEHOUSE_KAFKA_BOOTSTRAP must be host:port"),
+        ("LAKEHOUSE_KAFKA_BOOTSTRAP", "b1", "LAKEHOUSE_KAFKA_BOOTSTRAP must be host:port"),
+        ("LAKEHOUSE_KAFKA_TOPIC_PREFIX", "prod/", "LAKEHOUSE_KAFKA_TOPIC_PREFIX may hold letters"),
+        ("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", "-1", "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER must be 0"),
     ],
 )
 def test_a_bad_service_setting_is_a_lakehouse_error(tmp_path, variable, value, message):

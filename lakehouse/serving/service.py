@@ -27,15 +27,16 @@ STOP_SECONDS = 60
 
 
 def delta_class_path(settings: Settings) -> list[str]:
-    """Delta's own JARs and the platform's, for the driver's class path. Only Delta's: the rest of
-    the resolved list brings an older Jackson than Spark's, which breaks Spark when put first."""
-    from lakehouse.storage.spark import JarCache, extensions_jar, spark_packages
+    """Delta's own JARs and the platform's (with Spark's Kafka source, for jobs through the service
+    that read a Kafka log), for the driver's class path. Only Delta's of the resolved list: the rest
+    brings an older Jackson than Spark's, which breaks Spark when put first."""
+    from lakehouse.storage.spark import JarCache, platform_jars, spark_packages
 
     jars = JarCache(settings.ivy_dir, spark_packages() + list(settings.extra_packages)).cached_jars() or []
     delta = [jar for jar in jars if Path(jar).name.startswith(("io.delta_", "io.unitycatalog_"))]
     if not delta:
         raise LakehouseError("Delta's JARs are not cached yet: run `make setup` first")
-    return [*delta, extensions_jar()]
+    return [*delta, *platform_jars()]
 
 
 def metastore_driver_jar(settings: Settings) -> str:

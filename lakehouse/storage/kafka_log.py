@@ -212,7 +212,14 @@ def topic_stream(spark, settings: Settings, topic: str):
 
 def read_topic(spark, settings: Settings, topic: str, arrived_from: datetime | None):
     """The records received at or after ``arrived_from`` (all when None), through Kafka's offsets
-    for that time, up to the topic's end when the read starts."""
+    for that time, up to the topic's end when the read starts.
+
+    Args:
+        spark: the session to read with.
+        settings: the brokers and the topic prefix.
+        topic: the pipeline's topic (before the prefix).
+        arrived_from: the first receive time wanted (None: the oldest record retained).
+    """
     reader = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
