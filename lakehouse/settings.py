@@ -81,6 +81,17 @@ _TEXT_FIELDS = (
     "max_bytes_per_trigger",
     *_DURATION_FIELDS,
 )
+# Read by name rather than from a field of the same name (Settings.from_env).
+_NAMED_VARIABLES = (
+    "LAKEHOUSE_HOME",
+    "LAKEHOUSE_LOG_URI",
+    "LAKEHOUSE_WAREHOUSE_URI",
+    "LAKEHOUSE_CHECKPOINT_URI",
+    "LAKEHOUSE_WATERMARK_DELAY",
+    "LAKEHOUSE_ALLOWED_LATENESS",
+    "LAKEHOUSE_SPARK_PACKAGES",
+    "LAKEHOUSE_PIPELINES",
+)
 _SIZE = re.compile(r"^(\d+)\s*([kmg]?)b?$", re.IGNORECASE)
 
 
@@ -257,6 +268,12 @@ class Settings:
 
     def speed_checkpoint_uri(self, pipeline: str) -> str:
         return f"{self.checkpoint_uri}/{pipeline}/speed"
+
+
+def environment_variables() -> tuple[str, ...]:
+    """Every ``LAKEHOUSE_*`` variable the settings read."""
+    fields = (*_TEXT_FIELDS, *_STRIPPED_FIELDS, *_INTEGER_FIELDS)
+    return (*_NAMED_VARIABLES, *(f"LAKEHOUSE_{name.upper()}" for name in fields))
 
 
 def _validate(settings: Settings) -> None:

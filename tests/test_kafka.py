@@ -4,6 +4,7 @@ stream, and retention. One broker for the module; each test has its own topic pr
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 from confluent_kafka import TopicPartition
 
+from lakehouse.audit.reconcile import Auditor
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
@@ -105,6 +107,35 @@ def test_stream_and_log_backfill_from_kafka_equal_the_file_log_runs(spark, broke
     fates = ("quarantined", "duplicates", "on_time", "late")
     assert progress["input_rows"] == sum(progress[fate] for fate in fates) == written.records
     assert all(unit.startswith("kafka:equal.toll_traffic/partition=") for unit in progress["source_files"])
+
+    # The audit pins the topic by its end offsets and explains every difference as on the file log.
+    start, end = map(_instant, WINDOW_RANGE)
+    on_kafka_audit = Auditor(spark, on_kafka, PIPELINE).reconcile(start, end)
+    on_files_audit = Auditor(spark, on_files, PIPELINE).reconcile(start, end)
+    assert on_kafka_audit.ok and on_kafka_audit.explained["late"] > 0, on_kafka_audit
+    assert _verdicts(on_kafka_audit) == _verdicts(on_files_audit)
+    assert on_kafka_audit.pins["log_until"].startswith('kafka:{"0": ')
+
+    # A record the stream has not read yet is explained as such, and an audit at the first pins
+    # reads exactly what the first one did.
+    KafkaLogWriter(on_kafka, PIPELINE.topic).append([(datetime(2026, 1, 5, 9, 30), _straggler(start))], "straggler")
+    later = Auditor(spark, on_kafka, PIPELINE).reconcile(start, end)
+    assert later.ok and later.explained["not_yet_read"] == 1, later
+    again = Auditor(spark, on_kafka, PIPELINE).reconcile(start, end, pins=on_kafka_audit.pins, record=False)
+    assert _verdicts(again) == _verdicts(on_kafka_audit)
+
+
+def _verdicts(audit) -> tuple:
+    return audit.windows_compared, audit.matched, audit.explained, audit.unexplained
+
+
+def _straggler(start: datetime) -> str:
+    """A valid event in the range's first window (closed by the stream's watermark), received late."""
+    moment = f"{start + timedelta(seconds=30):%Y-%m-%dT%H:%M:%S}Z"
+    return json.dumps(
+        {"event_id": "straggler", "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-0", "vehicle_type": "car",
+         "axles": 2, "toll_amount": 6.0, "event_time": moment, "sent_at": moment}
+    )  # fmt: skip
 
 
 def _instant(text: str):

@@ -36,10 +36,12 @@ from pyspark.sql import functions as F
 from lakehouse import eventtime
 from lakehouse.audit import compare
 from lakehouse.dataflow import transforms as tx
+from lakehouse.dataflow.clocks import received_at
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
+from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import (
     BATCH_COVERAGE,
     CORRECTIONS,
@@ -125,12 +127,6 @@ def current_pins(
         pipeline: the pipeline the rows belong to.
         arrived_from: the log is pinned among files that arrived from this hour on (None: the whole log).
     """
-    if settings.kafka_bootstrap:
-        # Its truth is pinned by a file listing's last write; on Kafka that pin would be the topic's
-        # offsets, which the audit does not record yet.
-        raise LakehouseError(
-            "the audit reads the file log only: it cannot pin a Kafka topic yet (audit a copy of the log in files)"
-        )
     tables = pipeline_tables(pipeline)
     pins = {}
     for name, table in (("bronze", tables.bronze), ("speed", tables.speed), ("progress", STREAM_PROGRESS)):
@@ -141,7 +137,11 @@ def current_pins(
     for name, table in (("corrections", CORRECTIONS), ("coverage", BATCH_COVERAGE), ("manual_changes", MANUAL_CHANGES)):
         if table_exists(spark, table.uri(settings)):
             pins[name] = str(table_version(spark, table.uri(settings)))
-    # Files are only ever added to the log: the latest write time pins its content.
+    # Records are only ever added to the log: its newest file's write time, or a topic's end
+    # offsets, pin its content.
+    if settings.kafka_bootstrap:
+        pins["log_until"] = kafka_log.log_pin(settings, pipeline.topic)
+        return pins
     newest = last_write(spark, settings, pipeline.topic, arrived_from)
     pins["log_until"] = newest.isoformat() if newest else ""
     return pins
@@ -193,7 +193,8 @@ class PinnedReads:
     pins: dict[str, str]
 
     def stream_position(self) -> tuple[datetime | None, DataFrame]:
-        """The speed layer's watermark now, and the log files it has processed."""
+        """The speed layer's watermark now, and what it has read: files, and Kafka partitions to an
+        offset (``read_unit``, ``read_through``)."""
         progress = _at(self.spark, STREAM_PROGRESS, self.settings, self.pins["progress"]).where(
             F.col("pipeline") == self.pipeline.name
         )
@@ -201,41 +202,63 @@ class PinnedReads:
         delay = self.settings.watermark_delay or self.pipeline.watermark_delay
         lateness = self.settings.allowed_lateness or self.pipeline.allowed_lateness
         current = eventtime.watermark(max_event_time, parse_duration(delay), parse_duration(lateness))
-        files = progress.select(F.explode("source_files").alias("source_file"))
-        read_files = files.select(_file_name(F.col("source_file")).alias("file_name")).distinct()
-        return current, read_files
+        units = progress.select(F.explode("source_files").alias("unit"))
+        unit, offset = kafka_log.read_position(F.col("unit"), _file_name(F.col("unit")))
+        read = units.groupBy(unit.alias("read_unit")).agg(F.max(offset).alias("read_through"))
+        return current, read
 
     def truth_events(self, start: datetime, end: datetime) -> DataFrame:
         """First copies of the valid events in windows starting in [start, end), from the pinned log."""
         pipeline = self.pipeline
-        raw = read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(start))
-        pinned = raw.where(F.col("written_at") <= F.lit(self.pins["log_until"]).cast("timestamp"))
+        arrived_from, offsets = earliest_arrival_for(start), kafka_log.pinned_offsets(self.pins["log_until"])
+        if offsets is not None:
+            pinned = kafka_log.read_topic(self.spark, self.settings, pipeline.topic, arrived_from, until=offsets)
+        else:
+            raw = read_log(self.spark, self.settings, pipeline.topic, arrived_from)
+            pinned = raw.where(F.col("written_at") <= F.lit(self.pins["log_until"]).cast("timestamp"))
         events = tx.first_copies(tx.valid_events(tx.parse_events(pinned, pipeline), pipeline), pipeline)
         return tx.assign_windows(events, pipeline).where(tx.in_window_range(start, end))
 
-    def with_causes(self, events: DataFrame, read_files: DataFrame, start: datetime) -> DataFrame:
-        """Each event's cause, plus when it reached the log (``written_at``) and bronze (``ingested_at``)."""
+    def with_causes(self, events: DataFrame, read: DataFrame, start: datetime) -> DataFrame:
+        """Each event's cause, plus when it reached the log (``written_at``) and bronze (``ingested_at``).
+
+        The stream read an event's record when it read its file, or, on Kafka, its partition up to
+        the record's offset. A file's ``written_at`` is when it was added to the log; a Kafka
+        record's, its receive time."""
         pipeline = self.pipeline
         bronze = _at(self.spark, pipeline_tables(self.pipeline).bronze, self.settings, self.pins["bronze"]).select(
             pipeline.event_id, F.col("fate").alias("bronze_fate"), "ingested_at"
         )
-        read = read_files.withColumn("file_read", F.lit(True))
         written = literal_frame(
             self.spark,
-            "file_name string, written_at timestamp",
+            "file_name string, file_written_at timestamp",
             sorted(file_write_times(self.spark, self.settings, pipeline.topic, earliest_arrival_for(start)).items()),
         )
-        events = events.withColumn("file_name", _file_name(F.col("source_file"))).join(
-            written, on="file_name", how="left"
+        source = F.col("source_file")
+        events = (
+            events.withColumns(
+                {
+                    "file_name": _file_name(source),
+                    "read_unit": kafka_log.record_unit(source, _file_name(source)),
+                    "record_offset": kafka_log.record_offset(source),
+                }
+            )
+            .join(written, on="file_name", how="left")
+            .withColumn(
+                "written_at", F.coalesce("file_written_at", F.when(source.startswith("kafka:"), received_at(source)))
+            )
+        )
+        was_read = F.col("read_unit_matched") & (
+            F.col("read_through").isNull() | (F.col("record_offset") <= F.col("read_through"))
         )
         cause = (
             F.when(F.col("bronze_fate").isNotNull(), F.col("bronze_fate"))
-            .when(F.coalesce(F.col("file_read"), F.lit(False)), F.lit(Cause.MISSING))
+            .when(F.coalesce(was_read, F.lit(False)), F.lit(Cause.MISSING))
             .otherwise(F.lit(Cause.NOT_YET_READ))
         )
         return (
             events.join(bronze, on=pipeline.event_id, how="left")
-            .join(read, on="file_name", how="left")
+            .join(read.withColumn("read_unit_matched", F.lit(True)), on="read_unit", how="left")
             .withColumn("cause", cause)
         )
 
@@ -320,11 +343,11 @@ class Auditor:
         started = time.time()
         pins = self._checked_pins(target, pins, start)
         reads = PinnedReads(self.spark, self.settings, self.pipeline, pins)
-        watermark, read_files = reads.stream_position()
+        watermark, read = reads.stream_position()
         scope = self._scope(pins, start, end, watermark, incremental)
         truth_events = reads.truth_events(scope.start, end).where(scope.windows)
         # Parsed once: the open-window count, the comparison and the recorded differences share it.
-        caused = reads.with_causes(truth_events, read_files, scope.start).persist()
+        caused = reads.with_causes(truth_events, read, scope.start).persist()
         closed = tx.closed_by(watermark)
         closed_rows = compare.closed_audited_rows(
             reads.audited_rows(target), self.pipeline, scope.start, end, scope.windows, watermark

@@ -135,6 +135,59 @@ def oldest_retained(settings: Settings, topic: str) -> datetime | None:
         consumer.close()
 
 
+def end_offsets(settings: Settings, topic: str) -> dict[str, int]:
+    """Each partition's end offset (the next record's) now."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    topic = settings.kafka_topic(topic)
+    consumer = Consumer({**_client_config(settings), "group.id": "lakehouse-audit-pin", "enable.auto.commit": False})
+    try:
+        metadata = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_SECONDS).topics.get(topic)
+        if metadata is None or metadata.error is not None:
+            raise LakehouseError(f"Kafka at {settings.kafka_bootstrap} has no topic {topic}")
+        return {
+            str(partition): consumer.get_watermark_offsets(TopicPartition(topic, partition), CLIENT_TIMEOUT_SECONDS)[1]
+            for partition in sorted(metadata.partitions)
+        }
+    finally:
+        consumer.close()
+
+
+def log_pin(settings: Settings, topic: str) -> str:
+    """What the topic holds now, as an audit's ``log_until`` pin."""
+    return KAFKA_PIN + json.dumps(end_offsets(settings, topic), sort_keys=True)
+
+
+def pinned_offsets(pin: str) -> dict[str, int] | None:
+    """The end offsets a ``log_until`` pin names (None for a file log's pin, a time)."""
+    return json.loads(pin[len(KAFKA_PIN) :]) if pin.startswith(KAFKA_PIN) else None
+
+
+def record_unit(source_file, file_name):
+    """What a record was read as: its Kafka partition, or its file's name (``file_name``)."""
+    from pyspark.sql import functions as F
+
+    return F.when(source_file.rlike(_LOCATOR), F.regexp_extract(source_file, _LOCATOR, 1)).otherwise(file_name)
+
+
+def record_offset(source_file):
+    """A Kafka record's zero-padded offset (null for a file's record)."""
+    from pyspark.sql import functions as F
+
+    return F.when(source_file.rlike(_LOCATOR), F.regexp_extract(source_file, _LOCATOR, 2))
+
+
+def read_position(unit, file_name):
+    """A micro-batch's unit as (what it read, the last offset read there; null for a whole file)."""
+    from pyspark.sql import functions as F
+
+    is_partition = unit.rlike(_READ_UNIT)
+    return (
+        F.when(is_partition, F.regexp_extract(unit, _READ_UNIT, 1)).otherwise(file_name),
+        F.when(is_partition, F.regexp_extract(unit, _READ_UNIT, 2)),
+    )
+
+
 def check_retained(settings: Settings, topic: str, arrived_from: datetime) -> None:
     """Fail before any Spark work when records that arrived from ``arrived_from`` on are gone."""
     oldest = oldest_retained(settings, topic)
@@ -147,8 +200,12 @@ def check_retained(settings: Settings, topic: str, arrived_from: datetime) -> No
         )
 
 
-# A locator, split into its partition (``kafka:<topic>/partition=<p>``) and its zero-padded offset.
+# A locator, split into its partition (``kafka:<topic>/partition=<p>``) and its zero-padded offset;
+# and what a micro-batch records of a partition: the last offset it read there.
 _LOCATOR = r"^(kafka:[^/]+/partition=\d+)/\d{8}T\d{12}Z-o(\d{20})$"
+_READ_UNIT = r"^(kafka:[^/]+/partition=\d+)/o(\d{20})$"
+# An audit pins a Kafka log by its end offsets: records are only appended, so those name its content.
+KAFKA_PIN = "kafka:"
 
 
 def source_unit(source_file):
@@ -210,7 +267,7 @@ def topic_stream(spark, settings: Settings, topic: str):
     return _as_log_lines(reader.load()).select("value", "source_file")
 
 
-def read_topic(spark, settings: Settings, topic: str, arrived_from: datetime | None):
+def read_topic(spark, settings: Settings, topic: str, arrived_from: datetime | None, until: dict | None = None):
     """The records received at or after ``arrived_from`` (all when None), through Kafka's offsets
     for that time, up to the topic's end when the read starts.
 
@@ -219,12 +276,15 @@ def read_topic(spark, settings: Settings, topic: str, arrived_from: datetime | N
         settings: the brokers and the topic prefix.
         topic: the pipeline's topic (before the prefix).
         arrived_from: the first receive time wanted (None: the oldest record retained).
+        until: each partition's end offset to read to (None: the topic's end), an audit's pin.
     """
+    name = settings.kafka_topic(topic)
+    ending = json.dumps({name: until}) if until is not None else "latest"
     reader = (
         spark.read.format("kafka")
         .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
-        .option("subscribe", settings.kafka_topic(topic))
-        .option("endingOffsets", "latest")
+        .option("subscribe", name)
+        .option("endingOffsets", ending)
     )
     if arrived_from is None:
         reader = reader.option("startingOffsets", "earliest")
