@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from airflow.sdk import dag
+from airflow.sdk import dag, task
 
 from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, spark_job
 from lakehouse.ops.orchestration import active_pipelines
@@ -20,6 +20,10 @@ DOC = """
   its pins can still time-travel to what it read;
 - the **retained log** drops ingest hours older than `max(LAKEHOUSE_LOG_RETENTION,
   LAKEHOUSE_AUDIT_REPLAY_WINDOW)`.
+
+With the log on Kafka (`LAKEHOUSE_KAFKA_BOOTSTRAP`), `archive_<pipeline>` first copies each closed
+ingest hour of the topic into the file log, once (`lakehouse archive`, no JVM), so that backfills
+older than the topic's retention read the archive.
 """
 
 
@@ -35,8 +39,20 @@ DOC = """
     user_defined_macros=USER_DEFINED_MACROS,
 )
 def lakehouse_maintenance():
-    for pipeline in active_pipelines(Settings.from_env()):
-        spark_job(f"maintain_{pipeline}", "maintain", ["--pipeline", pipeline])
+    settings = Settings.from_env()
+    for pipeline in active_pipelines(settings):
+        maintain = spark_job(f"maintain_{pipeline}", "maintain", ["--pipeline", pipeline])
+        if settings.kafka_bootstrap:
+            archive.override(task_id=f"archive_{pipeline}")(pipeline) >> maintain
+
+
+@task
+def archive(pipeline: str) -> dict:
+    from lakehouse.dataflow.pipelines import get_pipeline
+    from lakehouse.storage.archive import Archive
+
+    run = Archive(Settings.from_env(), get_pipeline(pipeline).topic).run()
+    return {"hours": [f"{hour:%Y-%m-%dT%H}" for hour in run.hours], "records": run.records, "files": run.files}
 
 
 lakehouse_maintenance()

@@ -91,10 +91,10 @@ def cmd_backfill(args, settings: Settings) -> None:
     start, end = parse_range(args.start, args.end, pipeline)  # before Spark starts: bad input fails fast
     if args.source == Source.LOG and settings.kafka_bootstrap:
         from lakehouse.layers.batch import event_span
-        from lakehouse.storage.kafka_log import check_retained
+        from lakehouse.storage.archive import check_covered
         from lakehouse.storage.log import earliest_arrival_for
 
-        check_retained(settings, pipeline.topic, earliest_arrival_for(event_span(pipeline, start, end)[0]))
+        check_covered(settings, pipeline.topic, earliest_arrival_for(event_span(pipeline, start, end)[0]))
     layer = BatchLayer(_spark(settings, f"backfill-{args.pipeline}"), settings, pipeline)
     bar = ProgressBar(0, f"backfill {pipeline.name} from {args.source}")
 
@@ -285,6 +285,16 @@ def cmd_serve(args, settings: Settings) -> None:
         raise Unhealthy()
 
 
+def cmd_archive(args, settings: Settings) -> None:
+    from lakehouse.storage.archive import Archive
+
+    if not settings.kafka_bootstrap:
+        raise LakehouseError("lakehouse archive copies a Kafka log into files: set LAKEHOUSE_KAFKA_BOOTSTRAP")
+    run = Archive(settings, _pipeline(args.pipeline).topic).run()
+    hours = [f"{hour:%Y-%m-%dT%H}" for hour in run.hours]
+    print(json.dumps({"archive": settings.pipeline_log_uri(args.pipeline), "hours": hours, "records": run.records}))
+
+
 def cmd_kafka(args, settings: Settings) -> None:
     from lakehouse.storage import kafka_broker
 
@@ -459,6 +469,13 @@ def _add_operations(commands) -> None:
     health.set_defaults(run=cmd_health)
     # --- end orchestration commands ---
 
+    demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")
+    demo.add_argument("--events", type=int, default=DEMO_EVENTS)
+    demo.set_defaults(run=cmd_demo)
+
+
+def _add_services(commands) -> None:
+    """The long-running services the platform starts: the Spark service and a Kafka broker."""
     serve = commands.add_parser(
         "serve", help="start the Spark service: Spark Connect and a JDBC/ODBC endpoint, read-only, on one catalog"
     )
@@ -467,19 +484,22 @@ def _add_operations(commands) -> None:
     serve_action.add_argument("--stop", action="store_true", help="stop the service and its JVM")
     serve.set_defaults(run=cmd_serve)
 
+    archive = commands.add_parser(
+        "archive", help="copy the closed ingest hours of a Kafka log into the file log, once (no JVM)"
+    )
+    _pipeline_option(archive)
+    archive.set_defaults(run=cmd_archive)
+
     kafka = commands.add_parser("kafka", help="a Kafka broker on loopback for the retained log (KRaft, one node)")
     kafka.add_argument("action", choices=["start", "status", "stop"], help="status exits 1 unless it answers")
     kafka.set_defaults(run=cmd_kafka)
-
-    demo = commands.add_parser("demo", help="run the whole lambda loop on embedded defaults and explain it")
-    demo.add_argument("--events", type=int, default=DEMO_EVENTS)
-    demo.set_defaults(run=cmd_demo)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    for add_commands in (_add_generate, _add_layers, _add_reading, _add_corrections_and_replay, _add_operations):
+    groups = (_add_generate, _add_layers, _add_reading, _add_corrections_and_replay, _add_operations, _add_services)
+    for add_commands in groups:
         add_commands(commands)
     return parser
 

@@ -135,6 +135,45 @@ def oldest_retained(settings: Settings, topic: str) -> datetime | None:
         consumer.close()
 
 
+def records_since(settings: Settings, topic: str, since: datetime | None):
+    """(partition, offset, receive time, line) of every record received from ``since`` on (all when
+    None), up to each partition's end when the call starts, partition by partition in offset order.
+
+    A line is the record's value as UTF-8 text (undecodable bytes become U+FFFD), its line breaks
+    turned into spaces: a file log holds one record a line, and in JSON a line break between tokens
+    is a space."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    name = settings.kafka_topic(topic)
+    consumer = Consumer({**_client_config(settings), "group.id": "lakehouse-archive", "enable.auto.commit": False})
+    try:
+        partitions = sorted(consumer.list_topics(name, timeout=CLIENT_TIMEOUT_SECONDS).topics[name].partitions)
+        stamp = _millis(since) if since is not None else 0
+        starts = consumer.offsets_for_times(
+            [TopicPartition(name, p, stamp) for p in partitions], CLIENT_TIMEOUT_SECONDS
+        )
+        for start in starts:
+            end = consumer.get_watermark_offsets(TopicPartition(name, start.partition), CLIENT_TIMEOUT_SECONDS)[1]
+            if start.offset < 0 or start.offset >= end:
+                continue
+            consumer.assign([TopicPartition(name, start.partition, start.offset)])
+            offset = start.offset
+            while offset < end:
+                messages = consumer.consume(10_000, CLIENT_TIMEOUT_SECONDS)
+                if not messages:
+                    raise LakehouseError(f"reading {name}: offsets {offset}-{end} did not arrive within 30 s")
+                for message in messages:
+                    if message.error() is not None:
+                        raise LakehouseError(f"reading {name}: {message.error()}")
+                    offset = message.offset() + 1
+                    if message.offset() < end:
+                        received = datetime.fromtimestamp(message.timestamp()[1] / 1000, UTC).replace(tzinfo=None)
+                        text = (message.value() or b"").decode("utf-8", "replace")
+                        yield start.partition, message.offset(), received, text.replace("\r", " ").replace("\n", " ")
+    finally:
+        consumer.close()
+
+
 def end_offsets(settings: Settings, topic: str) -> dict[str, int]:
     """Each partition's end offset (the next record's) now."""
     from confluent_kafka import Consumer, TopicPartition
@@ -186,18 +225,6 @@ def read_position(unit, file_name):
         F.when(is_partition, F.regexp_extract(unit, _READ_UNIT, 1)).otherwise(file_name),
         F.when(is_partition, F.regexp_extract(unit, _READ_UNIT, 2)),
     )
-
-
-def check_retained(settings: Settings, topic: str, arrived_from: datetime) -> None:
-    """Fail before any Spark work when records that arrived from ``arrived_from`` on are gone."""
-    oldest = oldest_retained(settings, topic)
-    topic = settings.kafka_topic(topic)
-    if oldest is not None and arrived_from < oldest:
-        raise LakehouseError(
-            f"the Kafka log {topic} holds records received from {oldest:%Y-%m-%dT%H:%M:%S}Z on (retention "
-            f"{settings.log_retention}); this range needs records received from {arrived_from:%Y-%m-%dT%H:%M:%S}Z, "
-            "which retention has deleted"
-        )
 
 
 # A locator, split into its partition (``kafka:<topic>/partition=<p>``) and its zero-padded offset;

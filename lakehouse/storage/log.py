@@ -22,7 +22,6 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow.clocks import log_file_name
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, local_path, to_uri
-from lakehouse.storage import kafka_log
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.spark import is_remote
 
@@ -111,9 +110,14 @@ def _children(spark: SparkSession, uri: str, prefix: str) -> list[_Entry]:
 
 
 def partition_uris(
-    spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None
+    spark: SparkSession,
+    settings: Settings,
+    pipeline: str,
+    arrived_from: datetime | None = None,
+    arrived_before: datetime | None = None,
 ) -> list[str]:
-    """The ingest-hour folders that hold files arrived at or after ``arrived_from``'s hour, oldest first.
+    """The ingest-hour folders that hold files arrived at or after ``arrived_from``'s hour (and before
+    ``arrived_before``'s), oldest first.
 
     Only folder names are listed: a day folder before the cut-off is never opened.
 
@@ -122,15 +126,17 @@ def partition_uris(
         settings: where the log, the tables and the checkpoints live.
         pipeline: the pipeline's name (its log folder).
         arrived_from: the first ingest hour wanted (None: all).
+        arrived_before: the first ingest hour not wanted (None: none).
     """
     cut = f"{arrived_from:%Y-%m-%d}/{arrived_from:%H}" if arrived_from is not None else ""
+    stop = f"{arrived_before:%Y-%m-%d}/{arrived_before:%H}" if arrived_before is not None else "~"
     uris = []
     for day in _children(spark, settings.pipeline_log_uri(pipeline), "ingest_date="):
         day_name = day.name.removeprefix("ingest_date=")
         if cut and day_name < cut[:10]:
             continue
         for hour in _children(spark, day.uri, "ingest_hour="):
-            if f"{day_name}/{hour.name.removeprefix('ingest_hour=')}" >= cut:
+            if cut <= f"{day_name}/{hour.name.removeprefix('ingest_hour=')}" < stop:
                 uris.append(hour.uri)
     return uris
 
@@ -172,21 +178,44 @@ def last_write(
 def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> DataFrame:
     """Raw log lines (``value``, ``source_file``, ``written_at``) that arrived at or after ``arrived_from``'s hour.
 
+    A log on Kafka is read from the offsets of that time (lakehouse.storage.kafka_log), and from its
+    archive for what retention has deleted (lakehouse.storage.archive).
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline's name (its log folder, or topic).
+        arrived_from: the first ingest hour read (None: all).
+    """
+    if settings.kafka_bootstrap:
+        from lakehouse.storage.archive import read_archive_then_kafka
+
+        return read_archive_then_kafka(spark, settings, pipeline, arrived_from)
+    return read_files(spark, settings, pipeline, arrived_from)
+
+
+def read_files(
+    spark: SparkSession,
+    settings: Settings,
+    pipeline: str,
+    arrived_from: datetime | None = None,
+    arrived_before: datetime | None = None,
+) -> DataFrame:
+    """The file log's lines of the ingest hours from ``arrived_from``'s to before ``arrived_before``.
+
     ``written_at`` is the file's modification time: when it was added to the log. Spark is given
-    only the folders of those hours, so it neither lists nor reads the rest of the log. A log on
-    Kafka is read from the offsets of that time (lakehouse.storage.kafka_log).
+    only the folders of those hours, so it neither lists nor reads the rest of the log.
 
     Args:
         spark: the session to read and write with.
         settings: where the log, the tables and the checkpoints live.
         pipeline: the pipeline's name (its log folder).
         arrived_from: the first ingest hour read (None: all).
+        arrived_before: the ingest hour where reading stops (None: the newest).
     """
-    if settings.kafka_bootstrap:
-        return kafka_log.read_topic(spark, settings, pipeline, arrived_from)
     base = settings.pipeline_log_uri(pipeline)
     empty = literal_frame(spark, "value string, source_file string, written_at timestamp", [])
-    folders = partition_uris(spark, settings, pipeline, arrived_from)
+    folders = partition_uris(spark, settings, pipeline, arrived_from, arrived_before)
     if not folders:
         return empty
     try:
