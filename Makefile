@@ -6,7 +6,7 @@ UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke lock clean airflow airflow-stop \
-	system-deps test-airflow serve serve-stop kafka kafka-stop
+	system-deps test-airflow serve serve-stop kafka kafka-stop cluster cluster-stop
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -102,6 +102,13 @@ kafka: setup
 
 kafka-stop:
 	@$(VENV)/bin/lakehouse kafka stop
+
+# A Spark standalone cluster (a master, two workers) from pyspark's spark-class; prints its spark:// address.
+cluster: setup
+	@$(VENV)/bin/lakehouse cluster start
+
+cluster-stop:
+	@$(VENV)/bin/lakehouse cluster stop
 
 # The Airflow tests alone: DAG integrity, dag.test() of each DAG, the newcomer's make airflow, and end
 # to end on a real Airflow (PostgreSQL, api-server, scheduler, dag-processor) with a browser test.

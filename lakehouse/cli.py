@@ -273,16 +273,21 @@ class Unhealthy(Exception):
     """The speed layer is stale or falling behind, or the Spark service is down: the command exits 1."""
 
 
-def cmd_serve(args, settings: Settings) -> None:
-    from lakehouse.serving import service
-
-    if args.stop:
-        print("Spark service stopped" if service.stop(settings) else "no Spark service was running")
+def _run_service(service, label: str, action: str, settings: Settings) -> None:
+    """start, status or stop of a long-running service: its status as JSON, exit 1 when it is down."""
+    if action == "stop":
+        print(f"{label} stopped" if service.stop(settings) else f"no {label} was running")
         return
-    report = service.status(settings) if args.status else service.start(settings)
+    report = service.status(settings) if action == "status" else service.start(settings)
     print(json.dumps(report, indent=1))
     if not report["up"]:
         raise Unhealthy()
+
+
+def cmd_serve(args, settings: Settings) -> None:
+    from lakehouse.serving import service
+
+    _run_service(service, "Spark service", "stop" if args.stop else "status" if args.status else "start", settings)
 
 
 def cmd_archive(args, settings: Settings) -> None:
@@ -295,16 +300,16 @@ def cmd_archive(args, settings: Settings) -> None:
     print(json.dumps({"archive": settings.pipeline_log_uri(args.pipeline), "hours": hours, "records": run.records}))
 
 
+def cmd_cluster(args, settings: Settings) -> None:
+    from lakehouse.storage import spark_cluster
+
+    _run_service(spark_cluster, "Spark cluster", args.action, settings)
+
+
 def cmd_kafka(args, settings: Settings) -> None:
     from lakehouse.storage import kafka_broker
 
-    if args.action == "stop":
-        print("Kafka broker stopped" if kafka_broker.stop(settings) else "no Kafka broker was running")
-        return
-    report = kafka_broker.status(settings) if args.action == "status" else kafka_broker.start(settings)
-    print(json.dumps(report, indent=1))
-    if not report["up"]:
-        raise Unhealthy()
+    _run_service(kafka_broker, "Kafka broker", args.action, settings)
 
 
 # --- end orchestration commands ---
@@ -489,6 +494,10 @@ def _add_services(commands) -> None:
     )
     _pipeline_option(archive)
     archive.set_defaults(run=cmd_archive)
+
+    cluster = commands.add_parser("cluster", help="a Spark standalone cluster on this machine: a master, two workers")
+    cluster.add_argument("action", choices=["start", "status", "stop"], help="status exits 1 unless every worker is up")
+    cluster.set_defaults(run=cmd_cluster)
 
     kafka = commands.add_parser("kafka", help="a Kafka broker on loopback for the retained log (KRaft, one node)")
     kafka.add_argument("action", choices=["start", "status", "stop"], help="status exits 1 unless it answers")

@@ -123,8 +123,9 @@ _INTEGER_FIELDS = (
     "connect_port",
     "thrift_port",
     "kafka_port",
+    "cluster_port",
 )
-_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port")
+_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port", "cluster_port")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +206,8 @@ class Settings:
     kafka_topic_prefix: str = ""
     # The port of the broker `lakehouse kafka start` runs on loopback (0: any free one).
     kafka_port: int = 9092
+    # The master port of the standalone cluster `lakehouse cluster start` runs (0: any free one).
+    cluster_port: int = 7077
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -261,6 +264,10 @@ class Settings:
 
     def kafka_topic(self, pipeline_topic: str) -> str:
         return f"{self.kafka_topic_prefix}{pipeline_topic}"
+
+    def cluster_dir(self) -> Path:
+        """Where the standalone cluster keeps its pids, ports, logs and workers' folders."""
+        return local_path(self.home) / "cluster"
 
     def kafka_dir(self) -> Path:
         """Where the broker of ``lakehouse kafka start`` keeps its configuration, data and log."""

@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -244,6 +245,8 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         .config("spark.driver.memory", settings.driver_memory)
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
+        # Executors on a cluster run the Python of this process (its venv, with the platform installed).
+        .config("spark.pyspark.python", sys.executable)
     )
     for key, value in session_sql_confs(settings).items():
         builder = builder.config(key, value)
@@ -289,8 +292,8 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
     if settings.spark_remote:
         return connect_session(settings)
     check_java()
-    # Local Spark talks to itself over loopback only.
-    if settings.spark_master.startswith("local"):
+    # Local Spark, and a cluster on this machine, talk over loopback only.
+    if settings.spark_master.startswith(("local", "spark://127.0.0.1:", "spark://localhost:")):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
