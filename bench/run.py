@@ -1,7 +1,7 @@
 """``python -m bench [--smoke] [--only SUITES]``: run, save, summarise.
 
 SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_growth, orchestration,
-throughput, freshness, sql_latency.
+throughput, freshness, sql_latency, topology.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
 table printed at the end is the one kept in the README. ``BENCH_EVENTS`` sets the data size (default
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import backfill, orchestration, sql_latency, stream
+from bench import backfill, orchestration, sql_latency, stream, topology
 from bench.data import DataSet, ensure_log, ensure_tables
 from bench.service import SharedService
 
@@ -37,6 +37,7 @@ SUITES = (
     "throughput",
     "freshness",
     "sql_latency",
+    "topology",
 )
 
 
@@ -208,6 +209,19 @@ def _sql_figures(results: dict, add) -> None:
             jobs["cli"]["p95_s"])  # fmt: skip
 
 
+def _topology_figures(results: dict, add) -> None:
+    """The log on Kafka against files, and a two-worker cluster against local[2]."""
+    if "topology" in results:
+        median = {name: job["seconds"]["median"] for name, job in results["topology"]["jobs"].items()}
+        add(
+            "speed layer drain from Kafka vs from files (with JVM start)",
+            median["stream_kafka"],
+            median["stream_files"],
+        )
+        add(f"backfill from log on a {results['topology']['workers']}-worker cluster vs local[2] (with JVM start)",
+            median["backfill_cluster"], median["backfill_local"])  # fmt: skip
+
+
 def headline(results: dict) -> list[dict]:
     """The figures of the README table: each a value, its baseline and their ratio (with the target)."""
     rows: list[dict] = []
@@ -220,6 +234,7 @@ def headline(results: dict) -> list[dict]:
     _stream_figures(results, add)
     _batch_figures(results, add)
     _sql_figures(results, add)
+    _topology_figures(results, add)
     return rows
 
 
@@ -261,6 +276,7 @@ def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: 
         "throughput": lambda: stream.throughput(
             spark, data, plan.runs, plan.trigger, plan.drain_sizes, plan.drain_batches
         ),
+        "topology": lambda: topology.topology(data, plan.runs),
         "sql_latency": lambda: sql_latency.sql_latency(
             data, served, plan.runs, plan.sql_points, plan.sql_aggregates, plan.sql_cli_queries
         ),
