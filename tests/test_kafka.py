@@ -1,6 +1,8 @@
 """The retained log on a real Kafka broker (KRaft, started by the project's own `lakehouse kafka`):
 the generator's producer, the speed layer and log backfills reading the topic, a SIGKILL of the
-stream, and retention. One broker for the module; each test has its own topic prefix (home)."""
+stream, retention and the archive; and the whole loop on Kafka and a Spark standalone cluster
+(`lakehouse cluster`). One broker and one cluster for the module; each test has its own topic
+prefix and home."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -19,11 +22,13 @@ from lakehouse.audit.reconcile import Auditor
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
+from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.serving.sql import json_value
 from lakehouse.storage.archive import Archive, check_covered
-from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
+from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
-from lakehouse.storage.log import earliest_arrival_for
+from lakehouse.storage.log import LocalLogWriter, earliest_arrival_for
 from lakehouse.vocabulary import LogSink
 from tests.conftest import make_settings
 from tests.test_crash_safety import VOLATILE, commits, kill_after, snapshot
@@ -284,3 +289,74 @@ def test_the_archive_copies_closed_hours_once_and_backfills_older_than_retention
     # ...and recomputed from it, the same rows.
     BatchLayer(spark, settings, PIPELINE).backfill(start, end, source="log", chunk="1h")
     assert rows(spark, settings, TABLES.batch) == from_kafka
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory):
+    """A standalone master and two workers, started and stopped as a user would."""
+    home = tmp_path_factory.mktemp("cluster-home")
+    env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_CLUSTER_PORT": "0"}
+    started = cli("cluster", "start", env=env, timeout=300)
+    assert started.returncode == 0, started.stdout + started.stderr
+    report = json.loads(started.stdout)
+    assert report["workers"] == 2
+    yield report
+    stopped = cli("cluster", "stop", env=env)
+    assert stopped.returncode == 0 and "stopped" in stopped.stdout
+    assert cli("cluster", "status", env=env).returncode == 1
+
+
+SERVED = "SELECT window_start, bridge_id, vehicle_type, vehicles, revenue, source FROM gold.toll_traffic"
+
+
+def test_the_loop_on_kafka_and_a_cluster_gives_the_embedded_defaults_tables(spark, broker, cluster, tmp_path):
+    """Kafka, then the stream on the cluster, a late record, a backfill from Kafka, a correction, an
+    audit and SQL, each a `lakehouse` process submitted to the cluster; against the same steps on
+    the file log in local[2]."""
+    start, end = map(_instant, WINDOW_RANGE)
+    embedded = make_settings(tmp_path / "embedded")
+    generate(embedded, CONFIG)
+    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
+    LocalLogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 30), "straggler", [_straggler(start)])
+    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
+    BatchLayer(spark, embedded, PIPELINE).backfill(start, end, source="log")
+    CorrectionRun(spark, embedded, PIPELINE).run()
+    assert Auditor(spark, embedded, PIPELINE).reconcile(start, end, target="serving").ok
+
+    on_topology = kafka_settings(tmp_path / "topology", broker, "topology.")
+    generate(on_topology, CONFIG, sink=LogSink.KAFKA)
+    env = {
+        **os.environ,
+        "LAKEHOUSE_HOME": str(tmp_path / "topology"),
+        "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
+        "LAKEHOUSE_KAFKA_BOOTSTRAP": broker,
+        "LAKEHOUSE_KAFKA_TOPIC_PREFIX": "topology.",
+        "LAKEHOUSE_LOG_RETENTION": RETENTION,
+        "LAKEHOUSE_SPARK_MASTER": cluster["master"],
+    }
+
+    def on_cluster(*arguments: str) -> str:
+        done = cli(*arguments, env=env)
+        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+        return done.stdout
+
+    on_cluster("stream", "--available-now")
+    KafkaLogWriter(on_topology, PIPELINE.topic).append([(datetime(2026, 1, 5, 9, 30), _straggler(start))], "late")
+    on_cluster("stream", "--available-now")
+    on_cluster("backfill", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--source", "log")
+    on_cluster("correct")
+    on_cluster("audit", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--target", "serving")
+    served = json.loads(on_cluster("sql", SERVED + " ORDER BY 1, 2, 3", "--format", "json"))
+
+    for table in (TABLES.bronze, TABLES.quarantine, TABLES.speed, TABLES.batch, TABLES.panes):
+        assert rows(spark, on_topology, table, drop={"source_file"}) == rows(
+            spark, embedded, table, drop={"source_file"}
+        ), table.qualified_name
+    register_tables(spark, embedded)
+    expected = spark.sql(SERVED + " ORDER BY 1, 2, 3").collect()
+    assert served == [{column: json_value(value) for column, value in row.asDict().items()} for row in expected]
+    assert {row["source"] for row in served} == {"batch"}  # the backfilled range is served by the batch layer
+    # Every job ran on the cluster's executors, one per worker.
+    with urllib.request.urlopen(f"{cluster['web_ui']}/json/", timeout=10) as response:
+        applications = json.loads(response.read())["completedapps"]
+    assert len(applications) >= 6 and all(app["cores"] == 2 for app in applications)
