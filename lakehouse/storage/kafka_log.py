@@ -108,8 +108,8 @@ class KafkaLogWriter:
 
 
 def oldest_retained(settings: Settings, topic: str) -> datetime | None:
-    """The receive time of the oldest record the topic still holds when retention has deleted
-    older ones; None when it holds everything it was sent (nothing deleted yet)."""
+    """From when the topic is complete: the latest of the first retained receive times of the
+    partitions retention has cut (their older records are gone); None when nothing was deleted."""
     from confluent_kafka import Consumer, TopicPartition
 
     topic = settings.kafka_topic(topic)
@@ -129,7 +129,7 @@ def oldest_retained(settings: Settings, topic: str) -> datetime | None:
             message = consumer.consume(1, CLIENT_TIMEOUT_SECONDS)
             if message and message[0].error() is None:
                 received = datetime.fromtimestamp(message[0].timestamp()[1] / 1000, UTC).replace(tzinfo=None)
-                oldest = received if oldest is None else min(oldest, received)
+                oldest = received if oldest is None else max(oldest, received)
         return oldest
     finally:
         consumer.close()
@@ -158,10 +158,14 @@ def records_since(settings: Settings, topic: str, since: datetime | None):
                 continue
             consumer.assign([TopicPartition(name, start.partition, start.offset)])
             offset = start.offset
+            waited_since = time.monotonic()
             while offset < end:
-                messages = consumer.consume(10_000, CLIENT_TIMEOUT_SECONDS)
-                if not messages:
+                # consume() waits its whole timeout for a full batch: poll briefly, give up on silence.
+                messages = consumer.consume(10_000, 0.5)
+                if not messages and time.monotonic() - waited_since > CLIENT_TIMEOUT_SECONDS:
                     raise LakehouseError(f"reading {name}: offsets {offset}-{end} did not arrive within 30 s")
+                if messages:
+                    waited_since = time.monotonic()
                 for message in messages:
                     if message.error() is not None:
                         raise LakehouseError(f"reading {name}: {message.error()}")
