@@ -170,12 +170,11 @@ def test_sigkill_of_the_stream_on_kafka_then_restart_gives_the_uninterrupted_tab
         "LAKEHOUSE_LOG_RETENTION": RETENTION,
         "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "300",
     }
-    for table, target in ((TABLES.bronze, 3), (TABLES.speed, 4)):
-        kill_after(crashed, env, table, target)
+    kill_after(crashed, env, TABLES.speed, 3)  # batch 1's bronze is written, its panes are not
     finished = cli("stream", "--available-now", env=env)
     assert finished.returncode == 0, finished.stderr[-3000:]
 
-    assert commits(crashed, STREAM_PROGRESS) > 4  # several batches, so the kills fell mid-stream
+    assert commits(crashed, STREAM_PROGRESS) > 3  # several batches, so the kill fell mid-stream
     assert snapshot(spark, crashed) == snapshot(spark, reference)
 
 

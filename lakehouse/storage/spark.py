@@ -188,6 +188,14 @@ def driver_java_options(settings: Settings) -> str:
     return " ".join(part for part in (own, class_archive_options(settings), settings.driver_java_options) if part)
 
 
+def executor_java_options(settings: Settings) -> str:
+    """An executor's options (on a cluster; local tasks run in the driver): UTC, room for deep JSON,
+    and the driver's class archive and options. An executor starts with the driver's class path
+    (Spark's JARs), so it maps the same archive."""
+    own = f"-Duser.timezone=UTC {TASK_STACK}"
+    return " ".join(part for part in (own, class_archive_options(settings), settings.driver_java_options) if part)
+
+
 # Set in the JVM that writes the archive (lakehouse.class_archive); such a JVM reads none.
 ARCHIVE_AT_EXIT = "-XX:ArchiveClassesAtExit="
 
@@ -235,7 +243,7 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.catalogImplementation", "in-memory")
         .config("spark.driver.extraJavaOptions", driver_java_options(settings))
-        .config("spark.executor.extraJavaOptions", f"-Duser.timezone=UTC {TASK_STACK}")
+        .config("spark.executor.extraJavaOptions", executor_java_options(settings))
         .config("spark.default.parallelism", str(settings.shuffle_partitions))
         # Spark keeps the classes it compiles for queries (Janino) in a cache of 100 by default; a
         # micro-batch of the speed layer generates about 160 (most of them Delta's log replays), so
