@@ -170,7 +170,7 @@ def test_sigkill_of_the_stream_on_kafka_then_restart_gives_the_uninterrupted_tab
         "LAKEHOUSE_LOG_RETENTION": RETENTION,
         "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "300",
     }
-    kill_after(crashed, env, TABLES.speed, 3)  # batch 1's bronze is written, its panes are not
+    kill_after(crashed, env, TABLES.speed, 3)  # right after batch 2 merged its panes, before its progress row
     finished = cli("stream", "--available-now", env=env)
     assert finished.returncode == 0, finished.stderr[-3000:]
 
