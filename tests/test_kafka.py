@@ -93,44 +93,31 @@ def rows(spark, settings, table, drop=()) -> list[tuple]:
     return sorted(tuple(map(str, row)) for row in frame.select(kept).collect())
 
 
-def test_stream_and_log_backfill_from_kafka_equal_the_file_log_runs(spark, broker, tmp_path: Path):
-    """The same generated events through the file log and through a topic give the same tables."""
-    on_files = make_settings(tmp_path / "files")
-    on_kafka = kafka_settings(tmp_path / "kafka", broker, "equal.")
-    for settings, sink in ((on_files, LogSink.FILES), (on_kafka, LogSink.KAFKA)):
-        written = generate(settings, CONFIG, sink=sink)
-        run_speed_layer(spark, settings, PIPELINE, available_now=True)
-        BatchLayer(spark, settings, PIPELINE).backfill(*map(_instant, WINDOW_RANGE), source="log")
-
-    # Bronze and quarantine keep each record's locator: a partition and an offset instead of a file.
-    for table in (TABLES.bronze, TABLES.quarantine, TABLES.speed, TABLES.batch):
-        assert rows(spark, on_kafka, table, drop={"source_file"}) == rows(
-            spark, on_files, table, drop={"source_file"}
-        ), table.qualified_name
-    for table in (TABLES.bronze, TABLES.quarantine):
-        located = spark.read.format("delta").load(table.uri(on_kafka)).select("source_file").collect()
-        assert all(row[0].startswith("kafka:equal.toll_traffic/partition=") for row in located)
-    progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(on_kafka)).first()
-    # Every record has a fate, and the batch records the last offset it read in each partition.
-    fates = ("quarantined", "duplicates", "on_time", "late")
-    assert progress["input_rows"] == sum(progress[fate] for fate in fates) == written.records
-    assert all(unit.startswith("kafka:equal.toll_traffic/partition=") for unit in progress["source_files"])
-
-    # The audit pins the topic by its end offsets and explains every difference as on the file log.
+def _check_kafka_audit(spark, settings, on_files) -> None:
+    """The audit pins the topic by its end offsets and explains every difference as on the file log;
+    a record the stream has not read yet is explained as such; the first pins read the same again."""
     start, end = map(_instant, WINDOW_RANGE)
-    on_kafka_audit = Auditor(spark, on_kafka, PIPELINE).reconcile(start, end)
-    on_files_audit = Auditor(spark, on_files, PIPELINE).reconcile(start, end)
-    assert on_kafka_audit.ok and on_kafka_audit.matched > 0, on_kafka_audit
-    assert _verdicts(on_kafka_audit) == _verdicts(on_files_audit)
-    assert on_kafka_audit.pins["log_until"].startswith('kafka:{"0": ')
-
-    # A record the stream has not read yet is explained as such, and an audit at the first pins
-    # reads exactly what the first one did.
-    KafkaLogWriter(on_kafka, PIPELINE.topic).append([(datetime(2026, 1, 5, 9, 30), _straggler(start))], "straggler")
-    later = Auditor(spark, on_kafka, PIPELINE).reconcile(start, end)
+    first = Auditor(spark, settings, PIPELINE).reconcile(start, end, record=False)
+    assert first.ok and first.matched > 0 and _verdicts(first) == _verdicts(on_files), first
+    assert first.pins["log_until"].startswith('kafka:{"0": ')
+    KafkaLogWriter(settings, PIPELINE.topic).append([(datetime(2026, 1, 5, 9, 30), _straggler(start))], "late")
+    later = Auditor(spark, settings, PIPELINE).reconcile(start, end, record=False)
     assert later.ok and later.explained["not_yet_read"] == 1, later
-    again = Auditor(spark, on_kafka, PIPELINE).reconcile(start, end, pins=on_kafka_audit.pins, record=False)
-    assert _verdicts(again) == _verdicts(on_kafka_audit)
+    again = Auditor(spark, settings, PIPELINE).reconcile(start, end, pins=first.pins, record=False)
+    assert _verdicts(again) == _verdicts(first)
+
+
+def _check_locators(spark, settings, records: int) -> None:
+    """Bronze and quarantine keep each record's locator, a partition and an offset instead of a file;
+    each batch records the last offset it read in each partition, and every record has a fate."""
+    for table in (TABLES.bronze, TABLES.quarantine):
+        located = spark.read.format("delta").load(table.uri(settings)).select("source_file").collect()
+        assert all(row[0].startswith("kafka:topology.toll_traffic/partition=") for row in located)
+    progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(settings)).collect()
+    fates = ("quarantined", "duplicates", "on_time", "late")
+    assert sum(row["input_rows"] for row in progress) == sum(row[f] for row in progress for f in fates) == records
+    units = [unit for row in progress for unit in row["source_files"]]
+    assert units and all(unit.startswith("kafka:topology.toll_traffic/partition=") for unit in units)
 
 
 def _verdicts(audit) -> tuple:
@@ -316,8 +303,9 @@ def test_the_loop_on_kafka_and_a_cluster_gives_the_embedded_defaults_tables(spar
     the file log in local[2]."""
     start, end = map(_instant, WINDOW_RANGE)
     embedded = make_settings(tmp_path / "embedded")
-    generate(embedded, CONFIG)
+    written = generate(embedded, CONFIG)
     run_speed_layer(spark, embedded, PIPELINE, available_now=True)
+    embedded_audit = Auditor(spark, embedded, PIPELINE).reconcile(start, end, record=False)
     LocalLogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 30), "straggler", [_straggler(start)])
     run_speed_layer(spark, embedded, PIPELINE, available_now=True)
     BatchLayer(spark, embedded, PIPELINE).backfill(start, end, source="log")
@@ -342,7 +330,7 @@ def test_the_loop_on_kafka_and_a_cluster_gives_the_embedded_defaults_tables(spar
         return done.stdout
 
     on_cluster("stream", "--available-now")
-    KafkaLogWriter(on_topology, PIPELINE.topic).append([(datetime(2026, 1, 5, 9, 30), _straggler(start))], "late")
+    _check_kafka_audit(spark, on_topology, embedded_audit)
     on_cluster("stream", "--available-now")
     on_cluster("backfill", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--source", "log")
     on_cluster("correct")
@@ -353,6 +341,7 @@ def test_the_loop_on_kafka_and_a_cluster_gives_the_embedded_defaults_tables(spar
         assert rows(spark, on_topology, table, drop={"source_file", "emitted_at"}) == rows(
             spark, embedded, table, drop={"source_file", "emitted_at"}
         ), table.qualified_name
+    _check_locators(spark, on_topology, written.records + 1)
     register_tables(spark, embedded)
     expected = spark.sql(SERVED + " ORDER BY 1, 2, 3").collect()
     assert served == [{column: json_value(value) for column, value in row.asDict().items()} for row in expected]
