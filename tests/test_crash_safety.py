@@ -34,8 +34,10 @@ CONFIG = GeneratorConfig(
 # Processing-time columns differ between any two runs; everything else must be identical.
 VOLATILE = {"ingested_at", "quarantined_at", "updated_at", "started_at", "duration_ms"}
 # (table whose commit count we watch, commits after which the process is killed). Commit 0 creates
-# the table, so ("bronze", 3) kills right after batch 2's bronze write, before its other writes.
-KILL_POINTS = [(TABLES.bronze, 3), (TABLES.speed, 4), (TABLES.quarantine, 5), (STREAM_PROGRESS, 6)]
+# the table, so ("bronze", 3) kills right after batch 2's bronze write, before its other writes. The
+# crash between a batch's MERGE into __speed and its progress row is tests/test_kafka.py's (the
+# writes are the same whatever the log).
+KILL_POINTS = [(TABLES.bronze, 3), (TABLES.quarantine, 5), (STREAM_PROGRESS, 6)]
 
 
 def commits(settings, table) -> int:
