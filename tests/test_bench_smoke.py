@@ -41,6 +41,8 @@ def test_every_benchmark_runs_and_writes_its_results(tmp_path):
     assert "backfill from log vs DuckDB" in figures
     assert "Airflow backfill of 1 hourly chunks vs one job (orchestration)" in figures
     assert "SQL p50, warm service vs a lakehouse sql process per query" in figures
+    assert "speed layer drain from Kafka vs from files (with JVM start)" in figures
+    assert "backfill from log on a 2-worker cluster vs local[2] (with JVM start)" in figures
     jobs = report["results"]["backfill"]["jobs"]
     # Same data, same aggregation: the backfill jobs count the same vehicles, give or take the few
     # malformed records a hand-written parser reads more leniently than the pipeline's validation.
