@@ -8,6 +8,7 @@ import os
 import signal
 import socket
 import time
+from collections.abc import Callable
 
 
 def port_answers(port: int) -> bool:
@@ -58,3 +59,17 @@ def stop_session(pid: int, grace_seconds: float) -> None:
             os.killpg(pid, signal.SIGKILL)
         while session_alive(pid):
             time.sleep(0.2)
+
+
+def wait_until_up(status: Callable[[], dict], alive: Callable[[], bool], seconds: float) -> dict | None:
+    """Poll ``status`` until its report says ``up``; None once ``alive`` says the processes have
+    ended, or after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        report = status()
+        if report["up"]:
+            return report
+        if not alive():
+            return None
+        time.sleep(0.5)
+    return None

@@ -13,12 +13,11 @@ import dataclasses
 import json
 import os
 import subprocess
-import time
 import uuid
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import free_port, pid_alive, port_answers, stop_session
+from lakehouse.processes import free_port, pid_alive, port_answers, stop_session, wait_until_up
 from lakehouse.settings import PROJECT_ROOT, Settings
 
 KAFKA_VERSION = "4.1.1"
@@ -183,17 +182,13 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
             start_new_session=True,
         )
     (files.folder / "broker.pid").write_text(str(process.pid))
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            files.clear_pid()
-            raise LakehouseError(f"the Kafka broker exited while starting (code {process.returncode}); see {files.log}")
-        report = status(settings)
-        if report["up"]:
-            return report
-        time.sleep(0.5)
+    report = wait_until_up(lambda: status(settings), lambda: process.poll() is None, wait_seconds)
+    if report:
+        return report
+    code = process.poll()
     stop(settings)
-    raise LakehouseError(f"the Kafka broker did not answer within {wait_seconds:.0f} s; see {files.log}")
+    happened = f"exited while starting (code {code})" if code is not None else f"did not answer in {wait_seconds:.0f} s"
+    raise LakehouseError(f"the Kafka broker {happened}; see {files.log}")
 
 
 def stop(settings: Settings) -> bool:

@@ -14,12 +14,11 @@ import dataclasses
 import json
 import os
 import subprocess
-import time
 import urllib.request
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import free_port, pid_alive, port_answers, stop_session
+from lakehouse.processes import free_port, pid_alive, port_answers, stop_session, wait_until_up
 from lakehouse.settings import Settings
 
 WORKERS = 2
@@ -132,14 +131,9 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
         worker += ["--memory", WORKER_MEMORY, "--webui-port", str(free_port()), "--work-dir", str(work)]
         pids[f"worker-{number}"] = _daemon(files, f"worker-{number}", [*worker, f"spark://127.0.0.1:{master_port}"])
     files.record(pids, ports)
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-        report = status(settings)
-        if report["up"]:
-            return report
-        if not all(pid_alive(pid) for pid in pids.values()):
-            break
-        time.sleep(1)
+    report = wait_until_up(lambda: status(settings), lambda: all(pid_alive(pid) for pid in pids.values()), wait_seconds)
+    if report:
+        return report
     stop(settings)
     raise LakehouseError(f"the Spark cluster did not come up within {wait_seconds:.0f} s; see {files.folder}/*.log")
 
