@@ -13,6 +13,7 @@ within a partition.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from datetime import UTC, datetime
@@ -107,32 +108,43 @@ class KafkaLogWriter:
             raise LakehouseError(f"Kafka did not take every record of {tag}: {self._errors[:3] or 'timed out'}")
 
 
+@contextlib.contextmanager
+def _topic_reader(settings: Settings, topic: str, group: str):
+    """A consumer of the pipeline's topic (not committing offsets), its full name and its partitions
+    in order; a missing topic is a one-line error."""
+    from confluent_kafka import Consumer
+
+    name = settings.kafka_topic(topic)
+    consumer = Consumer({**_client_config(settings), "group.id": group, "enable.auto.commit": False})
+    try:
+        metadata = consumer.list_topics(name, timeout=CLIENT_TIMEOUT_SECONDS).topics.get(name)
+        if metadata is None or metadata.error is not None:
+            raise LakehouseError(f"Kafka at {settings.kafka_bootstrap} has no topic {name}")
+        yield consumer, name, sorted(metadata.partitions)
+    finally:
+        consumer.close()
+
+
+def _received(message) -> datetime:
+    return datetime.fromtimestamp(message.timestamp()[1] / 1000, UTC).replace(tzinfo=None)
+
+
 def oldest_retained(settings: Settings, topic: str) -> datetime | None:
     """From when the topic is complete: the latest of the first retained receive times of the
     partitions retention has cut (their older records are gone); None when nothing was deleted."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    topic = settings.kafka_topic(topic)
-    consumer = Consumer(
-        {**_client_config(settings), "group.id": "lakehouse-retention-check", "enable.auto.commit": False}
-    )
-    try:
-        metadata = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_SECONDS).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            raise LakehouseError(f"Kafka at {settings.kafka_bootstrap} has no topic {topic}")
+    with _topic_reader(settings, topic, "lakehouse-retention-check") as (consumer, name, partitions):
         oldest = None
-        for partition in metadata.partitions:
-            low, high = consumer.get_watermark_offsets(TopicPartition(topic, partition), CLIENT_TIMEOUT_SECONDS)
+        for partition in partitions:
+            low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), CLIENT_TIMEOUT_SECONDS)
             if low == 0 or low == high:
                 continue
-            consumer.assign([TopicPartition(topic, partition, low)])
+            consumer.assign([TopicPartition(name, partition, low)])
             message = consumer.consume(1, CLIENT_TIMEOUT_SECONDS)
             if message and message[0].error() is None:
-                received = datetime.fromtimestamp(message[0].timestamp()[1] / 1000, UTC).replace(tzinfo=None)
-                oldest = received if oldest is None else max(oldest, received)
+                oldest = _received(message[0]) if oldest is None else max(oldest, _received(message[0]))
         return oldest
-    finally:
-        consumer.close()
 
 
 def records_since(settings: Settings, topic: str, since: datetime | None):
@@ -142,12 +154,9 @@ def records_since(settings: Settings, topic: str, since: datetime | None):
     A line is the record's value as UTF-8 text (undecodable bytes become U+FFFD), its line breaks
     turned into spaces: a file log holds one record a line, and in JSON a line break between tokens
     is a space."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    name = settings.kafka_topic(topic)
-    consumer = Consumer({**_client_config(settings), "group.id": "lakehouse-archive", "enable.auto.commit": False})
-    try:
-        partitions = sorted(consumer.list_topics(name, timeout=CLIENT_TIMEOUT_SECONDS).topics[name].partitions)
+    with _topic_reader(settings, topic, "lakehouse-archive") as (consumer, name, partitions):
         stamp = _millis(since) if since is not None else 0
         starts = consumer.offsets_for_times(
             [TopicPartition(name, p, stamp) for p in partitions], CLIENT_TIMEOUT_SECONDS
@@ -171,29 +180,20 @@ def records_since(settings: Settings, topic: str, since: datetime | None):
                         raise LakehouseError(f"reading {name}: {message.error()}")
                     offset = message.offset() + 1
                     if message.offset() < end:
-                        received = datetime.fromtimestamp(message.timestamp()[1] / 1000, UTC).replace(tzinfo=None)
                         text = (message.value() or b"").decode("utf-8", "replace")
-                        yield start.partition, message.offset(), received, text.replace("\r", " ").replace("\n", " ")
-    finally:
-        consumer.close()
+                        line = text.replace("\r", " ").replace("\n", " ")
+                        yield start.partition, message.offset(), _received(message), line
 
 
 def end_offsets(settings: Settings, topic: str) -> dict[str, int]:
     """Each partition's end offset (the next record's) now."""
-    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka import TopicPartition
 
-    topic = settings.kafka_topic(topic)
-    consumer = Consumer({**_client_config(settings), "group.id": "lakehouse-audit-pin", "enable.auto.commit": False})
-    try:
-        metadata = consumer.list_topics(topic, timeout=CLIENT_TIMEOUT_SECONDS).topics.get(topic)
-        if metadata is None or metadata.error is not None:
-            raise LakehouseError(f"Kafka at {settings.kafka_bootstrap} has no topic {topic}")
+    with _topic_reader(settings, topic, "lakehouse-audit-pin") as (consumer, name, partitions):
         return {
-            str(partition): consumer.get_watermark_offsets(TopicPartition(topic, partition), CLIENT_TIMEOUT_SECONDS)[1]
-            for partition in sorted(metadata.partitions)
+            str(p): consumer.get_watermark_offsets(TopicPartition(name, p), CLIENT_TIMEOUT_SECONDS)[1]
+            for p in partitions
         }
-    finally:
-        consumer.close()
 
 
 def log_pin(settings: Settings, topic: str) -> str:
