@@ -5,11 +5,13 @@ local[2]. Whole CLI processes, JVM start included; the broker and the cluster st
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from bench.data import DAY, PIPELINE, DataSet, settings_for
@@ -46,13 +48,18 @@ def _jobs(data: DataSet, bootstrap: str, master: str) -> dict[str, tuple[list[st
     }
 
 
-def topology(data: DataSet, runs: int) -> dict:
+def topology(data: DataSet, runs: int, running: tuple[str, str] | None = None) -> dict:
+    """The four jobs, ``runs`` times each.
+
+    Args:
+        data: the data set (its log feeds the file side; the Kafka side gets the same events).
+        runs: runs per job.
+        running: the bootstrap of a broker and the master of a cluster already up, used instead of
+            starting both (the tests share theirs); None starts and stops them here.
+    """
     work = data.root / "topology"
     shutil.rmtree(work, ignore_errors=True)
-    services = settings_for(work / "services", LAKEHOUSE_KAFKA_PORT="0", LAKEHOUSE_CLUSTER_PORT="0")
-    bootstrap = kafka_broker.start(services)["bootstrap"]
-    try:
-        master = spark_cluster.start(services)["master"]
+    with _broker_and_cluster(work, running) as (bootstrap, master):
         producer = settings_for(
             work / "producer", LAKEHOUSE_KAFKA_BOOTSTRAP=bootstrap, LAKEHOUSE_LOG_RETENTION=TOPIC_RETENTION
         )
@@ -62,13 +69,25 @@ def topology(data: DataSet, runs: int) -> dict:
         for run in range(runs):
             for name, (arguments, extra) in jobs.items():
                 env = {**os.environ, "LAKEHOUSE_HOME": str(work / f"{name}-{run}"), **extra}
-                env["LAKEHOUSE_DRIVER_JAVA_OPTIONS"] = services.driver_java_options
+                env["LAKEHOUSE_DRIVER_JAVA_OPTIONS"] = producer.driver_java_options
                 seconds[name].append(_timed_cli(arguments, env))
-    finally:
-        spark_cluster.stop(services)
-        kafka_broker.stop(services)
     return {
         "events": data.events,
         "workers": spark_cluster.WORKERS,
         "jobs": {name: {"seconds": summary(values)} for name, values in seconds.items()},
     }
+
+
+@contextlib.contextmanager
+def _broker_and_cluster(work: Path, running: tuple[str, str] | None) -> Iterator[tuple[str, str]]:
+    """The broker's bootstrap and the cluster's master: the ones given, or started here and stopped after."""
+    if running:
+        yield running
+        return
+    services = settings_for(work / "services", LAKEHOUSE_KAFKA_PORT="0", LAKEHOUSE_CLUSTER_PORT="0")
+    bootstrap = kafka_broker.start(services)["bootstrap"]
+    try:
+        yield bootstrap, spark_cluster.start(services)["master"]
+    finally:
+        spark_cluster.stop(services)
+        kafka_broker.stop(services)
