@@ -293,6 +293,19 @@ def cluster(tmp_path_factory):
     assert cli("cluster", "status", env=env).returncode == 1
 
 
+def _embedded_loop(spark, embedded, start, end):
+    """The loop's steps on the embedded default, in the tests' session; returns the audit taken
+    before the straggler arrived."""
+    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
+    audit = Auditor(spark, embedded, PIPELINE).reconcile(start, end, record=False)
+    LocalLogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 30), "straggler", [_straggler(start)])
+    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
+    BatchLayer(spark, embedded, PIPELINE).backfill(start, end, source="log")
+    CorrectionRun(spark, embedded, PIPELINE).run()
+    assert Auditor(spark, embedded, PIPELINE).reconcile(start, end, target="serving").ok
+    return audit
+
+
 SERVED = "SELECT window_start, bridge_id, vehicle_type, vehicles, revenue, source FROM gold.toll_traffic"
 
 
@@ -303,13 +316,7 @@ def test_the_loop_on_kafka_and_a_cluster_gives_the_embedded_defaults_tables(spar
     start, end = map(_instant, WINDOW_RANGE)
     embedded = make_settings(tmp_path / "embedded")
     written = generate(embedded, CONFIG)
-    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
-    embedded_audit = Auditor(spark, embedded, PIPELINE).reconcile(start, end, record=False)
-    LocalLogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 30), "straggler", [_straggler(start)])
-    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
-    BatchLayer(spark, embedded, PIPELINE).backfill(start, end, source="log")
-    CorrectionRun(spark, embedded, PIPELINE).run()
-    assert Auditor(spark, embedded, PIPELINE).reconcile(start, end, target="serving").ok
+    embedded_audit = _embedded_loop(spark, embedded, start, end)
 
     on_topology = kafka_settings(tmp_path / "topology", broker, "topology.")
     generate(on_topology, CONFIG, sink=LogSink.KAFKA)
