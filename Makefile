@@ -6,7 +6,7 @@ UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
 .PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke lock clean airflow airflow-stop \
-	system-deps test-airflow serve serve-stop kafka kafka-stop cluster cluster-stop
+	system-deps test-airflow serve serve-stop kafka kafka-stop cluster cluster-stop s3 s3-stop
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -102,6 +102,15 @@ kafka: setup
 
 kafka-stop:
 	@$(VENV)/bin/lakehouse kafka stop
+
+# An S3-compatible object store on loopback (S3Proxy, one JAR from Maven Central), its objects under
+# .lakehouse/s3/data/. Prints the endpoint for LAKEHOUSE_S3_ENDPOINT; its generated keys are in
+# .lakehouse/s3/credentials.json.
+s3: setup
+	@$(VENV)/bin/lakehouse s3 start
+
+s3-stop:
+	@$(VENV)/bin/lakehouse s3 stop
 
 # A Spark standalone cluster (a master, two workers) from pyspark's spark-class; prints its spark:// address.
 cluster: setup

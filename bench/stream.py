@@ -37,7 +37,7 @@ from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import SpeedLayer
 from lakehouse.storage.catalog import ensure_pipeline_tables, pipeline_tables, register_tables, table_exists
-from lakehouse.storage.log import LocalLogWriter, log_glob
+from lakehouse.storage.log import LogWriter, log_glob
 
 JOBS = ("lakehouse", "bare")
 
@@ -260,7 +260,7 @@ def _freshness_once(
             generate(settings, config, PIPELINE, on_file=lambda *_: _stop_if(stop))
 
     def probes() -> None:
-        writer, sequence = LocalLogWriter(settings, PIPELINE), 0
+        writer, sequence = LogWriter(settings, PIPELINE), 0
         while not stop.wait(probe_every):
             line = _probe_line(sequence)
             writer.write(datetime.now(UTC), f"probe{sequence:05d}", [line])

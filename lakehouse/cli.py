@@ -312,6 +312,12 @@ def cmd_kafka(args, settings: Settings) -> None:
     _run_service(kafka_broker, "Kafka broker", args.action, settings)
 
 
+def cmd_s3(args, settings: Settings) -> None:
+    from lakehouse.storage import object_store
+
+    _run_service(object_store, "S3 server", args.action, settings)
+
+
 # --- end orchestration commands ---
 
 
@@ -480,7 +486,8 @@ def _add_operations(commands) -> None:
 
 
 def _add_services(commands) -> None:
-    """The long-running services the platform starts: the Spark service and a Kafka broker."""
+    """The long-running services the platform starts: the Spark service, a Kafka broker, a Spark
+    cluster and an S3 server."""
     serve = commands.add_parser(
         "serve", help="start the Spark service: Spark Connect and a JDBC/ODBC endpoint, read-only, on one catalog"
     )
@@ -502,6 +509,10 @@ def _add_services(commands) -> None:
     kafka = commands.add_parser("kafka", help="a Kafka broker on loopback for the retained log (KRaft, one node)")
     kafka.add_argument("action", choices=["start", "status", "stop"], help="status exits 1 unless it answers")
     kafka.set_defaults(run=cmd_kafka)
+
+    s3 = commands.add_parser("s3", help="an S3-compatible object store on loopback (S3Proxy over a local folder)")
+    s3.add_argument("action", choices=["start", "status", "stop"], help="status exits 1 unless it answers")
+    s3.set_defaults(run=cmd_s3)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,7 +24,7 @@ from lakehouse.dataflow.pipelines.toll_traffic import VEHICLE_TYPES
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
 from lakehouse.storage.kafka_log import KafkaLogWriter
-from lakehouse.storage.log import LocalLogWriter
+from lakehouse.storage.log import LogWriter
 from lakehouse.vocabulary import LogSink
 
 DEFAULT_START = datetime(2026, 1, 5, 8, 0, tzinfo=UTC)
@@ -229,7 +229,7 @@ def generate(
         sink: files under the log URI, or the pipeline's Kafka topic (each record with its own receive time).
     """
     records, kinds = generate_records(config)
-    writer = KafkaLogWriter(settings, pipeline) if sink == LogSink.KAFKA else LocalLogWriter(settings, pipeline)
+    writer = KafkaLogWriter(settings, pipeline) if sink == LogSink.KAFKA else LogWriter(settings, pipeline)
     result = GeneratedLog(kinds=kinds)
     began = time.monotonic()
     for sequence, chunk in enumerate(_files(records, config.events_per_file)):

@@ -114,6 +114,7 @@ _STRIPPED_FIELDS = (
     "spark_remote_token",
     "kafka_bootstrap",
     "kafka_topic_prefix",
+    "s3_endpoint",
 )
 _INTEGER_FIELDS = (
     "shuffle_partitions",
@@ -124,8 +125,9 @@ _INTEGER_FIELDS = (
     "thrift_port",
     "kafka_port",
     "cluster_port",
+    "s3_port",
 )
-_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port", "cluster_port")
+_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port", "cluster_port", "s3_port")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -137,9 +139,8 @@ class Settings:
     spark_master: str = "local[2]"
     shuffle_partitions: int = 4
     driver_memory: str = "2g"
-    # Extra options for the driver JVM (local mode: the only JVM). Empty keeps the JVM's defaults,
-    # right for a long-running stream; short jobs on small data may prefer a quick-starting JIT
-    # (docs/operations.md, "Short jobs").
+    # Extra options for the driver JVM (local mode: the only JVM); short jobs on small data may prefer
+    # a quick-starting JIT (docs/operations.md, "Short jobs").
     driver_java_options: str = ""
     # The JVM's class-data sharing archive of the classes the jobs load, made by ``make setup``
     # (lakehouse.class_archive): a JVM maps them instead of loading and verifying them again, so
@@ -154,9 +155,8 @@ class Settings:
     max_bytes_per_trigger: str = "256m"
     # The same bound on a Kafka log: records per micro-batch (0: no limit).
     max_offsets_per_trigger: int = 500_000
-    # How far (in event time) the speed layer searches bronze for an earlier copy of an event id.
-    # A retransmitted copy carries the same event time as the original, so any horizon finds it;
-    # the horizon bounds each micro-batch's bronze scan (cost grows with bronze rows in range).
+    # How far (in event time) the speed layer searches bronze for an earlier copy of an event id: a
+    # copy carries the original's event time, and the horizon bounds each micro-batch's bronze scan.
     dedupe_horizon: str = "1h"
     # Per-run overrides of the pipeline's declared lateness (None: the pipeline's own).
     watermark_delay: str | None = None
@@ -179,7 +179,6 @@ class Settings:
     stream_lag_batches: int = 5
     # The scheduled batch layer recomputes an hour once this much lateness has had time to arrive.
     batch_lateness_delay: str = "15m"
-    # --- end orchestration ---
     # --- The Spark service (lakehouse serve; docs/sql.md) ---
     # Its Spark Connect and Thrift (JDBC/ODBC) ports on loopback; 0 picks a free one at start.
     connect_port: int = 15002
@@ -208,6 +207,12 @@ class Settings:
     kafka_port: int = 9092
     # The master port of the standalone cluster `lakehouse cluster start` runs (0: any free one).
     cluster_port: int = 7077
+    # The S3 API of s3a:// locations, its keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; unset: those
+    # of this home's `lakehouse s3 start` server), and that server's port.
+    s3_endpoint: str = ""
+    s3_access_key: str = dataclasses.field(default="", repr=False)
+    s3_secret_key: str = dataclasses.field(default="", repr=False)
+    s3_port: int = 9000
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
@@ -237,6 +242,8 @@ class Settings:
             allowed_lateness=env.get("LAKEHOUSE_ALLOWED_LATENESS") or None,
             extra_packages=names("LAKEHOUSE_SPARK_PACKAGES"),
             pipelines=names("LAKEHOUSE_PIPELINES"),
+            s3_access_key=env.get("AWS_ACCESS_KEY_ID", ""),
+            s3_secret_key=env.get("AWS_SECRET_ACCESS_KEY", ""),
             **{name: text(name) for name in _TEXT_FIELDS},
             **{name: text(name).strip() for name in _STRIPPED_FIELDS},
             **{name: integer(name) for name in _INTEGER_FIELDS},
@@ -272,6 +279,10 @@ class Settings:
     def kafka_dir(self) -> Path:
         """Where the broker of ``lakehouse kafka start`` keeps its configuration, data and log."""
         return local_path(self.home) / "kafka"
+
+    def s3_dir(self) -> Path:
+        """Where the S3 server of ``lakehouse s3 start`` keeps its configuration, objects and log."""
+        return local_path(self.home) / "s3"
 
     def speed_checkpoint_uri(self, pipeline: str) -> str:
         return f"{self.checkpoint_uri}/{pipeline}/speed"

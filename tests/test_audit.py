@@ -21,7 +21,7 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.storage.catalog import pipeline_tables
-from lakehouse.storage.log import LocalLogWriter, last_write, partition_uris, read_log
+from lakehouse.storage.log import LogWriter, last_write, partition_uris, read_log
 from tests.conftest import make_settings
 
 PIPELINE = get_pipeline("toll_traffic")
@@ -124,7 +124,7 @@ def write_straggler_into_a_corrected_window(spark, settings) -> dict:
         "event_time": f"{event_time:%Y-%m-%dT%H:%M:%S}Z",
         "sent_at": f"{event_time:%Y-%m-%dT%H:%M:%S}Z",
     }
-    LocalLogWriter(settings, PIPELINE.name).write(datetime(2026, 1, 5, 9, 30), "straggler", [json.dumps(straggler)])
+    LogWriter(settings, PIPELINE.name).write(datetime(2026, 1, 5, 9, 30), "straggler", [json.dumps(straggler)])
     run_speed_layer(spark, settings, PIPELINE, available_now=True)
     return {
         "window_start": corrected.window_start,
@@ -366,7 +366,7 @@ def test_a_stream_that_stopped_fails_freshness_and_the_audit_with_data_docs(
 
 def test_log_pins_and_reads_cover_only_the_ingest_hours_that_can_hold_the_range(spark, tmp_path):
     settings = make_settings(tmp_path / "home")
-    writer = LocalLogWriter(settings, PIPELINE.name)
+    writer = LogWriter(settings, PIPELINE.name)
     early = writer.write(datetime(2026, 1, 4, 10, 0), "a", ['{"n": 1}'])
     late = writer.write(datetime(2026, 1, 5, 8, 0), "b", ['{"n": 2}'])
     cut = datetime(2026, 1, 5, 7, 0)

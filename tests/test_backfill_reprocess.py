@@ -19,7 +19,7 @@ from lakehouse.layers import batch
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.storage.catalog import BATCH_COVERAGE, pipeline_tables
-from lakehouse.storage.log import LocalLogWriter
+from lakehouse.storage.log import LogWriter
 
 PIPELINE = get_pipeline("toll_traffic")
 START = datetime(2026, 3, 2, 8, 0)
@@ -67,7 +67,7 @@ def test_skip_leaves_unchanged_chunks_and_recomputes_the_one_a_late_event_change
         "event_time": "2026-03-02T08:03:10Z",
         "sent_at": "2026-03-02T08:03:11Z",
     }
-    LocalLogWriter(settings, PIPELINE.name).write(START + timedelta(minutes=30), "late", [json.dumps(late)])
+    LogWriter(settings, PIPELINE.name).write(START + timedelta(minutes=30), "late", [json.dumps(late)])
     third = layer.backfill(START, END, source="log", chunk="2m", reprocess="skip")
     assert (third.chunks, third.chunks_skipped) == (1, 2)
     recomputed = (
@@ -127,7 +127,7 @@ def test_skip_from_bronze_recomputes_only_chunks_whose_rows_changed_since_the_ve
     assert (compacted.chunks, compacted.chunks_skipped) == (0, 3)
 
     # A straggler for [08:03, 08:04) reaches bronze through the stream: only [08:02, 08:04) changed.
-    LocalLogWriter(settings, PIPELINE.name).write(START + timedelta(minutes=30), "late", [json.dumps(LATE)])
+    LogWriter(settings, PIPELINE.name).write(START + timedelta(minutes=30), "late", [json.dumps(LATE)])
     run_speed_layer(spark, settings, PIPELINE, available_now=True)
     late = layer.backfill(START, END, source="bronze", chunk="2m", reprocess="skip")
     changed_chunk = in_window_range(START + timedelta(minutes=2), START + timedelta(minutes=4))

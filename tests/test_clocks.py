@@ -24,7 +24,7 @@ from lakehouse.layers.speed import run_speed_layer
 from lakehouse.serving.status import pipeline_status
 from lakehouse.settings import local_path
 from lakehouse.storage.catalog import pipeline_tables
-from lakehouse.storage.log import LocalLogWriter, partition_dir
+from lakehouse.storage.log import LogWriter, partition_dir
 from tests.oracle import gold_rows, run_oracle
 
 PIPELINE = get_pipeline("toll_traffic_corrected_clocks")
@@ -54,7 +54,7 @@ EXAMPLE = [
 
 @pytest.mark.slow
 def test_the_design_docs_worked_example_of_device_clocks(spark, settings):
-    LocalLogWriter(settings, PIPELINE.topic).write(EXAMPLE_RECEIVED, "example", EXAMPLE)
+    LogWriter(settings, PIPELINE.topic).write(EXAMPLE_RECEIVED, "example", EXAMPLE)
     hour = local_path(settings.pipeline_log_uri(PIPELINE.topic)) / partition_dir(EXAMPLE_RECEIVED)
     (hour / "from-another-producer.jsonl").write_text(EXAMPLE[0].replace("a1", "d1") + "\n")
     run_speed_layer(spark, settings, PIPELINE, available_now=True)

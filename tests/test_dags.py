@@ -26,7 +26,7 @@ from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.settings import local_path
 from lakehouse.storage.catalog import ALERTS, BACKFILL_RUNS, BATCH_COVERAGE, RECONCILIATIONS, pipeline_tables
-from lakehouse.storage.log import LocalLogWriter
+from lakehouse.storage.log import LogWriter
 from tests.airflow_env import PROJECT, DagTestRunner, airflow_env
 from tests.conftest import make_settings
 from tests.oracle import gold_rows, run_oracle, truth
@@ -280,7 +280,7 @@ def stream_a_late_straggler(spark, settings, first_minute: datetime = HOUR0):
         "sent_at": iso(first_minute + timedelta(seconds=30)),
     }
     arrival = first_minute + timedelta(hours=3)
-    LocalLogWriter(settings, PIPELINE.name).write(arrival, "straggler", [json.dumps(straggler)])
+    LogWriter(settings, PIPELINE.name).write(arrival, "straggler", [json.dumps(straggler)])
     run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
     return run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
 

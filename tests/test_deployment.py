@@ -23,6 +23,7 @@ REQUIRED = (
     "LAKEHOUSE_CHECKPOINT_URI",
     "LAKEHOUSE_SPARK_MASTER",
     "LAKEHOUSE_KAFKA_BOOTSTRAP",
+    "LAKEHOUSE_S3_ENDPOINT",
 )
 
 
@@ -41,7 +42,7 @@ def test_each_platform_service_sets_what_it_needs_with_values_the_settings_accep
 
 
 def test_compose_names_only_variables_the_settings_read():
-    named = set(re.findall(r"\bLAKEHOUSE_[A-Z_]+", (PROJECT_ROOT / "docker" / "compose.yaml").read_text()))
+    named = set(re.findall(r"\bLAKEHOUSE_[A-Z0-9_]+", (PROJECT_ROOT / "docker" / "compose.yaml").read_text()))
     assert named - set(environment_variables()) == set()
 
 
@@ -56,9 +57,10 @@ def test_the_kafka_service_runs_the_tested_broker_version_and_configuration(tmp_
         assert str(kafka["environment"]["KAFKA_" + key.upper().replace(".", "_")]) == tested[key], key
 
 
-def test_the_s3_package_matches_the_hadoop_that_pyspark_ships():
+def test_the_s3a_jars_match_the_hadoop_that_pyspark_ships():
     from pyspark.find_spark_home import _find_spark_home
 
-    packages = _lakehouse_environment("speed-layer")["LAKEHOUSE_SPARK_PACKAGES"]
-    hadoop = re.search(r"hadoop-aws:([\d.]+)", packages).group(1)
+    from lakehouse.storage.object_store import S3A_JARS
+
+    hadoop = next(c for c in S3A_JARS if c.startswith("org.apache.hadoop:hadoop-aws:")).rsplit(":", 1)[1]
     assert list((Path(_find_spark_home()) / "jars").glob(f"hadoop-client-api-{hadoop}.jar")), hadoop

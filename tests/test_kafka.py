@@ -27,7 +27,7 @@ from lakehouse.layers.speed import run_speed_layer
 from lakehouse.storage.archive import Archive, check_covered
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
-from lakehouse.storage.log import LocalLogWriter, earliest_arrival_for
+from lakehouse.storage.log import LogWriter, earliest_arrival_for
 from lakehouse.vocabulary import LogSink
 from tests.conftest import make_settings
 from tests.test_crash_safety import VOLATILE, commits, kill_after, snapshot
@@ -75,15 +75,33 @@ def broker(tmp_path_factory):
 RETENTION = "3650d"
 
 
-def kafka_settings(home: Path, bootstrap: str, prefix: str):
-    """A home whose log is its own topic on the module's broker."""
-    return make_settings(
-        home,
-        LAKEHOUSE_KAFKA_BOOTSTRAP=bootstrap,
-        LAKEHOUSE_KAFKA_TOPIC_PREFIX=prefix,
-        LAKEHOUSE_LOG_RETENTION=RETENTION,
-        LAKEHOUSE_BACKFILL_MAX_RANGE="31d",
-    )
+def kafka_env(bootstrap: str, prefix: str, **env: str) -> dict[str, str]:
+    """The variables of a home whose log is its own topic on the module's broker."""
+    return {
+        "LAKEHOUSE_KAFKA_BOOTSTRAP": bootstrap,
+        "LAKEHOUSE_KAFKA_TOPIC_PREFIX": prefix,
+        "LAKEHOUSE_LOG_RETENTION": RETENTION,
+        "LAKEHOUSE_BACKFILL_MAX_RANGE": "31d",
+        **env,
+    }
+
+
+def kafka_settings(home: Path, bootstrap: str, prefix: str, **env: str):
+    return make_settings(home, **kafka_env(bootstrap, prefix, **env))
+
+
+def in_object_store(bucket: str, *locations: str) -> dict[str, str]:
+    """The variables that put these locations (log, warehouse, checkpoint) in a bucket of the S3 server."""
+    return {f"LAKEHOUSE_{location.upper()}_URI": f"s3a://{bucket}/{location}" for location in locations}
+
+
+def object_names(settings, uri: str, suffix: str) -> list[str]:
+    """The keys under an s3a:// location that end with ``suffix``, through boto3."""
+    from lakehouse.storage import object_store
+
+    bucket, prefix = object_store.split(uri)
+    pages = object_store.client(settings).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    return sorted(item["Key"] for page in pages for item in page.get("Contents", []) if item["Key"].endswith(suffix))
 
 
 def rows(spark, settings, table, drop=()) -> list[tuple]:
@@ -243,27 +261,32 @@ HOURS = GeneratorConfig(
 )
 
 
-def test_the_archive_copies_closed_hours_once_and_backfills_older_than_retention_read_it(spark, broker, tmp_path):
-    settings = kafka_settings(tmp_path / "home", broker, "archive.")
+def test_the_archive_copies_closed_hours_once_and_backfills_older_than_retention_read_it(
+    spark, broker, object_store_env, tmp_path
+):
+    """The archive in object storage (the log's files through boto3, read back by Spark's s3a)."""
+    archive_env = {**in_object_store("archive", "log"), **object_store_env}
+    settings = kafka_settings(tmp_path / "home", broker, "archive.", **archive_env)
     written = generate(settings, HOURS, sink=LogSink.KAFKA)
     start, end = datetime(2026, 1, 5, 8), datetime(2026, 1, 5, 10)
     BatchLayer(spark, settings, PIPELINE).backfill(start, end, source="log", chunk="1h")
     from_kafka = rows(spark, settings, TABLES.batch)
 
-    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_KAFKA_BOOTSTRAP": broker}
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_KAFKA_BOOTSTRAP": broker, **archive_env}
     archived = cli(
         "archive", env={**env, "LAKEHOUSE_KAFKA_TOPIC_PREFIX": "archive.", "LAKEHOUSE_LOG_RETENTION": RETENTION}
     )
     assert archived.returncode == 0, archived.stderr
     assert json.loads(archived.stdout)["hours"] == ["2026-01-05T08", "2026-01-05T09"]
     assert json.loads(archived.stdout)["records"] == written.records
-    archive = Archive(settings, PIPELINE.topic)
-    files = sorted(archive.writer.root.rglob("*.jsonl"))
+    archive, log = Archive(settings, PIPELINE.topic), settings.pipeline_log_uri(PIPELINE.topic)
+    files = object_names(settings, log, ".jsonl")
     assert 2 <= len(files) <= 2 * 3  # an hour's records, one file per partition
     assert archive.run().hours == []  # nothing closed since
     # A crash after the files, before the state moved on: the run again writes no file twice.
-    archive.state_file.unlink()
-    assert (archive.run().files, sorted(archive.writer.root.rglob("*.jsonl"))) == (0, files)
+    [state] = object_names(settings, log, "_archive.json")
+    archive.writer.files.s3.delete_object(Bucket="archive", Key=state)
+    assert (archive.run().files, object_names(settings, log, ".jsonl")) == (0, files)
 
     # Retention deletes every record received before 09:00; the archive still has them.
     admin = AdminClient({"bootstrap.servers": broker})
@@ -298,7 +321,7 @@ def _embedded_loop(spark, embedded, start, end):
     before the straggler arrived."""
     run_speed_layer(spark, embedded, PIPELINE, available_now=True)
     audit = Auditor(spark, embedded, PIPELINE).reconcile(start, end, record=False)
-    LocalLogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 30), "straggler", [_straggler(start)])
+    LogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 30), "straggler", [_straggler(start)])
     run_speed_layer(spark, embedded, PIPELINE, available_now=True)
     BatchLayer(spark, embedded, PIPELINE).backfill(start, end, source="log")
     CorrectionRun(spark, embedded, PIPELINE).run()
@@ -309,26 +332,25 @@ def _embedded_loop(spark, embedded, start, end):
 SERVED = "SELECT window_start, bridge_id, vehicle_type, vehicles, revenue, source FROM gold.toll_traffic"
 
 
-def test_the_loop_on_kafka_and_a_cluster_gives_the_embedded_defaults_tables(spark, broker, cluster, tmp_path):
+def test_the_loop_on_kafka_s3_and_a_cluster_gives_the_embedded_defaults_tables(
+    spark, broker, cluster, object_store_env, tmp_path
+):
     """Kafka, then the stream on the cluster, a late record, a backfill from Kafka and a correction,
-    each a `lakehouse` process submitted to the cluster, then an audit and SQL over what they wrote;
-    against the same steps on the file log in local[2]."""
+    each a `lakehouse` process submitted to the cluster, with Delta tables and checkpoints on S3; then
+    an audit and SQL over what they wrote; against the same steps on the file log in local[2]."""
     start, end = map(_instant, WINDOW_RANGE)
     embedded = make_settings(tmp_path / "embedded")
     written = generate(embedded, CONFIG)
     embedded_audit = _embedded_loop(spark, embedded, start, end)
 
-    on_topology = kafka_settings(tmp_path / "topology", broker, "topology.")
+    # The tables and checkpoints in object storage.
+    topology = kafka_env(
+        broker, "topology.", **in_object_store("topology", "warehouse", "checkpoint"), **object_store_env
+    )
+    on_topology = make_settings(tmp_path / "topology", **topology)
     generate(on_topology, CONFIG, sink=LogSink.KAFKA)
-    env = {
-        **os.environ,
-        "LAKEHOUSE_HOME": str(tmp_path / "topology"),
-        "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
-        "LAKEHOUSE_KAFKA_BOOTSTRAP": broker,
-        "LAKEHOUSE_KAFKA_TOPIC_PREFIX": "topology.",
-        "LAKEHOUSE_LOG_RETENTION": RETENTION,
-        "LAKEHOUSE_SPARK_MASTER": cluster["master"],
-    }
+    env = {**os.environ, **topology, "LAKEHOUSE_HOME": str(tmp_path / "topology"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
+    env["LAKEHOUSE_SPARK_MASTER"] = cluster["master"]
 
     def on_cluster(*arguments: str) -> str:
         done = cli(*arguments, env=env)

@@ -13,7 +13,7 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers.batch import BatchLayer, parse_range
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
-from lakehouse.storage.log import LocalLogWriter
+from lakehouse.storage.log import LogWriter
 from tests.conftest import RESOURCES
 
 PIPELINE = get_pipeline("toll_traffic")
@@ -25,7 +25,7 @@ def write_example_log(settings) -> None:
     for line in (RESOURCES / "worked_example.jsonl").read_text().splitlines():
         record = json.loads(line)
         files.setdefault(record["file"], []).append(json.dumps(record["event"]))
-    writer = LocalLogWriter(settings, PIPELINE.name)
+    writer = LogWriter(settings, PIPELINE.name)
     for number, lines in sorted(files.items()):
         writer.write(datetime(2026, 1, 5, 8, number + 1), f"example-{number}", lines)
 

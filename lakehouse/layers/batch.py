@@ -349,6 +349,7 @@ class ChunkWriter:
                     "input_fingerprint": fingerprint,
                 }
             ],
+            settings,
         )
 
 
@@ -507,4 +508,4 @@ def record_run(settings: Settings, result: BackfillResult, started: float) -> No
         "finished_at": datetime.fromtimestamp(finished, tz=UTC),
         "duration_ms": int((finished - started) * 1000),
     }
-    append_rows(BACKFILL_RUNS.uri(settings), BACKFILL_RUNS.arrow_schema, [row])
+    append_rows(BACKFILL_RUNS.uri(settings), BACKFILL_RUNS.arrow_schema, [row], settings)

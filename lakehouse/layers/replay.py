@@ -20,7 +20,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_instant
 from lakehouse.settings import Settings, local_path
 from lakehouse.storage.catalog import pipeline_tables, table_exists
-from lakehouse.storage.log import LocalLogWriter
+from lakehouse.storage.log import LogWriter
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,7 +75,7 @@ def replay(spark: SparkSession, settings: Settings, pipeline: Pipeline, arrivals
     from lakehouse.layers.speed import run_speed_layer
 
     _require_fresh(spark, settings, pipeline)
-    writer = LocalLogWriter(settings, pipeline.topic)
+    writer = LogWriter(settings, pipeline.topic)
     for number, arrival in enumerate(arrivals):
         writer.write(arrival.at, f"replay{number:05d}", list(arrival.lines))
     run_speed_layer(spark, settings.replace(max_files_per_trigger=1), pipeline, available_now=True)

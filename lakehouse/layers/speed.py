@@ -194,6 +194,7 @@ class SpeedLayer:
             batch.app_id,
             batch_id,
             first_attempt=batch.first_attempt,
+            settings=self.settings,
         )
         self._last_committed = CommittedBatch(batch.app_id, batch_id, batch.max_event_time)
         # Only a batch that committed everything hands its state on; after a failure the next

@@ -36,11 +36,11 @@ def delta_class_path(settings: Settings) -> list[str]:
     delta = [jar for jar in jars if Path(jar).name.startswith(("io.delta_", "io.unitycatalog_"))]
     if not delta:
         raise LakehouseError("Delta's JARs are not cached yet: run `make setup` first")
-    return [*delta, *platform_jars()]
+    return [*delta, *(jar.removeprefix("local:") for jar in platform_jars(settings))]
 
 
 def metastore_driver_jar(settings: Settings) -> str:
-    from lakehouse.storage.spark import maven_central_jar
+    from lakehouse.storage.java import maven_central_jar
 
     return maven_central_jar(METASTORE_DRIVER)
 
@@ -114,7 +114,7 @@ def connect_url(settings: Settings) -> str | None:
 
 
 def _check_can_start(settings: Settings) -> None:
-    from lakehouse.storage.spark import check_java
+    from lakehouse.storage.java import check_java
 
     check_java()
     for name, port in (

@@ -14,14 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, local_path
 from lakehouse.storage import kafka_log
-from lakehouse.storage.log import LocalLogWriter, partition_dir, read_files
+from lakehouse.storage.log import LogWriter, partition_dir, read_files
 
 # A record stamped in an hour reaches the broker within the producer's delivery timeout (librdkafka's
 # default: 5 minutes), so an hour is closed that long after its end.
@@ -46,15 +45,15 @@ class Archive:
 
     def __init__(self, settings: Settings, topic: str):
         self.settings, self.topic = settings, topic
-        self.writer = LocalLogWriter(settings, topic)
-        self.state_file = self.writer.root / STATE
+        self.writer = LogWriter(settings, topic)
 
     def state(self) -> tuple[datetime | None, datetime | None]:
         """(from, through): the archive holds every record received in [from, through); from is
         None when it started at the topic's first record. (None, None) before any run."""
-        if not self.state_file.is_file():
+        text = self.writer.files.read(STATE)
+        if text is None:
             return None, None
-        state = json.loads(self.state_file.read_text())
+        state = json.loads(text)
         return _instant(state["from"]), _instant(state["through"])
 
     def run(self, now: datetime | None = None) -> ArchiveRun:
@@ -81,14 +80,11 @@ class Archive:
         return run
 
     def _write_state(self, start: datetime | None, through: datetime) -> None:
-        self.writer.root.mkdir(parents=True, exist_ok=True)
-        partial = self.state_file.with_suffix(".partial")
-        partial.write_text(json.dumps({"from": _text(start), "through": _text(through)}))
-        os.replace(partial, self.state_file)
+        # Whole or not at all, as every file of the log (lakehouse.storage.log_files).
+        self.writer.files.put(STATE, json.dumps({"from": _text(start), "through": _text(through)}))
 
     def _exists(self, hour: datetime, partition: int) -> bool:
-        folder = self.writer.root / partition_dir(hour)
-        return folder.is_dir() and any(path.name.endswith(f"-kafka-p{partition}.jsonl") for path in folder.iterdir())
+        return any(name.endswith(f"-kafka-p{partition}.jsonl") for name in self.writer.files.names(partition_dir(hour)))
 
 
 def _text(moment: datetime | None) -> str | None:
@@ -127,12 +123,12 @@ def check_covered(settings: Settings, topic: str, arrived_from: datetime) -> dat
     reach = f"reaches to {through:%Y-%m-%dT%H:%M:%S}Z" if through else "is empty"
     raise LakehouseError(
         f"the Kafka log {settings.kafka_topic(topic)} holds records received from {oldest:%Y-%m-%dT%H:%M:%S}Z on "
-        f"(retention {settings.log_retention}), and its archive in {local_path_text(settings)} {reach}; this range "
+        f"(retention {settings.log_retention}), and its archive in {_location(settings)} {reach}; this range "
         f"needs records received from {arrived_from:%Y-%m-%dT%H:%M:%S}Z, which retention has deleted"
     )
 
 
-def local_path_text(settings: Settings) -> str:
+def _location(settings: Settings) -> str:
     try:
         return str(local_path(settings.log_uri))
     except LakehouseError:

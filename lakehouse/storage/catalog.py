@@ -393,9 +393,10 @@ def table_version(spark: SparkSession, uri: str) -> int:
     if is_remote(spark):
         from deltalake import DeltaTable
 
-        from lakehouse.storage.ops_tables import delta_rs_uri
+        from lakehouse.storage.ops_tables import delta_rs_location
 
-        return DeltaTable(delta_rs_uri(uri), without_files=True).version()
+        location, options = delta_rs_location(uri)
+        return DeltaTable(location, storage_options=options, without_files=True).version()
     delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
     # Scala default arguments, spelled out for Py4J: a synchronous update, no timestamp check, no catalog table.
     defaults = [getattr(delta_log, f"update$default${n}")() for n in (1, 2, 3)]
@@ -409,9 +410,10 @@ def table_exists(spark: SparkSession, uri: str) -> bool:
     if is_remote(spark):
         from deltalake import DeltaTable
 
-        from lakehouse.storage.ops_tables import delta_rs_uri
+        from lakehouse.storage.ops_tables import delta_rs_location
 
-        return DeltaTable.is_deltatable(delta_rs_uri(uri))
+        location, options = delta_rs_location(uri)
+        return DeltaTable.is_deltatable(location, storage_options=options)
     from delta.tables import DeltaTable
 
     return DeltaTable.isDeltaTable(spark, uri)

@@ -155,7 +155,7 @@ def _format_storage(files: BrokerFiles, settings: Settings, jars: list[str]) -> 
 def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     """Start the broker detached (formatting its storage the first time) and return its status once
     its port answers."""
-    from lakehouse.storage.spark import check_java
+    from lakehouse.storage.java import check_java
 
     already = status(settings)
     if already["up"]:

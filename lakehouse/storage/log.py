@@ -3,17 +3,13 @@
 Layout: ``<log>/<pipeline>/ingest_date=YYYY-MM-DD/ingest_hour=HH/<arrival>Z-<tag>.jsonl``. File
 names start with the arrival time of their first record (the file's receive time, which corrects
 device clocks), so name order is arrival order, and a replay of an ingest-time range lists only
-the folders of that range. Files appear atomically (written beside, then renamed), so a reader
-never sees half a file.
+the folders of that range. The log is a local folder or an S3 prefix (lakehouse.storage.log_files);
+either way a file appears whole, so a reader never sees half a file.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import os
-import time
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
@@ -21,8 +17,9 @@ from pyspark.sql import functions as F
 
 from lakehouse.dataflow.clocks import log_file_name
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings, local_path, to_uri
+from lakehouse.settings import Settings
 from lakehouse.storage.frames import literal_frame
+from lakehouse.storage.log_files import Entry, local_entries, log_files, object_entries
 from lakehouse.storage.spark import is_remote
 
 
@@ -34,40 +31,17 @@ def partition_dir(arrival: datetime) -> str:
     return f"ingest_date={arrival:%Y-%m-%d}/ingest_hour={arrival:%H}"
 
 
-class LocalLogWriter:
-    """Appends files to a log on the local file system (temp file + rename)."""
+class LogWriter:
+    """Appends files to the file log, on the local file system or in S3 (lakehouse.storage.log_files)."""
 
     def __init__(self, settings: Settings, pipeline: str):
-        try:
-            self.root = local_path(settings.pipeline_log_uri(pipeline))
-        except LakehouseError:
-            raise LakehouseError(
-                f"the generator writes to a local log; {settings.log_uri} is not local (set LAKEHOUSE_LOG_URI "
-                "to a file:// location, or produce into object storage with your own producer)"
-            ) from None
-        self.incoming = self.root / "_incoming"  # a leading underscore hides it from Spark's listing
-        self._last_mtime_ns = 0
+        self.files = log_files(settings, settings.pipeline_log_uri(pipeline))
 
-    def write(self, arrival: datetime, tag: str, lines: list[str]) -> Path:
-        target_dir = self.root / partition_dir(arrival)
-        target_dir.mkdir(parents=True, exist_ok=True)
-        self.incoming.mkdir(parents=True, exist_ok=True)
-        name = log_file_name(arrival, tag)
-        temp = self.incoming / f"{name}.{os.getpid()}.tmp"
-        with open(temp, "w", encoding="utf-8") as handle:
-            handle.write("\n".join(lines) + "\n")
-            handle.flush()
-            os.fsync(handle.fileno())
-        # Spark's file source orders new files by modification time: keep it strictly increasing
-        # (in wall time, which its max-file-age check compares against) so files stay in arrival order.
-        mtime_ns = max(time.time_ns(), self._last_mtime_ns + 1_000_000)
-        os.utime(temp, ns=(mtime_ns, mtime_ns))
-        self._last_mtime_ns = mtime_ns
-        target = target_dir / name
-        os.replace(temp, target)
-        return target
+    def write(self, arrival: datetime, tag: str, lines: list[str]) -> str:
+        """One file of ``lines`` received at ``arrival``; returns its URI."""
+        return self.files.put(f"{partition_dir(arrival)}/{log_file_name(arrival, tag)}", "\n".join(lines) + "\n")
 
-    def append(self, records: list[tuple[datetime, str]], tag: str) -> Path:
+    def append(self, records: list[tuple[datetime, str]], tag: str) -> str:
         """(receive time, line) records as one file, received when its first record was."""
         return self.write(records[0][0], tag, [line for _, line in records])
 
@@ -75,38 +49,32 @@ class LocalLogWriter:
 _EPOCH = datetime(1970, 1, 1)
 
 
-@dataclasses.dataclass(frozen=True)
-class _Entry:
-    name: str
-    uri: str
-    is_dir: bool
-    modified_ms: int
-
-
-def _listing(spark: SparkSession, uri: str) -> list[_Entry]:
+def _listing(spark: SparkSession, settings: Settings, uri: str) -> list[Entry]:
     """A folder's entries ([] when it does not exist), without reading any file: a local log
-    directly, any other through Hadoop's file system for the URI (s3a, ...) in this process's JVM."""
+    directly, one in S3 through boto3, any other through Hadoop's file system in this process's JVM."""
     if uri.startswith("file:"):
-        folder = local_path(uri)
-        if not folder.is_dir():
-            return []
-        with os.scandir(folder) as entries:
-            return [_Entry(e.name, to_uri(e.path), e.is_dir(), e.stat().st_mtime_ns // 1_000_000) for e in entries]
+        return local_entries(uri)
+    if uri.startswith("s3a://"):
+        from lakehouse.storage import object_store
+
+        bucket, key = object_store.split(uri)
+        return object_entries(object_store.client(settings), bucket, key)
     if is_remote(spark):
-        raise LakehouseError(f"a Spark Connect client lists a local log only, and {uri} is not local")
+        raise LakehouseError(f"a Spark Connect client lists a local or S3 log only, and {uri} is neither")
     path = spark._jvm.org.apache.hadoop.fs.Path(uri)
     file_system = path.getFileSystem(spark._jsc.hadoopConfiguration())
     if not file_system.exists(path):
         return []
     return [
-        _Entry(s.getPath().getName(), str(s.getPath().toUri()), s.isDirectory(), s.getModificationTime())
+        Entry(s.getPath().getName(), str(s.getPath().toUri()), s.isDirectory(), s.getModificationTime())
         for s in file_system.listStatus(path)
     ]
 
 
-def _children(spark: SparkSession, uri: str, prefix: str) -> list[_Entry]:
+def _children(spark: SparkSession, settings: Settings, uri: str, prefix: str) -> list[Entry]:
     """The sub-folders whose names start with ``prefix``, in name order."""
-    return sorted((e for e in _listing(spark, uri) if e.is_dir and e.name.startswith(prefix)), key=lambda e: e.name)
+    entries = _listing(spark, settings, uri)
+    return sorted((e for e in entries if e.is_dir and e.name.startswith(prefix)), key=lambda e: e.name)
 
 
 def partition_uris(
@@ -131,11 +99,11 @@ def partition_uris(
     cut = f"{arrived_from:%Y-%m-%d}/{arrived_from:%H}" if arrived_from is not None else ""
     stop = f"{arrived_before:%Y-%m-%d}/{arrived_before:%H}" if arrived_before is not None else "~"
     uris = []
-    for day in _children(spark, settings.pipeline_log_uri(pipeline), "ingest_date="):
+    for day in _children(spark, settings, settings.pipeline_log_uri(pipeline), "ingest_date="):
         day_name = day.name.removeprefix("ingest_date=")
         if cut and day_name < cut[:10]:
             continue
-        for hour in _children(spark, day.uri, "ingest_hour="):
+        for hour in _children(spark, settings, day.uri, "ingest_hour="):
             if cut <= f"{day_name}/{hour.name.removeprefix('ingest_hour=')}" < stop:
                 uris.append(hour.uri)
     return uris
@@ -154,7 +122,7 @@ def file_write_times(
     """
     times = {}
     for uri in partition_uris(spark, settings, pipeline, arrived_from):
-        for entry in _listing(spark, uri):
+        for entry in _listing(spark, settings, uri):
             if not entry.is_dir and entry.name.endswith(".jsonl"):
                 # exact: a float of seconds could round below the file's time
                 times[entry.name] = _EPOCH + timedelta(milliseconds=entry.modified_ms)

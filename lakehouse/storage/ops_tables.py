@@ -17,15 +17,19 @@ from lakehouse.settings import Settings
 from lakehouse.storage.table_names import ALERTS_COLUMNS, ALERTS_TABLE
 
 
-def delta_rs_uri(uri: str) -> str:
-    """delta-rs spells locations its own way: plain local paths, ``s3://`` for Hadoop's ``s3a://``."""
+def delta_rs_location(uri: str, settings: Settings | None = None) -> tuple[str, dict[str, str]]:
+    """The location as delta-rs spells it (plain local paths, ``s3://`` for Hadoop's ``s3a://``) and
+    the options it needs there: an object store's endpoint and keys, from ``settings`` (None: this
+    process's)."""
     if uri.startswith("file:"):
         from lakehouse.settings import local_path
 
-        return str(local_path(uri))
+        return str(local_path(uri)), {}
     if uri.startswith("s3a://"):
-        return "s3://" + uri[len("s3a://") :]
-    return uri
+        from lakehouse.storage import object_store
+
+        return "s3://" + uri[len("s3a://") :], object_store.delta_rs_options(settings or Settings.from_env())
+    return uri, {}
 
 
 def read_rows(
@@ -40,16 +44,26 @@ def read_rows(
         columns: the columns read (None: all).
         filters: ``(column, "=", value)`` conditions.
     """
-    return rows_at(settings.table_uri(schema, name), columns, filters)
+    return rows_at(settings.table_uri(schema, name), columns, filters, settings)
 
 
-def rows_at(uri: str, columns: list[str] | None = None, filters: list[tuple] | None = None) -> list[dict]:
-    """``read_rows`` for the table at ``uri``; ``filters`` are ``(column, "=", value)``."""
+def rows_at(
+    uri: str, columns: list[str] | None = None, filters: list[tuple] | None = None, settings: Settings | None = None
+) -> list[dict]:
+    """``read_rows`` for the table at ``uri``.
+
+    Args:
+        uri: the table's location.
+        columns: the columns read (None: all).
+        filters: ``(column, "=", value)`` conditions.
+        settings: where the table's store is (None: this process's settings).
+    """
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
+    location, options = delta_rs_location(uri, settings)
     try:
-        table = DeltaTable(delta_rs_uri(uri))
+        table = DeltaTable(location, storage_options=options)
     except TableNotFoundError:
         return []
     import pyarrow.dataset as ds
@@ -63,18 +77,32 @@ def rows_at(uri: str, columns: list[str] | None = None, filters: list[tuple] | N
     return dataset.to_table(columns=columns, filter=expression).to_pylist()
 
 
-def append_rows(uri: str, schema, rows: list[dict]) -> None:
-    """Append ``rows`` (dicts by column name; missing names are null) to the Delta table at ``uri``
-    in one commit. ``schema`` is a pyarrow schema. Columns the table lacks are added (a table
-    created before a column existed gains it, as Spark's ``mergeSchema`` would)."""
+def append_rows(uri: str, schema, rows: list[dict], settings: Settings | None = None) -> None:
+    """Append rows to a Delta table in one commit. Columns the table lacks are added (a table
+    created before a column existed gains it, as Spark's ``mergeSchema`` would).
+
+    Args:
+        uri: the table's location.
+        schema: a pyarrow schema.
+        rows: dicts by column name; missing names are null.
+        settings: where the table's store is (None: this process's settings).
+    """
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    write_deltalake(delta_rs_uri(uri), pa.Table.from_pylist(rows, schema=schema), mode="append", schema_mode="merge")
+    location, options = delta_rs_location(uri, settings)
+    frame = pa.Table.from_pylist(rows, schema=schema)
+    write_deltalake(location, frame, mode="append", schema_mode="merge", storage_options=options)
 
 
 def append_rows_stamped_once(
-    uri: str, schema, rows: list[dict], app_id: str, batch_id: int, first_attempt: bool = False
+    uri: str,
+    schema,
+    rows: list[dict],
+    app_id: str,
+    batch_id: int,
+    first_attempt: bool = False,
+    settings: Settings | None = None,
 ) -> None:
     """``append_rows`` unless the table already holds rows stamped with this ``app_id`` and
     ``batch_id`` (lakehouse.storage.writers.append_stamped_once, for a few rows); ``first_attempt`` says the
@@ -87,14 +115,15 @@ def append_rows_stamped_once(
         app_id: the writer's id, stamped on each row.
         batch_id: the batch, stamped on each row.
         first_attempt: the caller knows the batch was not attempted before: nothing to look up.
+        settings: where the table's store is (None: this process's settings).
     """
-    if not first_attempt and _holds_stamp(uri, app_id, batch_id):
+    if not first_attempt and _holds_stamp(uri, app_id, batch_id, settings):
         return
-    append_rows(uri, schema, rows)
+    append_rows(uri, schema, rows, settings)
 
 
-def _holds_stamp(uri: str, app_id: str, batch_id: int) -> bool:
-    return bool(rows_at(uri, ["batch_id"], [("app_id", "=", app_id), ("batch_id", "=", batch_id)]))
+def _holds_stamp(uri: str, app_id: str, batch_id: int, settings: Settings | None) -> bool:
+    return bool(rows_at(uri, ["batch_id"], [("app_id", "=", app_id), ("batch_id", "=", batch_id)], settings))
 
 
 def append_alert(
@@ -131,5 +160,5 @@ def append_alert(
     schema = pa.schema(
         [(name, pa.timestamp("us", tz="UTC") if kind == "timestamp" else pa.string()) for name, kind in ALERTS_COLUMNS]
     )
-    append_rows(settings.table_uri(*ALERTS_TABLE), schema, [row])
+    append_rows(settings.table_uri(*ALERTS_TABLE), schema, [row], settings)
     return row

@@ -20,6 +20,7 @@ from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import PROJECT_ROOT, Settings
+from lakehouse.storage.java import check_java, maven_central_jar
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 # The JIT's quick compiler only: half the CPU for a job of a minute or two on small data, slower for a
@@ -69,8 +70,6 @@ def extensions_jar() -> str:
     return str(EXTENSIONS_JAR)
 
 
-MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
-
 # Spark's Kafka source, JAR by JAR rather than through the package resolver. 4.1.1's source fails
 # a stream that restarts on a batch planned before a crash (NullPointerException in
 # KafkaMicroBatchStream.metrics, SPARK-57438); 4.1.3 fixes it, but its POM names a token provider
@@ -83,49 +82,13 @@ KAFKA_SOURCE_JARS = (
 )
 
 
-def platform_jars() -> list[str]:
-    """The JARs every session loads besides Delta's: the platform's own and Spark's Kafka source."""
-    return [extensions_jar(), *(maven_central_jar(coordinates) for coordinates in KAFKA_SOURCE_JARS)]
+def platform_jars(settings: Settings) -> list[str]:
+    """The JARs a session loads besides Delta's: the platform's own, Spark's Kafka source, and
+    Hadoop's s3a file system when the settings name an S3 endpoint (object_store.S3A_JARS)."""
+    from lakehouse.storage import object_store
 
-
-def maven_central_jar(coordinates: str) -> str:
-    """One JAR (``group:artifact:version``, no dependencies) from Maven Central, checked against the
-    SHA-1 Central publishes, cached in .cache/jars after the first download."""
-    import urllib.request
-
-    group, artifact, version = coordinates.split(":")
-    name = f"{artifact}-{version}.jar"
-    target = PROJECT_ROOT / ".cache" / "jars" / name
-    if target.is_file():
-        return str(target)
-    url = f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}/{version}/{name}"
-    try:
-        with urllib.request.urlopen(url, timeout=60) as response:
-            content = response.read()
-        with urllib.request.urlopen(f"{url}.sha1", timeout=60) as response:
-            published = response.read().decode().split()[0]
-    except OSError as error:
-        raise LakehouseError(f"could not download {coordinates} from Maven Central ({url}): {error}") from None
-    if hashlib.sha1(content).hexdigest() != published:
-        raise LakehouseError(f"{url} does not match the SHA-1 Maven Central publishes for it")
-    target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(".partial")
-    partial.write_bytes(content)
-    os.replace(partial, target)
-    return str(target)
-
-
-def check_java() -> None:
-    java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
-    if not java or not Path(java).exists():
-        raise LakehouseError(
-            "Java 17 is required to run Spark but no `java` was found (install a JDK 17 or set JAVA_HOME)"
-        )
-    try:
-        subprocess.run([java, "-version"], capture_output=True, check=True, timeout=30)
-    except (OSError, subprocess.SubprocessError) as error:
-        raise LakehouseError(f"`{java} -version` failed: {error}") from error
+    s3 = [f"local:{maven_central_jar(c)}" for c in object_store.S3A_JARS] if settings.s3_endpoint else []
+    return [extensions_jar(), *(maven_central_jar(coordinates) for coordinates in KAFKA_SOURCE_JARS), *s3]
 
 
 def is_remote(spark) -> bool:
@@ -147,7 +110,7 @@ def spark_submit_jars(settings: Settings) -> str:
         jars = jar_cache.cached_jars()
     if not jars:
         raise LakehouseError(f"no cached JARs for {', '.join(jar_cache.packages)} in {jar_cache.ivy_dir}")
-    return ",".join([*jars, *platform_jars()])
+    return ",".join([*jars, *platform_jars(settings)])
 
 
 class JarCache:
@@ -258,6 +221,12 @@ def _configured_builder(builder, settings: Settings, app_name: str):
     )
     for key, value in session_sql_confs(settings).items():
         builder = builder.config(key, value)
+    from lakehouse.storage import object_store
+
+    if settings.s3_endpoint:
+        object_store.ensure_buckets(settings)
+        for key, value in object_store.spark_confs(settings).items():
+            builder = builder.config(key, value)
     return builder
 
 
@@ -315,7 +284,7 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
         return spark
     builder = builder.master(settings.spark_master)
     cached = jar_cache.cached_jars()
-    builder = builder.config("spark.jars", ",".join([*(cached or []), *platform_jars()]))
+    builder = builder.config("spark.jars", ",".join([*(cached or []), *platform_jars(settings)]))
     if not cached:
         jar_cache.ivy_dir.mkdir(parents=True, exist_ok=True)
         builder = builder.config("spark.jars.packages", ",".join(jar_cache.packages)).config(

@@ -107,7 +107,7 @@ def _daemon(files: ClusterFiles, name: str, arguments: list[str]) -> int:
 def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     """Start the master and its workers, detached, and return the status once every worker has
     registered."""
-    from lakehouse.storage.spark import check_java
+    from lakehouse.storage.java import check_java
 
     already = status(settings)
     if already["up"]:

@@ -1,0 +1,60 @@
+"""Java for the platform's JVMs: the check that one is installed, and single JARs from Maven Central
+(no pyspark here: the Airflow-side code and the service scripts use these too)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import PROJECT_ROOT
+
+MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
+
+
+def maven_central_jar(coordinates: str) -> str:
+    """One JAR (``group:artifact:version[:classifier]``, no dependencies) from Maven Central, checked
+    against the SHA-1 Central publishes, cached in .cache/jars after the first download."""
+    import urllib.request
+
+    group, artifact, version, *classifier = coordinates.split(":")
+    name = "-".join([artifact, version, *classifier]) + ".jar"
+    target = PROJECT_ROOT / ".cache" / "jars" / name
+    if target.is_file():
+        return str(target)
+    url = f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}/{version}/{name}"
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = target.with_suffix(f".{os.getpid()}.partial")  # processes may fetch the same JAR at once
+    digest = hashlib.sha1()
+    try:
+        # Streamed to disk: the AWS SDK's bundle is 641 MB.
+        with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
+            while chunk := response.read(1 << 20):
+                digest.update(chunk)
+                out.write(chunk)
+        with urllib.request.urlopen(f"{url}.sha1", timeout=60) as response:
+            published = response.read().decode().split()[0]
+    except OSError as error:
+        partial.unlink(missing_ok=True)
+        raise LakehouseError(f"could not download {coordinates} from Maven Central ({url}): {error}") from None
+    if digest.hexdigest() != published:
+        partial.unlink(missing_ok=True)
+        raise LakehouseError(f"{url} does not match the SHA-1 Maven Central publishes for it")
+    os.replace(partial, target)
+    return str(target)
+
+
+def check_java() -> None:
+    java_home = os.environ.get("JAVA_HOME")
+    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    if not java or not Path(java).exists():
+        raise LakehouseError(
+            "Java 17 is required to run Spark but no `java` was found (install a JDK 17 or set JAVA_HOME)"
+        )
+    try:
+        subprocess.run([java, "-version"], capture_output=True, check=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as error:
+        raise LakehouseError(f"`{java} -version` failed: {error}") from error

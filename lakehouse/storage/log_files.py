@@ -1,0 +1,127 @@
+"""Where the file log's files live: a local folder or an S3 prefix, behind one small interface.
+
+Both keep the producer contract the readers rely on (docs/design.md, "The retained log"): a file
+appears whole or not at all. Locally it is written beside the log and renamed in; on S3 an object
+is visible only once its PUT has completed. Listings need no JVM: ``os.scandir`` locally, boto3 on
+S3 (ListObjectsV2 with ``/`` as delimiter, so an hour folder is one prefix and never opened).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from datetime import UTC
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings, local_path, to_uri
+
+
+@dataclasses.dataclass(frozen=True)
+class Entry:
+    """A folder's entry: a file with the time it was added, or a sub-folder (``modified_ms`` 0)."""
+
+    name: str
+    uri: str
+    is_dir: bool
+    modified_ms: int
+
+
+class LocalFiles:
+    """A log folder on the local file system."""
+
+    def __init__(self, uri: str):
+        self.uri = uri
+        self.root = local_path(uri)
+        self.incoming = self.root / "_incoming"  # a leading underscore hides it from Spark's listing
+        self._last_mtime_ns = 0
+
+    def put(self, relative: str, text: str) -> str:
+        """Write the file beside the log, then rename it in; returns its URI."""
+        target = self.root / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        self.incoming.mkdir(parents=True, exist_ok=True)
+        temp = self.incoming / f"{target.name}.{os.getpid()}.tmp"
+        with open(temp, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        # Spark's file source orders new files by modification time: keep it strictly increasing
+        # (in wall time, which its max-file-age check compares against) so files stay in arrival order.
+        mtime_ns = max(time.time_ns(), self._last_mtime_ns + 1_000_000)
+        os.utime(temp, ns=(mtime_ns, mtime_ns))
+        self._last_mtime_ns = mtime_ns
+        os.replace(temp, target)
+        return to_uri(target)
+
+    def read(self, relative: str) -> str | None:
+        path = self.root / relative
+        return path.read_text() if path.is_file() else None
+
+    def names(self, relative_folder: str) -> list[str]:
+        """The names of the files in a folder of the log ([] when it does not exist)."""
+        folder = self.root / relative_folder
+        return [entry.name for entry in folder.iterdir() if entry.is_file()] if folder.is_dir() else []
+
+
+class ObjectFiles:
+    """A log prefix in S3-compatible object storage (``s3a://bucket/prefix``), through boto3."""
+
+    def __init__(self, settings: Settings, uri: str):
+        from lakehouse.storage import object_store
+
+        self.uri = uri
+        self.bucket, prefix = object_store.split(uri)
+        self.prefix = prefix.rstrip("/")
+        self.s3 = object_store.client(settings)
+        object_store.ensure_bucket(self.s3, self.bucket)
+
+    def _key(self, relative: str) -> str:
+        return f"{self.prefix}/{relative}" if self.prefix else relative
+
+    def put(self, relative: str, text: str) -> str:
+        self.s3.put_object(Bucket=self.bucket, Key=self._key(relative), Body=text.encode("utf-8"))
+        return f"s3a://{self.bucket}/{self._key(relative)}"
+
+    def read(self, relative: str) -> str | None:
+        try:
+            answer = self.s3.get_object(Bucket=self.bucket, Key=self._key(relative))
+        except self.s3.exceptions.NoSuchKey:
+            return None
+        return answer["Body"].read().decode("utf-8")
+
+    def names(self, relative_folder: str) -> list[str]:
+        entries = object_entries(self.s3, self.bucket, self._key(relative_folder))
+        return [entry.name for entry in entries if not entry.is_dir]
+
+
+def object_entries(s3, bucket: str, folder_key: str) -> list[Entry]:
+    """The files and sub-folders directly under ``folder_key``, listed page by page."""
+    prefix = folder_key.rstrip("/") + "/"
+    entries = []
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
+        for folder in page.get("CommonPrefixes", []):
+            name = folder["Prefix"][len(prefix) :].rstrip("/")
+            entries.append(Entry(name, f"s3a://{bucket}/{folder['Prefix'].rstrip('/')}", True, 0))
+        for item in page.get("Contents", []):
+            modified_ms = int(item["LastModified"].astimezone(UTC).timestamp() * 1000)
+            entries.append(Entry(item["Key"][len(prefix) :], f"s3a://{bucket}/{item['Key']}", False, modified_ms))
+    return entries
+
+
+def log_files(settings: Settings, uri: str) -> LocalFiles | ObjectFiles:
+    """The files under ``uri``: a local folder (``file:``) or an S3 prefix (``s3a://``)."""
+    if uri.startswith("file:"):
+        return LocalFiles(uri)
+    if uri.startswith("s3a://"):
+        return ObjectFiles(settings, uri)
+    raise LakehouseError(f"the platform writes log files to file: or s3a:// locations, not {uri}")
+
+
+def local_entries(uri: str) -> list[Entry]:
+    folder = Path(local_path(uri))
+    if not folder.is_dir():
+        return []
+    with os.scandir(folder) as entries:
+        return [Entry(e.name, to_uri(e.path), e.is_dir(), e.stat().st_mtime_ns // 1_000_000) for e in entries]

@@ -1,0 +1,263 @@
+"""S3-compatible object storage: the clients' access to it, and a server on loopback (``lakehouse s3
+start``, ``make s3``) for a machine without one.
+
+The server is S3Proxy, an S3 API over a local folder, as one JAR from Maven Central cached in the
+ignored ``.cache/jars/``. It keeps its objects in the home's ``s3/data/`` folder, so a restart finds
+them again, and answers S3's conditional writes (``If-None-Match``). Its access key and secret are
+generated at its first start and kept in ``s3/credentials.json`` (readable by its owner only).
+
+The platform reaches any S3 endpoint three ways, one per client: Spark through Hadoop's ``s3a://``
+file system (hadoop-aws), delta-rs for its bookkeeping rows, and boto3 for what runs outside Spark
+(buckets, the generator's and the archive's log files, listings of ingest hours).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import secrets
+import subprocess
+from pathlib import Path
+from urllib.parse import urlparse
+
+from lakehouse.errors import LakehouseError
+from lakehouse.processes import free_port, pid_alive, port_answers, stop_session, wait_until_up
+from lakehouse.settings import Settings
+
+S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
+# hadoop-aws at the version of pyspark's Hadoop, and the AWS SDK bundle and stream reader its POM names.
+# Loaded by every session of settings with an S3 endpoint, as ``local:`` JARs: executors on this
+# machine (or on machines of one image) load them from the same path, instead of each fetching the
+# SDK's 641 MB from the driver.
+S3A_JARS = (
+    "org.apache.hadoop:hadoop-aws:3.4.2",
+    "software.amazon.awssdk:bundle:2.29.52",
+    "software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:1.2.1",
+)
+REGION = "us-east-1"
+START_SECONDS = 60
+STOP_SECONDS = 15
+SERVER_HEAP = "-Xms64m -Xmx256m"
+
+
+def credentials(settings: Settings) -> tuple[str, str]:
+    """The access key and secret: the settings' (AWS's own variables) when set, else this home's server's."""
+    if settings.s3_access_key and settings.s3_secret_key:
+        return settings.s3_access_key, settings.s3_secret_key
+    saved = ServerFiles(settings.s3_dir()).credentials()
+    if saved is None:
+        raise LakehouseError(
+            "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or start this home's server "
+            "(`lakehouse s3 start`)"
+        )
+    return saved
+
+
+def endpoint(settings: Settings) -> str:
+    if not settings.s3_endpoint:
+        raise LakehouseError("s3a:// locations need LAKEHOUSE_S3_ENDPOINT (http://host:port of the S3 API)")
+    return settings.s3_endpoint
+
+
+def client(settings: Settings):
+    """A boto3 S3 client for the settings' endpoint, path-style (buckets are not host names here)."""
+    import boto3
+    from botocore.config import Config
+
+    key, secret = credentials(settings)
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint(settings),
+        aws_access_key_id=key,
+        aws_secret_access_key=secret,
+        region_name=REGION,
+        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}),
+    )
+
+
+def split(uri: str) -> tuple[str, str]:
+    """``s3a://bucket/some/key`` as (bucket, ``some/key``)."""
+    parsed = urlparse(uri)
+    return parsed.netloc, parsed.path.lstrip("/")
+
+
+def ensure_bucket(s3, bucket: str) -> None:
+    """Create the bucket when it does not exist yet (a first write to a new store)."""
+    from botocore.exceptions import ClientError
+
+    try:
+        s3.head_bucket(Bucket=bucket)
+    except ClientError as error:
+        if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
+            raise LakehouseError(f"S3 bucket {bucket} at {s3.meta.endpoint_url}: {error}") from None
+        s3.create_bucket(Bucket=bucket)
+
+
+def ensure_buckets(settings: Settings) -> list[str]:
+    """Create the buckets the settings' s3a:// locations name, when missing; returns their names."""
+    uris = (settings.log_uri, settings.warehouse_uri, settings.checkpoint_uri)
+    buckets = sorted({split(uri)[0] for uri in uris if uri.startswith("s3a://")})
+    if buckets:
+        s3 = client(settings)
+        for bucket in buckets:
+            ensure_bucket(s3, bucket)
+    return buckets
+
+
+def spark_confs(settings: Settings) -> dict[str, str]:
+    """Hadoop's s3a settings for the endpoint. The key and secret travel in the configuration, which
+    Spark redacts in its UI and logs (its default ``spark.redaction.regex``)."""
+    key, secret = credentials(settings)
+    return {
+        "spark.hadoop.fs.s3a.endpoint": endpoint(settings),
+        "spark.hadoop.fs.s3a.endpoint.region": REGION,
+        "spark.hadoop.fs.s3a.path.style.access": "true",
+        "spark.hadoop.fs.s3a.connection.ssl.enabled": str(endpoint(settings).startswith("https:")).lower(),
+        "spark.hadoop.fs.s3a.aws.credentials.provider": "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider",
+        "spark.hadoop.fs.s3a.access.key": key,
+        "spark.hadoop.fs.s3a.secret.key": secret,
+    }
+
+
+def delta_rs_options(settings: Settings) -> dict[str, str]:
+    """delta-rs's options for the endpoint. Its commits on S3 are safe with one writer per table,
+    the platform's rule (docs/operations.md, "Object storage")."""
+    key, secret = credentials(settings)
+    return {
+        "AWS_ENDPOINT_URL": endpoint(settings),
+        "AWS_REGION": REGION,
+        "AWS_ACCESS_KEY_ID": key,
+        "AWS_SECRET_ACCESS_KEY": secret,
+        "AWS_ALLOW_HTTP": "true",
+        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+    }
+
+
+# --- the server on loopback ---------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerFiles:
+    """The server's files in the home: configuration, port, credentials, pid, objects and log."""
+
+    folder: Path
+
+    @property
+    def log(self) -> Path:
+        return self.folder / "s3proxy.log"
+
+    @property
+    def properties(self) -> Path:
+        return self.folder / "s3proxy.properties"
+
+    def pid(self) -> int | None:
+        try:
+            return int((self.folder / "s3proxy.pid").read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def port(self) -> int | None:
+        try:
+            return int(json.loads((self.folder / "port.json").read_text())["port"])
+        except (FileNotFoundError, ValueError, KeyError):
+            return None
+
+    def credentials(self) -> tuple[str, str] | None:
+        try:
+            saved = json.loads((self.folder / "credentials.json").read_text())
+        except (FileNotFoundError, json.JSONDecodeError):
+            return None
+        return saved["access_key"], saved["secret_key"]
+
+    def set_up(self, port: int) -> None:
+        """The configuration and a generated key pair, written once: later starts keep both."""
+        (self.folder / "data").mkdir(parents=True, exist_ok=True)
+        creds = self.folder / "credentials.json"
+        if self.credentials() is None:
+            pair = {"access_key": f"lakehouse-{secrets.token_hex(4)}", "secret_key": secrets.token_urlsafe(24)}
+            creds.touch(mode=0o600)
+            creds.write_text(json.dumps(pair))
+        key, secret = self.credentials()
+        lines = {
+            "s3proxy.endpoint": f"http://127.0.0.1:{port}",
+            "s3proxy.authorization": "aws-v2-or-v4",
+            "s3proxy.identity": key,
+            "s3proxy.credential": secret,
+            "jclouds.provider": "filesystem",
+            "jclouds.filesystem.basedir": str(self.folder / "data"),
+        }
+        self.properties.touch(mode=0o600)
+        self.properties.write_text("".join(f"{name}={value}\n" for name, value in lines.items()))
+        (self.folder / "port.json").write_text(json.dumps({"port": port}))
+
+
+def status(settings: Settings) -> dict:
+    """Whether this home's server is up: its process alive and its port answering."""
+    files = ServerFiles(settings.s3_dir())
+    pid, port = files.pid(), files.port()
+    up = pid_alive(pid) and port is not None and port_answers(port)
+    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.log)}
+    if up:
+        report["endpoint"] = f"http://127.0.0.1:{port}"
+        report["credentials"] = str(files.folder / "credentials.json")
+    return report
+
+
+def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
+    """Start the server detached and return its status once its port answers."""
+    from lakehouse.storage.java import check_java, maven_central_jar
+
+    already = status(settings)
+    if already["up"]:
+        return already
+    files = ServerFiles(settings.s3_dir())
+    if pid_alive(files.pid()):
+        raise LakehouseError(f"an S3 server is starting or stuck (pid {files.pid()}): `lakehouse s3 stop` first")
+    check_java()
+    jar = maven_central_jar(S3PROXY)
+    port = files.port() or settings.s3_port or free_port()
+    if settings.s3_port and settings.s3_port != port:
+        raise LakehouseError(f"this home's S3 server was set up on port {port}: set LAKEHOUSE_S3_PORT={port}")
+    if port_answers(port):
+        raise LakehouseError(f"port {port} is taken: stop what listens there or choose another home")
+    files.set_up(port)
+    with files.log.open("ab") as log:
+        process = subprocess.Popen(
+            ["java", *SERVER_HEAP.split(), "-jar", jar, "--properties", str(files.properties)],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    (files.folder / "s3proxy.pid").write_text(str(process.pid))
+    report = wait_until_up(lambda: status(settings), lambda: process.poll() is None, wait_seconds)
+    if report:
+        return report
+    code = process.poll()
+    stop(settings)
+    happened = f"exited while starting (code {code})" if code is not None else f"did not answer in {wait_seconds:.0f} s"
+    raise LakehouseError(f"the S3 server {happened}; see {files.log}")
+
+
+def stop(settings: Settings) -> bool:
+    """Stop the server (TERM, then KILL after 15 s). False if none ran."""
+    files = ServerFiles(settings.s3_dir())
+    pid = files.pid()
+    if not pid_alive(pid):
+        (files.folder / "s3proxy.pid").unlink(missing_ok=True)
+        return False
+    stop_session(pid, STOP_SECONDS)
+    (files.folder / "s3proxy.pid").unlink(missing_ok=True)
+    return True
+
+
+def main() -> None:
+    """``python -m lakehouse.storage.object_store``: fetch the s3a JARs now (a Docker image's build)."""
+    from lakehouse.storage.java import maven_central_jar
+
+    for coordinates in S3A_JARS:
+        print(maven_central_jar(coordinates))
+
+
+if __name__ == "__main__":
+    main()
