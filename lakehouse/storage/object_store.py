@@ -120,16 +120,15 @@ def spark_confs(settings: Settings) -> dict[str, str]:
 
 
 def delta_rs_options(settings: Settings) -> dict[str, str]:
-    """delta-rs's options for the endpoint. Its commits on S3 are safe with one writer per table,
-    the platform's rule (docs/operations.md, "Object storage")."""
+    """delta-rs's options for the endpoint. It commits with S3's conditional writes (a commit file
+    is created only if absent), so concurrent appends stay safe (docs/operations.md, "Object storage")."""
     key, secret = credentials(settings)
     return {
         "AWS_ENDPOINT_URL": endpoint(settings),
         "AWS_REGION": REGION,
         "AWS_ACCESS_KEY_ID": key,
         "AWS_SECRET_ACCESS_KEY": secret,
-        "AWS_ALLOW_HTTP": "true",
-        "AWS_S3_ALLOW_UNSAFE_RENAME": "true",
+        "AWS_ALLOW_HTTP": str(endpoint(settings).startswith("http:")).lower(),
     }
 
 
