@@ -220,6 +220,11 @@ def _topology_figures(results: dict, add) -> None:
         )
         add(f"backfill from log on a {results['topology']['workers']}-worker cluster vs local[2] (with JVM start)",
             median["backfill_cluster"], median["backfill_local"])  # fmt: skip
+        add(
+            "backfill from the log's files on S3 vs local (with JVM start)",
+            median["backfill_s3"],
+            median["backfill_local"],
+        )
 
 
 def headline(results: dict) -> list[dict]:

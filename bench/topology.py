@@ -1,11 +1,14 @@
 """Where the platform runs, side by side in one run on the same data: the speed layer draining the log
-from a Kafka topic against from files, and a log backfill on a two-worker standalone cluster against
-local[2]. Whole CLI processes, JVM start included; the broker and the cluster start once, untimed.
+from a Kafka topic against from files, a log backfill on a two-worker standalone cluster against
+local[2], and a backfill from the log's files in object storage (as one older than Kafka's
+retention reads the archive) against the local log. Whole CLI processes, JVM start included; the
+broker, the cluster and the S3 server start once, untimed.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import shutil
 import subprocess
@@ -18,11 +21,21 @@ from bench.data import DAY, PIPELINE, DataSet, settings_for
 from bench.measure import summary
 from lakehouse.generator import generate
 from lakehouse.settings import PROJECT_ROOT
-from lakehouse.storage import kafka_broker, spark_cluster
+from lakehouse.storage import kafka_broker, object_store, spark_cluster
 from lakehouse.vocabulary import LogSink
 
 # The data set is received in January 2026: the topic keeps it.
 TOPIC_RETENTION = "3650d"
+BUCKET = "bench"
+
+
+@dataclasses.dataclass(frozen=True)
+class Services:
+    """Where the jobs find the broker, the cluster and the S3 server."""
+
+    bootstrap: str
+    master: str
+    s3: dict[str, str]  # LAKEHOUSE_S3_ENDPOINT and the keys
 
 
 def _timed_cli(arguments: list[str], env: dict) -> float:
@@ -34,37 +47,50 @@ def _timed_cli(arguments: list[str], env: dict) -> float:
     return time.perf_counter() - began
 
 
-def _jobs(data: DataSet, bootstrap: str, master: str) -> dict[str, tuple[list[str], dict]]:
+def _jobs(data: DataSet, services: Services) -> dict[str, tuple[list[str], dict]]:
     """Each job's command and settings; every run gets a fresh home (the log is shared)."""
     log = {"LAKEHOUSE_LOG_URI": data.settings().log_uri}
-    kafka = {"LAKEHOUSE_KAFKA_BOOTSTRAP": bootstrap, "LAKEHOUSE_LOG_RETENTION": TOPIC_RETENTION}
+    kafka = {"LAKEHOUSE_KAFKA_BOOTSTRAP": services.bootstrap, "LAKEHOUSE_LOG_RETENTION": TOPIC_RETENTION}
+    on_s3 = {"LAKEHOUSE_LOG_URI": f"s3a://{BUCKET}/log", **services.s3}
     window = ["--start", f"{data.start.isoformat()}Z", "--end", f"{(data.start + DAY).isoformat()}Z"]
     backfill = ["backfill", *window, "--source", "log", "--chunk", "1d"]
     return {
         "stream_files": (["stream", "--available-now"], log),
         "stream_kafka": (["stream", "--available-now"], kafka),
         "backfill_local": (backfill, log),
-        "backfill_cluster": (backfill, {**log, "LAKEHOUSE_SPARK_MASTER": master}),
+        "backfill_cluster": (backfill, {**log, "LAKEHOUSE_SPARK_MASTER": services.master}),
+        "backfill_s3": (backfill, on_s3),
     }
 
 
-def topology(data: DataSet, runs: int, running: tuple[str, str] | None = None) -> dict:
-    """The four jobs, ``runs`` times each.
+def _upload_log(data: DataSet, work: Path, services: Services) -> None:
+    """The data set's log files into the bucket, under the same names (untimed)."""
+    settings = settings_for(work / "uploader", LAKEHOUSE_LOG_URI=f"s3a://{BUCKET}/log", **services.s3)
+    s3 = object_store.client(settings)
+    object_store.ensure_bucket(s3, BUCKET)
+    log = data.home / "log"
+    for path in data.log_files():
+        s3.put_object(Bucket=BUCKET, Key=f"log/{path.relative_to(log)}", Body=path.read_bytes())
+
+
+def topology(data: DataSet, runs: int, running: Services | None = None) -> dict:
+    """The five jobs, ``runs`` times each.
 
     Args:
         data: the data set (its log feeds the file side; the Kafka side gets the same events).
         runs: runs per job.
-        running: the bootstrap of a broker and the master of a cluster already up, used instead of
-            starting both (the tests share theirs); None starts and stops them here.
+        running: a broker, a cluster and an S3 server already up, used instead of starting them
+            (the tests share theirs); None starts and stops them here.
     """
     work = data.root / "topology"
     shutil.rmtree(work, ignore_errors=True)
-    with _broker_and_cluster(work, running) as (bootstrap, master):
+    with _services(work, running) as services:
         producer = settings_for(
-            work / "producer", LAKEHOUSE_KAFKA_BOOTSTRAP=bootstrap, LAKEHOUSE_LOG_RETENTION=TOPIC_RETENTION
+            work / "producer", LAKEHOUSE_KAFKA_BOOTSTRAP=services.bootstrap, LAKEHOUSE_LOG_RETENTION=TOPIC_RETENTION
         )
         generate(producer, data.generator_config, PIPELINE, sink=LogSink.KAFKA)
-        jobs = _jobs(data, bootstrap, master)
+        _upload_log(data, work, services)
+        jobs = _jobs(data, services)
         seconds: dict[str, list[float]] = {name: [] for name in jobs}
         for run in range(runs):
             for name, (arguments, extra) in jobs.items():
@@ -79,15 +105,22 @@ def topology(data: DataSet, runs: int, running: tuple[str, str] | None = None) -
 
 
 @contextlib.contextmanager
-def _broker_and_cluster(work: Path, running: tuple[str, str] | None) -> Iterator[tuple[str, str]]:
-    """The broker's bootstrap and the cluster's master: the ones given, or started here and stopped after."""
+def _services(work: Path, running: Services | None) -> Iterator[Services]:
+    """The services given, or a broker, a cluster and an S3 server started here and stopped after."""
     if running:
         yield running
         return
-    services = settings_for(work / "services", LAKEHOUSE_KAFKA_PORT="0", LAKEHOUSE_CLUSTER_PORT="0")
-    bootstrap = kafka_broker.start(services)["bootstrap"]
+    settings = settings_for(
+        work / "services", LAKEHOUSE_KAFKA_PORT="0", LAKEHOUSE_CLUSTER_PORT="0", LAKEHOUSE_S3_PORT="0"
+    )
     try:
-        yield bootstrap, spark_cluster.start(services)["master"]
+        bootstrap = kafka_broker.start(settings)["bootstrap"]
+        master = spark_cluster.start(settings)["master"]
+        endpoint = object_store.start(settings)["endpoint"]
+        key, secret = object_store.credentials(settings)
+        s3 = {"LAKEHOUSE_S3_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
+        yield Services(bootstrap, master, s3)
     finally:
-        spark_cluster.stop(services)
-        kafka_broker.stop(services)
+        object_store.stop(settings)
+        spark_cluster.stop(settings)
+        kafka_broker.stop(settings)
