@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import shutil
 import time
 from datetime import UTC
 from pathlib import Path
@@ -64,6 +65,10 @@ class LocalFiles:
         folder = self.root / relative_folder
         return [entry.name for entry in folder.iterdir() if entry.is_file()] if folder.is_dir() else []
 
+    def remove_folder(self, uri: str) -> None:
+        """Delete a folder of the log (an expired ingest hour) with its files."""
+        shutil.rmtree(local_path(uri), ignore_errors=True)
+
 
 class ObjectFiles:
     """A log prefix in S3-compatible object storage (``s3a://bucket/prefix``), through boto3."""
@@ -94,6 +99,16 @@ class ObjectFiles:
     def names(self, relative_folder: str) -> list[str]:
         entries = object_entries(self.s3, self.bucket, self._key(relative_folder))
         return [entry.name for entry in entries if not entry.is_dir]
+
+    def remove_folder(self, uri: str) -> None:
+        """Delete every object under a folder of the log (an expired ingest hour), a page at a time."""
+        from lakehouse.storage import object_store
+
+        bucket, key = object_store.split(uri)
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key.rstrip("/") + "/"):
+            keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
+            if keys:
+                self.s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
 
 
 def object_entries(s3, bucket: str, folder_key: str) -> list[Entry]:

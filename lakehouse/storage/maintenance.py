@@ -13,6 +13,7 @@ from datetime import date, datetime, timedelta
 
 from lakehouse.eventtime import format_duration, parse_duration
 from lakehouse.settings import Settings
+from lakehouse.storage.log_files import log_files
 
 DELTA_SAFETY = timedelta(days=7)
 _PARTITION = re.compile(r"ingest_date=(\d{4}-\d{2}-\d{2})/ingest_hour=(\d{2})/?$")
@@ -44,26 +45,11 @@ def expired_log_partitions(partitions: list[str], now: datetime, retention: time
     return expired
 
 
-def _hadoop_fs(spark, uri: str):
-    jvm = spark.sparkContext._jvm
-    path = jvm.org.apache.hadoop.fs.Path(uri)
-    return path.getFileSystem(spark.sparkContext._jsc.hadoopConfiguration()), path
-
-
 def log_partitions(spark, settings: Settings, pipeline: str) -> list[str]:
-    """Every ingest-hour folder of a pipeline's log (local or object storage, through Hadoop's FS)."""
-    fs, root = _hadoop_fs(spark, settings.pipeline_log_uri(pipeline))
-    if not fs.exists(root):
-        return []
-    folders = []
-    for day in fs.listStatus(root):
-        if day.isDirectory() and day.getPath().getName().startswith("ingest_date="):
-            folders += [
-                h.getPath().toString()
-                for h in fs.listStatus(day.getPath())
-                if h.isDirectory() and h.getPath().getName().startswith("ingest_hour=")
-            ]
-    return sorted(folders)
+    """Every ingest-hour folder of a pipeline's log, from listings alone (local, or S3 through boto3)."""
+    from lakehouse.storage.log import partition_uris
+
+    return partition_uris(spark, settings, pipeline)
 
 
 def _compact(delta, name: str) -> dict:
@@ -114,8 +100,8 @@ def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
         delta.vacuum(retention.total_seconds() / 3600)
     # Variants of a pipeline read their parent's log (its topic).
     expired = expired_log_partitions(log_partitions(spark, settings, pipeline.topic), now, log_retention(settings))
+    files = log_files(settings, settings.pipeline_log_uri(pipeline.topic))
     for folder in expired:
-        fs, path = _hadoop_fs(spark, folder)
-        fs.delete(path, True)
+        files.remove_folder(folder)
         report["log_partitions_deleted"].append(folder)
     return report
