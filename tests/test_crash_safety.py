@@ -41,7 +41,15 @@ KILL_POINTS = [(TABLES.bronze, 3), (TABLES.quarantine, 5), (STREAM_PROGRESS, 6)]
 
 
 def commits(settings, table) -> int:
-    log_dir = local_path(table.uri(settings)) / "_delta_log"
+    """The table's commit files: in a local folder, or through boto3 in object storage."""
+    uri = table.uri(settings)
+    if uri.startswith("s3a://"):
+        from lakehouse.storage import object_store
+
+        bucket, key = object_store.split(f"{uri}/_delta_log/")
+        listed = object_store.client(settings).list_objects_v2(Bucket=bucket, Prefix=key)
+        return sum(item["Key"].endswith(".json") for item in listed.get("Contents", []))
+    log_dir = local_path(uri) / "_delta_log"
     return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
 
 

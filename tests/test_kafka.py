@@ -157,23 +157,26 @@ def _instant(text: str):
 
 
 @pytest.mark.slow
-def test_sigkill_of_the_stream_on_kafka_then_restart_gives_the_uninterrupted_tables(spark, broker, tmp_path: Path):
+def test_sigkill_of_the_stream_on_kafka_s3_and_the_cluster_then_restart_gives_the_uninterrupted_tables(
+    spark, broker, cluster, object_store_env, tmp_path: Path
+):
     """Offsets live in the checkpoint, writes are stamped with the batch: a crash between any two
-    writes loses and duplicates nothing (as tests/test_crash_safety.py shows for the file log)."""
+    writes loses and duplicates nothing (as tests/test_crash_safety.py shows for the file log), here
+    with the driver on the cluster, its executors ending with it, and the tables and checkpoint on S3."""
     reference = kafka_settings(tmp_path / "reference", broker, "sigkill.")
     generate(reference, CONFIG, sink=LogSink.KAFKA)
     run_speed_layer(spark, reference.replace(max_offsets_per_trigger=300), PIPELINE, available_now=True)
 
-    crashed = kafka_settings(tmp_path / "crashed", broker, "sigkill.")
+    on_s3 = in_object_store("crashed", "warehouse", "checkpoint")
+    crashed_env = kafka_env(broker, "sigkill.", LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER="300", **on_s3, **object_store_env)
+    crashed = make_settings(tmp_path / "crashed", **crashed_env)
     env = {
         **os.environ,
+        **crashed_env,
         "LAKEHOUSE_HOME": str(tmp_path / "crashed"),
         "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
-        "LAKEHOUSE_KAFKA_BOOTSTRAP": broker,
-        "LAKEHOUSE_KAFKA_TOPIC_PREFIX": "sigkill.",
-        "LAKEHOUSE_LOG_RETENTION": RETENTION,
-        "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER": "300",
     }
+    env["LAKEHOUSE_SPARK_MASTER"] = cluster["master"]
     kill_after(crashed, env, TABLES.speed, 3)  # right after batch 2 merged its panes, before its progress row
     finished = cli("stream", "--available-now", env=env)
     assert finished.returncode == 0, finished.stderr[-3000:]

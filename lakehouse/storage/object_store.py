@@ -14,6 +14,7 @@ file system (hadoop-aws), delta-rs for its bookkeeping rows, and boto3 for what 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import secrets
 import subprocess
@@ -61,13 +62,18 @@ def endpoint(settings: Settings) -> str:
 
 def client(settings: Settings):
     """A boto3 S3 client for the settings' endpoint, path-style (buckets are not host names here)."""
+    return _client(endpoint(settings), *credentials(settings))
+
+
+@functools.lru_cache(maxsize=8)
+def _client(endpoint_url: str, key: str, secret: str):
+    # One per store and process: a client costs tens of milliseconds to build, and is thread-safe.
     import boto3
     from botocore.config import Config
 
-    key, secret = credentials(settings)
     return boto3.client(
         "s3",
-        endpoint_url=endpoint(settings),
+        endpoint_url=endpoint_url,
         aws_access_key_id=key,
         aws_secret_access_key=secret,
         region_name=REGION,
