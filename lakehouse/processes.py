@@ -4,11 +4,16 @@ stopping a whole process session, so that no child keeps a port."""
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import socket
+import subprocess
 import time
 from collections.abc import Callable
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
 
 
 def port_answers(port: int) -> bool:
@@ -73,3 +78,49 @@ def wait_until_up(status: Callable[[], dict], alive: Callable[[], bool], seconds
             return None
         time.sleep(0.5)
     return None
+
+
+@dataclasses.dataclass(frozen=True)
+class Detached:
+    """One detached service process of a home: its pid file and its log."""
+
+    label: str  # "Kafka broker", "S3 server": for messages
+    pid_file: Path
+    log: Path
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pid_file.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def refuse_if_running(self, stop_command: str) -> None:
+        if pid_alive(self.pid()):
+            raise LakehouseError(f"a {self.label} is starting or stuck (pid {self.pid()}): `{stop_command}` first")
+
+    def start(self, command: list[str], status: Callable[[], dict], wait_seconds: float) -> dict:
+        """Run ``command`` in its own process session, its output to the log, and return ``status``
+        once it says up; stops it and fails with the log's path if it exits or does not come up."""
+        with self.log.open("ab") as log:
+            process = subprocess.Popen(
+                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.pid_file.write_text(str(process.pid))
+        report = wait_until_up(status, lambda: process.poll() is None, wait_seconds)
+        if report:
+            return report
+        code = process.poll()
+        self.stop(grace_seconds=5)
+        happened = (
+            f"exited while starting (code {code})" if code is not None else f"did not answer in {wait_seconds:.0f} s"
+        )
+        raise LakehouseError(f"the {self.label} {happened}; see {self.log}")
+
+    def stop(self, grace_seconds: float) -> bool:
+        """TERM the process session, KILL it after ``grace_seconds``; False if none ran."""
+        pid = self.pid()
+        running = pid_alive(pid)
+        if running:
+            stop_session(pid, grace_seconds)
+        self.pid_file.unlink(missing_ok=True)
+        return running

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import free_port, pid_alive, port_answers, stop_session, wait_until_up
+from lakehouse.processes import Detached, free_port, pid_alive, port_answers
 from lakehouse.settings import PROJECT_ROOT, Settings
 
 KAFKA_VERSION = "4.1.1"
@@ -78,18 +78,12 @@ class BrokerFiles:
     folder: Path
 
     @property
-    def log(self) -> Path:
-        return self.folder / "broker.log"
+    def process(self) -> Detached:
+        return Detached("Kafka broker", self.folder / "broker.pid", self.folder / "broker.log")
 
     @property
     def properties(self) -> Path:
         return self.folder / "server.properties"
-
-    def pid(self) -> int | None:
-        try:
-            return int((self.folder / "broker.pid").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
 
     def ports(self) -> dict | None:
         """The ports chosen when the storage was formatted: KRaft records the controller's address."""
@@ -121,16 +115,13 @@ class BrokerFiles:
         self.properties.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
         (self.folder / "ports.json").write_text(json.dumps({"port": port, "controller_port": controller_port}))
 
-    def clear_pid(self) -> None:
-        (self.folder / "broker.pid").unlink(missing_ok=True)
-
 
 def status(settings: Settings) -> dict:
     """Whether this home's broker is up: its process alive and its port answering."""
     files = BrokerFiles(settings.kafka_dir())
-    pid, ports = files.pid(), files.ports() or {}
+    pid, ports = files.process.pid(), files.ports() or {}
     up = pid_alive(pid) and bool(ports) and port_answers(ports["port"])
-    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.log)}
+    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.process.log)}
     if up:
         report["bootstrap"] = f"127.0.0.1:{ports['port']}"
     return report
@@ -161,8 +152,7 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     if already["up"]:
         return already
     files = BrokerFiles(settings.kafka_dir())
-    if pid_alive(files.pid()):
-        raise LakehouseError(f"a broker is starting or stuck (pid {files.pid()}): `lakehouse kafka stop` first")
+    files.process.refuse_if_running("lakehouse kafka stop")
     check_java()
     jars = broker_jars()
     if files.ports() is None or not (files.folder / "data" / "meta.properties").is_file():
@@ -173,31 +163,10 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     for taken in (port, files.ports()["controller_port"]):
         if port_answers(taken):
             raise LakehouseError(f"port {taken} is taken: stop what listens there or choose another home")
-    with files.log.open("ab") as log:
-        process = subprocess.Popen(
-            _java(jars, f"-Dkafka.logs.dir={files.folder}", "kafka.Kafka", str(files.properties)),
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    (files.folder / "broker.pid").write_text(str(process.pid))
-    report = wait_until_up(lambda: status(settings), lambda: process.poll() is None, wait_seconds)
-    if report:
-        return report
-    code = process.poll()
-    stop(settings)
-    happened = f"exited while starting (code {code})" if code is not None else f"did not answer in {wait_seconds:.0f} s"
-    raise LakehouseError(f"the Kafka broker {happened}; see {files.log}")
+    command = _java(jars, f"-Dkafka.logs.dir={files.folder}", "kafka.Kafka", str(files.properties))
+    return files.process.start(command, lambda: status(settings), wait_seconds)
 
 
 def stop(settings: Settings) -> bool:
     """Stop the broker (TERM, so that it closes its logs cleanly; KILL after 30 s). False if none ran."""
-    files = BrokerFiles(settings.kafka_dir())
-    pid = files.pid()
-    if not pid_alive(pid):
-        files.clear_pid()
-        return False
-    stop_session(pid, STOP_SECONDS)
-    files.clear_pid()
-    return True
+    return BrokerFiles(settings.kafka_dir()).process.stop(STOP_SECONDS)

@@ -17,12 +17,11 @@ import dataclasses
 import functools
 import json
 import secrets
-import subprocess
 from pathlib import Path
 from urllib.parse import urlparse
 
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import free_port, pid_alive, port_answers, stop_session, wait_until_up
+from lakehouse.processes import Detached, free_port, pid_alive, port_answers
 from lakehouse.settings import Settings
 
 S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
@@ -148,18 +147,12 @@ class ServerFiles:
     folder: Path
 
     @property
-    def log(self) -> Path:
-        return self.folder / "s3proxy.log"
+    def process(self) -> Detached:
+        return Detached("S3 server", self.folder / "s3proxy.pid", self.folder / "s3proxy.log")
 
     @property
     def properties(self) -> Path:
         return self.folder / "s3proxy.properties"
-
-    def pid(self) -> int | None:
-        try:
-            return int((self.folder / "s3proxy.pid").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
 
     def port(self) -> int | None:
         try:
@@ -199,9 +192,9 @@ class ServerFiles:
 def status(settings: Settings) -> dict:
     """Whether this home's server is up: its process alive and its port answering."""
     files = ServerFiles(settings.s3_dir())
-    pid, port = files.pid(), files.port()
+    pid, port = files.process.pid(), files.port()
     up = pid_alive(pid) and port is not None and port_answers(port)
-    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.log)}
+    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.process.log)}
     if up:
         report["endpoint"] = f"http://127.0.0.1:{port}"
         report["credentials"] = str(files.folder / "credentials.json")
@@ -216,8 +209,7 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     if already["up"]:
         return already
     files = ServerFiles(settings.s3_dir())
-    if pid_alive(files.pid()):
-        raise LakehouseError(f"an S3 server is starting or stuck (pid {files.pid()}): `lakehouse s3 stop` first")
+    files.process.refuse_if_running("lakehouse s3 stop")
     check_java()
     jar = maven_central_jar(S3PROXY)
     port = files.port() or settings.s3_port or free_port()
@@ -226,34 +218,13 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     if port_answers(port):
         raise LakehouseError(f"port {port} is taken: stop what listens there or choose another home")
     files.set_up(port)
-    with files.log.open("ab") as log:
-        process = subprocess.Popen(
-            ["java", *SERVER_HEAP.split(), "-jar", jar, "--properties", str(files.properties)],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-    (files.folder / "s3proxy.pid").write_text(str(process.pid))
-    report = wait_until_up(lambda: status(settings), lambda: process.poll() is None, wait_seconds)
-    if report:
-        return report
-    code = process.poll()
-    stop(settings)
-    happened = f"exited while starting (code {code})" if code is not None else f"did not answer in {wait_seconds:.0f} s"
-    raise LakehouseError(f"the S3 server {happened}; see {files.log}")
+    command = ["java", *SERVER_HEAP.split(), "-jar", jar, "--properties", str(files.properties)]
+    return files.process.start(command, lambda: status(settings), wait_seconds)
 
 
 def stop(settings: Settings) -> bool:
     """Stop the server (TERM, then KILL after 15 s). False if none ran."""
-    files = ServerFiles(settings.s3_dir())
-    pid = files.pid()
-    if not pid_alive(pid):
-        (files.folder / "s3proxy.pid").unlink(missing_ok=True)
-        return False
-    stop_session(pid, STOP_SECONDS)
-    (files.folder / "s3proxy.pid").unlink(missing_ok=True)
-    return True
+    return ServerFiles(settings.s3_dir()).process.stop(STOP_SECONDS)
 
 
 def main() -> None:
