@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import shutil
@@ -18,19 +19,28 @@ MAVEN_CENTRAL = "https://repo1.maven.org/maven2"
 def maven_central_jar(coordinates: str) -> str:
     """One JAR (``group:artifact:version[:classifier]``, no dependencies) from Maven Central, checked
     against the SHA-1 Central publishes, cached in .cache/jars after the first download."""
-    import urllib.request
-
     group, artifact, version, *classifier = coordinates.split(":")
     name = "-".join([artifact, version, *classifier]) + ".jar"
     target = PROJECT_ROOT / ".cache" / "jars" / name
     if target.is_file():
         return str(target)
-    url = f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}/{version}/{name}"
     target.parent.mkdir(parents=True, exist_ok=True)
-    partial = target.with_suffix(f".{os.getpid()}.partial")  # processes may fetch the same JAR at once
+    # One download at a time per JAR: processes starting together (test workers, say) wait for it.
+    with open(target.with_suffix(".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not target.is_file():
+            _download(f"{MAVEN_CENTRAL}/{group.replace('.', '/')}/{artifact}/{version}/{name}", target, coordinates)
+    return str(target)
+
+
+def _download(url: str, target: Path, coordinates: str) -> None:
+    """The file at ``url`` into ``target``, streamed to disk (the AWS SDK's bundle is 641 MB) and
+    checked against the SHA-1 Maven Central publishes beside it."""
+    import urllib.request
+
+    partial = target.with_suffix(f".{os.getpid()}.partial")
     digest = hashlib.sha1()
     try:
-        # Streamed to disk: the AWS SDK's bundle is 641 MB.
         with urllib.request.urlopen(url, timeout=60) as response, partial.open("wb") as out:
             while chunk := response.read(1 << 20):
                 digest.update(chunk)
@@ -44,7 +54,6 @@ def maven_central_jar(coordinates: str) -> str:
         partial.unlink(missing_ok=True)
         raise LakehouseError(f"{url} does not match the SHA-1 Maven Central publishes for it")
     os.replace(partial, target)
-    return str(target)
 
 
 def check_java() -> None:
