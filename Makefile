@@ -65,7 +65,7 @@ format: setup
 bench: setup
 	nice -n 10 $(VENV)/bin/python -m bench
 
-# Every benchmark at a tiny size (what CI runs, through tests/test_bench_smoke.py).
+# Every benchmark at a tiny size, one run each (CI runs the backfill suite's: tests/test_bench_smoke.py).
 bench-smoke: setup
 	$(VENV)/bin/python -m bench --smoke
 

@@ -47,7 +47,11 @@ def commits(settings, table) -> int:
         from lakehouse.storage import object_store
 
         bucket, key = object_store.split(f"{uri}/_delta_log/")
-        listed = object_store.client(settings).list_objects_v2(Bucket=bucket, Prefix=key)
+        s3 = object_store.client(settings)
+        try:
+            listed = s3.list_objects_v2(Bucket=bucket, Prefix=key)
+        except s3.exceptions.NoSuchBucket:  # the job has not created it yet
+            return 0
         return sum(item["Key"].endswith(".json") for item in listed.get("Contents", []))
     log_dir = local_path(uri) / "_delta_log"
     return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0

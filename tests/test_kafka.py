@@ -383,22 +383,3 @@ def test_the_loop_on_kafka_s3_and_a_cluster_gives_the_embedded_defaults_tables(
     with urllib.request.urlopen(f"{cluster['web_ui']}/json/", timeout=10) as response:
         applications = json.loads(response.read())["completedapps"]
     assert len(applications) >= 4 and all(app["cores"] == 2 for app in applications)
-
-
-def test_the_topology_benchmark_runs_on_the_sessions_broker_cluster_and_s3(broker, cluster, object_store_env):
-    """The benchmarks' smoke run of their topology suite (tests/test_bench_smoke.py runs the others):
-    the same jobs on this module's broker and cluster and the session's S3 server, instead of a
-    second set. Figures unchecked."""
-    from bench.data import DataSet, ensure_log
-    from bench.run import headline
-    from bench.topology import Services, topology
-
-    data = DataSet(2000, seed=17, events_per_file=250)  # not the smoke run's data set: it runs meanwhile
-    ensure_log(data)
-    result = topology(data, runs=1, running=Services(broker, cluster["master"], object_store_env))
-
-    assert {row["figure"] for row in headline({"topology": result})} == {
-        "speed layer drain from Kafka vs from files (with JVM start)",
-        "backfill from log on a 2-worker cluster vs local[2] (with JVM start)",
-        "backfill from the log's files on S3 vs local (with JVM start)",
-    }
