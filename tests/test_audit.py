@@ -20,6 +20,7 @@ from lakehouse.cli import main
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.settings import local_path
 from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.storage.log import LogWriter, last_write, partition_uris, read_log
 from tests.conftest import make_settings
@@ -373,7 +374,7 @@ def test_log_pins_and_reads_cover_only_the_ingest_hours_that_can_hold_the_range(
     assert [uri.rstrip("/").rsplit("/", 2)[-2:] for uri in partition_uris(spark, settings, PIPELINE.name, cut)] == [
         ["ingest_date=2026-01-05", "ingest_hour=08"]
     ]
-    newest_ms = late.stat().st_mtime_ns // 1_000_000
+    newest_ms = local_path(late).stat().st_mtime_ns // 1_000_000
     assert last_write(spark, settings, PIPELINE.name, cut) == datetime(1970, 1, 1) + timedelta(milliseconds=newest_ms)
     assert last_write(spark, settings, PIPELINE.name) == last_write(spark, settings, PIPELINE.name, cut)
     assert [r.value for r in read_log(spark, settings, PIPELINE.name, cut).collect()] == ['{"n": 2}']
@@ -381,7 +382,7 @@ def test_log_pins_and_reads_cover_only_the_ingest_hours_that_can_hold_the_range(
     pinned = read_log(spark, settings, PIPELINE.name, cut).where(
         F.col("written_at") <= F.lit(last_write(spark, settings, PIPELINE.name, cut).isoformat()).cast("timestamp")
     )
-    assert pinned.count() == 1 and early.exists()
+    assert pinned.count() == 1 and local_path(early).exists()
 
 
 def test_audit_at_its_pins_repeats_itself_after_more_data_arrives(spark, streamed_home, tmp_path):
