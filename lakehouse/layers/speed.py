@@ -221,7 +221,7 @@ class SpeedLayer:
         max_before = (
             last_committed.max_event_time
             if first_attempt
-            else max_event_time_before(spark, STREAM_PROGRESS.uri(self.settings), self.pipeline, app_id, batch_id)
+            else max_event_time_before(self.settings, self.pipeline, app_id, batch_id)
         )
         max_through = max((t for t in (max_before, summary["max_event_time"]) if t is not None), default=None)
         return MicroBatch(

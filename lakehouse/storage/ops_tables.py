@@ -58,6 +58,28 @@ def rows_at(
         filters: ``(column, "=", value)`` conditions.
         settings: where the table's store is (None: this process's settings).
     """
+    import pyarrow.dataset as ds
+
+    expression = None
+    for column, op, value in filters or []:
+        assert op == "=", "only equality filters are needed here"
+        term = ds.field(column) == value
+        expression = term if expression is None else expression & term
+    table = arrow_at(uri, columns, expression, settings)
+    return table.to_pylist() if table is not None else []
+
+
+def arrow_at(uri: str, columns: list[str] | None = None, where=None, settings: Settings | None = None):
+    """The rows of the table at ``uri`` matching the pyarrow expression ``where``, as an Arrow table
+    (None when the table does not exist yet). No Spark job and no snapshot to build: for the small
+    bookkeeping tables, read in milliseconds.
+
+    Args:
+        uri: the table's location.
+        columns: the columns read (None: all).
+        where: a ``pyarrow.dataset`` expression (None: every row).
+        settings: where the table's store is (None: this process's settings).
+    """
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -65,16 +87,8 @@ def rows_at(
     try:
         table = DeltaTable(location, storage_options=options)
     except TableNotFoundError:
-        return []
-    import pyarrow.dataset as ds
-
-    dataset = table.to_pyarrow_dataset()
-    expression = None
-    for column, op, value in filters or []:
-        assert op == "=", "only equality filters are needed here"
-        term = ds.field(column) == value
-        expression = term if expression is None else expression & term
-    return dataset.to_table(columns=columns, filter=expression).to_pylist()
+        return None
+    return table.to_pyarrow_dataset().to_table(columns=columns, filter=where)
 
 
 def append_rows(uri: str, schema, rows: list[dict], settings: Settings | None = None) -> None:
