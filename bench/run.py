@@ -22,7 +22,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import backfill, orchestration, sql_latency, stream, topology
+from bench import backfill, orchestration, recovery, sql_latency, stream, topology
 from bench.data import DataSet, ensure_log, ensure_tables
 from bench.service import SharedService
 
@@ -36,6 +36,7 @@ SUITES = (
     "orchestration",
     "throughput",
     "freshness",
+    "recovery",
     "sql_latency",
     "topology",
 )
@@ -56,6 +57,8 @@ class Plan:
     probe_every: float = 2.0
     freshness_grace: float = 60
     correction_events_per_day: int = 10_000
+    recovery_rate: float = 200.0  # events/s while the stream was down
+    recovery_minutes: float = 10.0  # of log left unread
     orchestration_hours: int = 24  # hourly chunks as Airflow tasks vs one job
     backfill_jobs: tuple[str, ...] = ()  # all of them
     speed_held_days: tuple[int, int] = (1, 30)  # days of windows in __speed while the stream runs
@@ -93,6 +96,8 @@ class Plan:
             # layer's first micro-batch (creating its tables) has taken longer than 20 s.
             freshness_grace=150,
             correction_events_per_day=500,
+            recovery_rate=10.0,
+            recovery_minutes=1.0,
             orchestration_hours=1,
             speed_held_days=(1, 2),
             speed_growth_batches=1,
@@ -157,6 +162,14 @@ def _stream_figures(results: dict, add) -> None:
                 jobs["hand_written"]["drain_s"][str(size)]["median"],
                 "<= 1.1",
             )
+    if "recovery" in results:
+        jobs, minutes = results["recovery"]["jobs"], results["recovery"]["backlog_minutes"]
+        add(
+            f"stream catch-up on {minutes:g} minutes of unread log vs hand-written lambda job",
+            jobs["lakehouse"]["seconds"]["median"],
+            jobs["hand_written"]["seconds"]["median"],
+            "<= 2",
+        )
     if "freshness" in results:
         jobs = results["freshness"]["jobs"]
         for p in ("p50_s", "p95_s"):
@@ -291,6 +304,9 @@ def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: 
             spark, data, plan.runs, plan.trigger, plan.drain_sizes, plan.drain_batches
         ),
         "topology": lambda: topology.topology(data, plan.runs),
+        "recovery": lambda: recovery.recovery(
+            spark, plan.runs, plan.recovery_rate, plan.recovery_minutes, plan.trigger
+        ),
         "sql_latency": lambda: sql_latency.sql_latency(
             data, served, plan.runs, plan.sql_points, plan.sql_aggregates, plan.sql_cli_queries
         ),

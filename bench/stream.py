@@ -44,7 +44,7 @@ from lakehouse.storage.log import LogWriter, log_glob
 JOBS = ("lakehouse", "hand_written", "bare")
 
 
-def _start(spark, job: str, home, trigger: str, files_per_trigger: int = 0, available_now: bool = False):
+def start_job(spark, job: str, home, trigger: str, files_per_trigger: int = 0, available_now: bool = False):
     """Start one job's streaming query on the log of ``home``; returns (query, the SQL table name, the
     Delta table's location if it appears only with the first batch)."""
     settings = settings_for(
@@ -53,32 +53,24 @@ def _start(spark, job: str, home, trigger: str, files_per_trigger: int = 0, avai
     if job == "lakehouse":
         query = SpeedLayer(spark, settings, get_pipeline(PIPELINE)).start(available_now=available_now)
         return query, f"gold.{PIPELINE}", None
-    if job == "hand_written":
-        warehouse = f"{settings.warehouse_uri}/hand_written/{PIPELINE}"
-        query = baselines.hand_written_speed_layer(
-            spark,
-            log_glob(settings, PIPELINE),
-            warehouse,
-            f"{settings.checkpoint_uri}/hand_written",
-            interval(trigger),
-            files_per_trigger,
-            available_now,
-        )
-        return query, f"delta.`{warehouse}/gold`", None
-    target = f"{settings.warehouse_uri}/bare/{PIPELINE}"
-    query = baselines.bare_stream(
+    # The baselines: each writes under its own folder and checkpoint, from the same log.
+    location = f"{settings.warehouse_uri}/{job}/{PIPELINE}"
+    start = baselines.hand_written_speed_layer if job == "hand_written" else baselines.bare_stream
+    query = start(
         spark,
         log_glob(settings, PIPELINE),
-        target,
-        f"{settings.checkpoint_uri}/bare",
+        location,
+        f"{settings.checkpoint_uri}/{job}",
         interval(trigger),
         files_per_trigger,
         available_now,
     )
-    return query, f"delta.`{target}`", target
+    if job == "hand_written":  # its gold table exists from the start
+        return query, f"delta.`{location}/gold`", None
+    return query, f"delta.`{location}`", location
 
 
-def _batches(query) -> list[tuple[int, float]]:
+def batches_read(query) -> list[tuple[int, float]]:
     """(input rows, seconds) of each micro-batch that read something, from Spark's own progress."""
     batches = []
     for progress in query.recentProgress:
@@ -100,11 +92,11 @@ def drain(
         prepare(home)
     files = data.log_files()[: files_per_trigger * (batches + 1)]
     link_log_files(files, data.home / "log", home / "log")
-    query, _, _ = _start(spark, job, home, "1s", files_per_trigger, available_now=True)
+    query, _, _ = start_job(spark, job, home, "1s", files_per_trigger, available_now=True)
     query.awaitTermination()
     if query.exception():
         raise query.exception()
-    return _batches(query)[1:]
+    return batches_read(query)[1:]
 
 
 def fit_batch_cost(points: list[tuple[int, float]]) -> tuple[float, float]:
@@ -266,7 +258,7 @@ def _freshness_once(
 ) -> dict:
     home = scratch_home(f"fresh-{job}")
     settings = settings_for(home)
-    query, table, appears_at = _start(spark, job, home, trigger)
+    query, table, appears_at = start_job(spark, job, home, trigger)
     if job == "lakehouse":
         register_tables(spark, settings)
     stop = threading.Event()
@@ -306,7 +298,7 @@ def _freshness_once(
     stop.set()
     for thread in threads:
         thread.join(timeout=30)
-    batch_seconds = [seconds for _, seconds in _batches(query)]
+    batch_seconds = [seconds for _, seconds in batches_read(query)]
     _stop_between_batches(query)
     delays = [seen[name] - at for name, at in written.items() if name in seen]
     return {"probes": len(written), "probes_seen": len(delays), "delays": delays, "batch_seconds": batch_seconds}

@@ -71,6 +71,40 @@ def test_the_summary_table_shows_only_the_backfill_figures_whose_two_jobs_ran():
     assert "log" not in table(rows)
 
 
+def test_the_speed_layer_figures_set_it_against_the_hand_written_job_with_the_bare_stream_as_limit_line():
+    from bench.run import headline
+
+    def seconds(value):
+        return {"median": value, "min": value, "max": value, "runs": 1}
+
+    def stream_job(rate, one_file, four_files):
+        return {"events_per_s": seconds(rate), "drain_s": {"1": seconds(one_file), "4": seconds(four_files)}}
+
+    results = {
+        "throughput": {
+            "files_per_trigger": [1, 4],
+            "jobs": {
+                "lakehouse": stream_job(1000.0, 30.0, 12.0),
+                "hand_written": stream_job(2500.0, 12.0, 10.0),
+                "bare": stream_job(9000.0, 10.0, 8.0),
+            },
+        },
+        "recovery": {
+            "backlog_minutes": 10.0,
+            "jobs": {"lakehouse": {"seconds": seconds(9.0)}, "hand_written": {"seconds": seconds(6.0)}},
+        },  # fmt: skip
+    }
+
+    rows = {row["figure"]: (row["ratio"], row["target"]) for row in headline(results)}
+
+    assert rows == {
+        "speed layer sustainable rate vs bare stream (the limit line)": (0.111, ""),
+        "speed layer drain vs hand-written lambda job, 1 file(s) per trigger": (2.5, "<= 1.1"),
+        "speed layer drain vs hand-written lambda job, 4 file(s) per trigger": (1.2, "<= 1.1"),
+        "stream catch-up on 10 minutes of unread log vs hand-written lambda job": (1.5, "<= 2"),
+    }
+
+
 def test_the_process_suites_run_commands_the_cli_and_the_backfill_dag_accept():
     """The topology and orchestration suites start whole processes: their arguments still parse,
     their settings are read, and the DAG they trigger still takes their conf."""
