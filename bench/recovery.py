@@ -17,7 +17,7 @@ from pathlib import Path
 
 from bench.data import CACHE, PIPELINE, link_log_files, scratch_home, settings_for
 from bench.measure import summary
-from bench.stream import batches_read, start_job
+from bench.stream import batches_read, run_to_end
 from lakehouse.eventtime import parse_duration
 from lakehouse.generator import DEFAULT_START, GeneratorConfig, generate
 
@@ -41,24 +41,16 @@ def backlog_log(rate: float, minutes: float, trigger: str) -> Path:
     return root / "home"
 
 
-def _drain(spark, job: str, home: Path, trigger: str):
-    query, _, _ = start_job(spark, job, home, trigger, available_now=True)
-    query.awaitTermination()
-    if query.exception():
-        raise query.exception()
-    return query
-
-
 def recover_once(spark, job: str, log_home: Path, trigger: str) -> dict:
     """One job: read the first file, then restart on the backlog and time the catch-up."""
     log = log_home / "log"
     files = sorted(log.glob(f"{PIPELINE}/ingest_date=*/ingest_hour=*/*.jsonl"), key=lambda path: path.name)
     home = scratch_home(f"recover-{job}")
     link_log_files(files[:1], log, home / "log")
-    _drain(spark, job, home, trigger)  # running, with its tables, until the crash
+    run_to_end(spark, job, home, trigger)  # running, with its tables, until the crash
     link_log_files(files[1:], log, home / "log")  # what arrived while it was down
     began = time.perf_counter()
-    query = _drain(spark, job, home, trigger)
+    query = run_to_end(spark, job, home, trigger)
     seconds = time.perf_counter() - began
     batches = batches_read(query)
     return {"seconds": seconds, "batches": len(batches), "largest_batch_rows": max(rows for rows, _ in batches)}

@@ -92,11 +92,16 @@ def drain(
         prepare(home)
     files = data.log_files()[: files_per_trigger * (batches + 1)]
     link_log_files(files, data.home / "log", home / "log")
-    query, _, _ = start_job(spark, job, home, "1s", files_per_trigger, available_now=True)
+    return batches_read(run_to_end(spark, job, home, "1s", files_per_trigger))[1:]
+
+
+def run_to_end(spark, job: str, home: Path, trigger: str, files_per_trigger: int = 0):
+    """Start ``job`` on the log of ``home``, let it read everything there, and return its query."""
+    query, _, _ = start_job(spark, job, home, trigger, files_per_trigger, available_now=True)
     query.awaitTermination()
     if query.exception():
         raise query.exception()
-    return batches_read(query)[1:]
+    return query
 
 
 def fit_batch_cost(points: list[tuple[int, float]]) -> tuple[float, float]:
