@@ -59,6 +59,7 @@ from lakehouse.storage.catalog import (
 )
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write, read_log
+from lakehouse.storage.ops_tables import append_rows
 from lakehouse.vocabulary import EXPLAINING_CAUSES, AuditTarget, Cause, Layer, Verdict, choices
 
 
@@ -372,7 +373,7 @@ class Auditor:
             target=target,
         )
         if record:
-            record_audit(self.spark, self.settings, result, per_key.where(F.col("status") != Verdict.MATCHED), started)
+            record_audit(self.spark, self.settings, result, started)
         per_key.unpersist()
         caused.unpersist()
         return result
@@ -416,17 +417,15 @@ class Auditor:
         )
 
 
-def record_audit(
-    spark: SparkSession, settings: Settings, result: AuditResult, differences: DataFrame, started: float
-) -> None:
+def record_audit(spark: SparkSession, settings: Settings, result: AuditResult, started: float) -> None:
     """Append the run's differences, then its summary row (so a summary row means every difference of
-    its run is recorded).
+    its run is recorded). The rows are already on the driver (``result.rows``), so they go through
+    delta-rs: two Spark appends took 1.0-1.2 s of a 6 s audit on a warm session, 2.1 s on a cold one.
 
     Args:
-        spark: the session.
+        spark: the session (it creates the tables the first time).
         settings: where the audit tables live.
-        result: the audit's outcome (its pipeline, range and counts).
-        differences: the per-window rows that are not matched.
+        result: the audit's outcome (its pipeline, range, counts and per-window rows).
         started: when the audit started (``time.time()``), for its duration.
     """
     for table in (RECONCILIATIONS, DIFFERENCES):
@@ -453,14 +452,16 @@ def record_audit(
         "started_at": datetime.fromtimestamp(started, tz=UTC),
         "duration_ms": int((time.time() - started) * 1000),
     }
-    differences.withColumns({"run_id": F.lit(result.run_id), "pipeline": F.lit(result.pipeline)}).select(
-        DIFFERENCES.columns.fieldNames()
-    ).write.format("delta").mode("append").option("mergeSchema", "true").save(DIFFERENCES.uri(settings))
+    differences = [
+        {**row, "run_id": result.run_id, "pipeline": result.pipeline}
+        for row in result.rows
+        if row["status"] != Verdict.MATCHED
+    ]
+    # append_rows merges schemas: a table made before a column existed gains it on the first write.
+    if differences:
+        append_rows(DIFFERENCES.uri(settings), DIFFERENCES.arrow_schema, differences, settings)
     # The summary row last: a reconciliation row means its differences are all recorded.
-    # mergeSchema: a table made before the incremental mode gains its columns on the first write.
-    literal_frame(spark, RECONCILIATIONS.columns, [run]).write.format("delta").mode("append").option(
-        "mergeSchema", "true"
-    ).save(RECONCILIATIONS.uri(settings))
+    append_rows(RECONCILIATIONS.uri(settings), RECONCILIATIONS.arrow_schema, [run], settings)
 
 
 AUDITED = {AuditTarget.SPEED: "the speed table", AuditTarget.SERVING: "the serving view"}
