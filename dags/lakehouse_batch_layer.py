@@ -5,8 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
-from airflow.sdk import dag
+from airflow.sdk import dag, task
 
+from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.eventtime import parse_duration
 from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, hourly_intervals, spark_job
 from lakehouse.ops.orchestration import SCHEDULED_BY, active_pipelines
@@ -24,6 +25,10 @@ or backfilling it (Airflow's *Backfill*, or `POST /api/v2/backfills`) gives the 
 A run waits `{SETTINGS.batch_lateness_delay}` (`LAKEHOUSE_BATCH_LATENESS_DELAY`) past its interval's
 end before computing, so events arriving late still make it in; backfilled past intervals start at
 once. Later arrivals are folded in by `lakehouse_late_corrections`.
+
+A pipeline that joins a versioned dimension (`toll_traffic_by_region` joins `dim.bridges`) first
+applies the change logs waiting in `<home>/dimensions/<name>/inbox` (`apply_dim_<name>`, the
+`lakehouse dim apply` command, no JVM).
 """
 
 
@@ -46,8 +51,9 @@ def lakehouse_batch_layer():
         mode="reschedule",
         poke_interval=60,
     )
+    dimensions = {}
     for pipeline in active_pipelines(SETTINGS):
-        wait >> spark_job(
+        recompute = spark_job(
             f"recompute_{pipeline}",
             "backfill",
             [
@@ -67,6 +73,21 @@ def lakehouse_batch_layer():
                 f"{{{{ dag_run.triggering_user_name or '{SCHEDULED_BY}' }}}}",
             ],
         )
+        wait >> recompute
+        joined = get_pipeline(pipeline).joins
+        if joined:  # the dimension's waiting changes first, so the hour joins the versions they add
+            name = joined.dimension.name
+            dimensions.setdefault(name, apply_dimension_changes.override(task_id=f"apply_dim_{name}")(name))
+            dimensions[name] >> recompute
+
+
+# One at a time across runs: the dimension has one writer.
+@task(max_active_tis_per_dag=1)
+def apply_dimension_changes(dimension: str) -> list[str]:
+    from lakehouse.dataflow.pipelines import get_dimension
+    from lakehouse.storage.dimensions import apply_inbox
+
+    return [report.summary() for report in apply_inbox(Settings.from_env(), get_dimension(dimension))]
 
 
 lakehouse_batch_layer()

@@ -8,6 +8,7 @@ import json
 import os
 import sys
 from datetime import UTC, datetime
+from pathlib import Path
 
 from lakehouse.demo import DEMO_EVENTS
 from lakehouse.errors import LakehouseError
@@ -290,6 +291,21 @@ def cmd_serve(args, settings: Settings) -> None:
     _run_service(service, "Spark service", "stop" if args.stop else "status" if args.status else "start", settings)
 
 
+def cmd_dim(args, settings: Settings) -> None:
+    from lakehouse.dataflow.pipelines import get_dimension
+    from lakehouse.storage.dimensions import apply_change_file, apply_inbox, inbox
+
+    dimension = get_dimension(args.dimension)
+    if args.files:
+        reports = [apply_change_file(settings, dimension, Path(name)) for name in args.files]
+    else:
+        reports = apply_inbox(settings, dimension)
+        if not reports:
+            print(f"dim.{dimension.name}: no change log waiting in {inbox(settings, dimension)}")
+    for report in reports:
+        print(report.summary())
+
+
 def cmd_archive(args, settings: Settings) -> None:
     from lakehouse.storage.archive import Archive
 
@@ -495,6 +511,12 @@ def _add_services(commands) -> None:
     serve_action.add_argument("--status", action="store_true", help="exit 1 unless both endpoints answer")
     serve_action.add_argument("--stop", action="store_true", help="stop the service and its JVM")
     serve.set_defaults(run=cmd_serve)
+
+    dim = commands.add_parser("dim", help="apply change logs to a versioned dimension, dim.<name> (no JVM)")
+    dim.add_argument("action", choices=["apply"])
+    dim.add_argument("files", nargs="*", help="change logs (JSON lines); none: those waiting in its inbox")
+    dim.add_argument("--dimension", default="bridges", help="the dimension changed (default: bridges)")
+    dim.set_defaults(run=cmd_dim)
 
     archive = commands.add_parser(
         "archive", help="copy the closed ingest hours of a Kafka log into the file log, once (no JVM)"

@@ -57,6 +57,7 @@ from lakehouse.storage.catalog import (
     table_exists,
     table_version,
 )
+from lakehouse.storage.dimensions import dimension_pins, pin_name, with_dimensions
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write, read_log
 from lakehouse.storage.ops_tables import append_rows
@@ -133,6 +134,7 @@ def current_pins(
     for name, table in (("bronze", tables.bronze), ("speed", tables.speed), ("progress", STREAM_PROGRESS)):
         uri = require_table(spark, table, settings, "run the speed layer first")
         pins[name] = str(table_version(spark, uri))
+    pins |= dimension_pins(settings, pipeline)  # the truth joins the version the pin names
     if table_exists(spark, tables.batch.uri(settings)):  # incremental audits follow its changes too
         pins["batch"] = str(table_version(spark, tables.batch.uri(settings)))
     for name, table in (("corrections", CORRECTIONS), ("coverage", BATCH_COVERAGE), ("manual_changes", MANUAL_CHANGES)):
@@ -218,7 +220,13 @@ class PinnedReads:
             raw = read_log(self.spark, self.settings, pipeline.topic, arrived_from)
             pinned = raw.where(F.col("written_at") <= F.lit(self.pins["log_until"]).cast("timestamp"))
         events = tx.first_copies(tx.valid_events(tx.parse_events(pinned, pipeline), pipeline), pipeline)
-        return tx.assign_windows(events, pipeline).where(tx.in_window_range(start, end))
+        joined = with_dimensions(self.spark, self.settings, pipeline, events, self.dimension_version())
+        return tx.assign_windows(joined, pipeline).where(tx.in_window_range(start, end))
+
+    def dimension_version(self) -> int | None:
+        """The pinned version of the dimension the pipeline joins (None: no join)."""
+        joins = self.pipeline.joins
+        return int(self.pins[pin_name(joins.dimension)]) if joins else None
 
     def with_causes(self, events: DataFrame, read: DataFrame, start: datetime) -> DataFrame:
         """Each event's cause, plus when it reached the log (``written_at``) and bronze (``ingested_at``).
@@ -388,7 +396,8 @@ class Auditor:
                 "(audit the pipeline it is a variant of)"
             )
         pins = pins or current_pins(self.spark, self.settings, self.pipeline, earliest_arrival_for(start))
-        missing_pins = {"bronze", "speed", "progress", "log_until"} - set(pins)
+        joined = [pin_name(self.pipeline.joins.dimension)] if self.pipeline.joins else []
+        missing_pins = {"bronze", "speed", "progress", "log_until", *joined} - set(pins)
         if missing_pins:
             raise LakehouseError(f"pins lack {', '.join(sorted(missing_pins))}")
         return pins

@@ -42,6 +42,7 @@ from lakehouse.storage.catalog import (
     require_table,
     table_version,
 )
+from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, read_log
 from lakehouse.storage.ops_tables import append_rows
@@ -234,9 +235,8 @@ class BatchLayer:
             # Read at a pinned version: a chunk's fingerprint names it (see bronze_fingerprint).
             version = table_version(self.spark, uri)
             bronze = self.spark.read.format("delta").option("versionAsOf", version).load(uri)
-            return bronze.where(in_bronze_span(self.pipeline, first_event, last_event)).select(
-                *pipeline.field_names
-            ), version
+            events = bronze.where(in_bronze_span(self.pipeline, first_event, last_event)).select(*pipeline.field_names)
+            return with_dimensions(self.spark, self.settings, pipeline, events), version
         parsed = tx.parse_events(
             read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)), pipeline
         )
@@ -249,7 +249,9 @@ class BatchLayer:
         result.duplicates = in_range_copies.where(F.col("copy_number") > 1).count()
         counted = log_counts.get
         result.events_read, result.quarantined = counted["read"], counted["quarantined"]
-        return in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names), None
+        events = in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names)
+        # Joined here, so the log's fingerprint of a chunk covers the dimension's attributes too.
+        return with_dimensions(self.spark, self.settings, pipeline, events), None
 
     def _chunk_inputs(
         self, events: DataFrame, chunks: list[Chunk], source: str, bronze_version: int | None, skip: bool
@@ -260,7 +262,11 @@ class BatchLayer:
         if bronze_version is not None:
             # From bronze, the version read and the code name the inputs (bronze_fingerprint).
             fingerprint = bronze_fingerprint(pipeline, bronze_version)
-            unchanged = bronze_unchanged(self.spark, self.settings, pipeline, chunks, bronze_version) if skip else set()
+            # Bronze's change feed cannot tell that a dimension changed: a pipeline with a join redoes.
+            skips = skip and pipeline.joins is None
+            unchanged = (
+                bronze_unchanged(self.spark, self.settings, pipeline, chunks, bronze_version) if skips else set()
+            )
             return {chunk: ChunkInputs(chunk in unchanged, fingerprint) for chunk in chunks}
         if not skip:
             return {chunk: ChunkInputs(False, None) for chunk in chunks}

@@ -34,6 +34,7 @@ from lakehouse.storage.catalog import (
     serving_view_sql,
     table_version,
 )
+from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.writers import append_once, replace_where
 from lakehouse.vocabulary import Fate, RunStatus
@@ -206,9 +207,8 @@ class CorrectionRun:
             .option("endingVersion", result.bronze_to_version)
             .load(self.tables.bronze.uri(self.settings))
         )
-        return changes.where((F.col("_change_type") == "insert") & (F.col("fate") == Fate.LATE)).select(
-            *self.pipeline.field_names
-        )
+        late = changes.where((F.col("_change_type") == "insert") & (F.col("fate") == Fate.LATE))
+        return with_dimensions(self.spark, self.settings, self.pipeline, late.select(*self.pipeline.field_names))
 
     def _correct(self, late: DataFrame, result: CorrectionResult) -> None:
         pipeline = self.pipeline
@@ -265,7 +265,9 @@ class CorrectionRun:
         in_span = F.col("event_date").between(earliest.date(), latest.date()) & F.col(pipeline.event_time).between(
             earliest, latest
         )
-        events = bronze.where(in_span).select(*pipeline.field_names)
+        events = with_dimensions(
+            self.spark, self.settings, pipeline, bronze.where(in_span).select(*pipeline.field_names)
+        )
         if pipeline.window.is_session:
             events = events.join(scope, on=list(pipeline.keys), how="left_semi")
         return tx.window_values(events, pipeline).join(scope, on=scope.columns, how="left_semi")

@@ -37,6 +37,7 @@ from lakehouse.layers.micro_batch import (
 from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
+from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.log import log_glob
 from lakehouse.storage.ops_tables import append_rows_stamped_once
 from lakehouse.storage.spark import session_confs
@@ -307,7 +308,8 @@ class BatchWriter:
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
         on_time_watermark = eventtime.on_time_watermark(batch.max_event_time, parse_duration(self.watermark_delay))
         state = pane_state_before(batch, carried, self.tables.panes.uri(self.settings), pipeline)
-        panes = next_panes(state, fates.where(F.col("fate") == Fate.ON_TIME), on_time_watermark, pipeline).persist()
+        on_time = with_dimensions(batch.spark, settings, pipeline, fates.where(F.col("fate") == Fate.ON_TIME))
+        panes = next_panes(state, on_time, on_time_watermark, pipeline).persist()
         try:
             extent = panes.agg(
                 F.count(F.lit(1)).alias("rows"), F.min("window_end").alias("first"), F.max("window_end").alias("last")

@@ -11,8 +11,8 @@ import dataclasses
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from lakehouse.dataflow.pipelines import PIPELINES
-from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.dataflow.pipelines import DIMENSIONS, PIPELINES
+from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 from lakehouse.storage.spark import is_remote
@@ -273,6 +273,15 @@ ALERTS = Table(
 ORCHESTRATION_TABLES = (ALERTS,)
 
 
+def dimension_table(dimension: Dimension) -> Table:
+    """``dim.<name>``: one row per version of an entity, valid over [valid_from, valid_to)."""
+    names = (dimension.key, *dimension.attributes)
+    return Table("dim", dimension.name, struct_of(*[(n, STR) for n in names], ("valid_from", TS), ("valid_to", TS)))
+
+
+DIMENSION_TABLES = tuple(dimension_table(d) for d in DIMENSIONS.values())
+
+
 @dataclasses.dataclass(frozen=True)
 class PipelineTables:
     bronze: Table
@@ -340,7 +349,7 @@ def _event_tables(pipeline: Pipeline) -> dict[str, Table]:
 def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
     p = pipeline.name
     gold_fields = [("window_start", TS), ("window_end", TS)]
-    gold_fields += [(key, pipeline.event_schema[key].dataType) for key in pipeline.keys]
+    gold_fields += [(key, pipeline.key_type(key)) for key in pipeline.keys]
     gold_fields += [(m.name, m.spark_type) for m in pipeline.metrics]
     return PipelineTables(
         **_event_tables(pipeline),
@@ -526,7 +535,7 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
 def registrable_tables(pipelines: list[Pipeline] | None = None) -> list[Table]:
     """Every table SQL may name, shared ones first (each once), for ``pipelines`` (default: all)."""
     pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
-    tables = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES)
+    tables = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES + DIMENSION_TABLES)
     for pipeline in pipelines:
         tables += all_tables(pipeline)[:5]  # its own; all_tables lists the shared ones after
     return tables

@@ -1,10 +1,12 @@
 """The shipped pipelines, by name."""
 
-from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
 from lakehouse.dataflow.pipelines.team_scores import TEAM_SCORES, TEAM_SCORES_SESSIONS
 from lakehouse.dataflow.pipelines.toll_traffic import (
+    BRIDGES,
     TOLL_TRAFFIC,
     TOLL_TRAFFIC_5M,
+    TOLL_TRAFFIC_BY_REGION,
     TOLL_TRAFFIC_CORRECTED_CLOCKS,
     TOLL_TRIPS,
 )
@@ -17,6 +19,7 @@ PIPELINES: dict[str, Pipeline] = {
         TOLL_TRAFFIC_5M,
         TOLL_TRIPS,
         TOLL_TRAFFIC_CORRECTED_CLOCKS,
+        TOLL_TRAFFIC_BY_REGION,
         TEAM_SCORES,
         TEAM_SCORES_SESSIONS,
     )
@@ -28,3 +31,13 @@ def get_pipeline(name: str) -> Pipeline:
         return PIPELINES[name]
     except KeyError:
         raise LakehouseError(f"unknown pipeline {name!r}; shipped pipelines: {', '.join(sorted(PIPELINES))}") from None
+
+
+DIMENSIONS: dict[str, Dimension] = {d.name: d for d in (BRIDGES,)}
+
+
+def get_dimension(name: str) -> Dimension:
+    try:
+        return DIMENSIONS[name]
+    except KeyError:
+        raise LakehouseError(f"unknown dimension {name!r}; dimensions: {', '.join(sorted(DIMENSIONS))}") from None

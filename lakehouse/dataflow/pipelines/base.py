@@ -110,6 +110,31 @@ class ClockCorrection:
 
 
 @dataclasses.dataclass(frozen=True)
+class Dimension:
+    """A slowly changing dimension kept as type-2 versions (docs/design.md, "Joins"): the table
+    ``dim.<name>`` holds one row per version of an entity, valid over ``[valid_from, valid_to)``
+    (``valid_to`` null: still valid). Its attributes are strings."""
+
+    name: str
+    key: str
+    attributes: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class DimensionJoin:
+    """Each event takes ``attributes`` from the version of ``dimension`` valid at its event time,
+    matched on the dimension's key; an event no version covers keeps it, with ``unknown``."""
+
+    dimension: Dimension
+    attributes: tuple[str, ...]
+    unknown: str = "unknown"
+
+    def __post_init__(self):
+        if not set(self.attributes) <= set(self.dimension.attributes):
+            raise ValueError(f"dim.{self.dimension.name} has no attribute among {self.attributes}")
+
+
+@dataclasses.dataclass(frozen=True)
 class Pipeline:
     name: str
     fields: tuple[Field, ...]
@@ -128,11 +153,21 @@ class Pipeline:
     session_lookback: str = "1d"
     # Device clocks moved onto the log's clock, when set (docs/design.md, "Device clocks").
     clocks: ClockCorrection | None = None
+    # Attributes taken from a versioned dimension as of each event's time, when set.
+    joins: DimensionJoin | None = None
 
     def __post_init__(self):
         names = {f.name for f in self.fields}
         if self.clocks and not {self.clocks.sent_at, self.clocks.device} <= names:
             raise ValueError(f"{self.name}: clock correction names fields it does not have: {self.clocks}")
+        if self.joins and self.joins.dimension.key not in names:
+            raise ValueError(f"{self.name}: joins dim.{self.joins.dimension.name} on a field it does not have")
+
+    def key_type(self, key: str) -> T.DataType:
+        """A grouping key's type: an event field's, or string for a dimension attribute."""
+        if self.joins and key in self.joins.attributes:
+            return T.StringType()
+        return self.event_schema[key].dataType
 
     @property
     def corrects_clocks(self) -> bool:

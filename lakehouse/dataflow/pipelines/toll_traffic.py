@@ -12,6 +12,8 @@ from lakehouse.dataflow.pipelines.base import (
     STRING,
     TIMESTAMP,
     ClockCorrection,
+    Dimension,
+    DimensionJoin,
     Field,
     Metric,
     Pipeline,
@@ -23,6 +25,9 @@ VEHICLE_TYPES = ("car", "motorcycle", "van", "bus", "truck")
 MONEY_TYPE = T.DecimalType(9, 2)
 REVENUE_TYPE = T.DecimalType(18, 2)
 
+
+# The bridges, as type-2 versions: a bridge may be renamed, or move to another region or zone.
+BRIDGES = Dimension(name="bridges", key="bridge_id", attributes=("name", "region", "zone"))
 
 TOLL_TRAFFIC = Pipeline(
     name="toll_traffic",
@@ -78,4 +83,13 @@ TOLL_TRAFFIC_CORRECTED_CLOCKS = TOLL_TRAFFIC.variant(
     "toll_traffic_corrected_clocks",
     description="Vehicles and toll revenue per 1-minute window, bridge and vehicle type, booth clocks corrected",
     clocks=ClockCorrection(bound="10m", sent_at="sent_at", device="booth_id"),
+)
+
+# Traffic per region: each crossing counts in the region its bridge belonged to when it happened
+# (dim.bridges as of the event's time); a bridge without a version then counts in "unknown".
+TOLL_TRAFFIC_BY_REGION = TOLL_TRAFFIC.variant(
+    "toll_traffic_by_region",
+    description="Vehicles and toll revenue per 1-minute window and region, bridges' regions as of each event",
+    keys=("region",),
+    joins=DimensionJoin(BRIDGES, attributes=("region",)),
 )
