@@ -7,10 +7,9 @@ from datetime import datetime
 from airflow.providers.standard.sensors.time_delta import TimeDeltaSensor
 from airflow.sdk import dag, task
 
-from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.eventtime import parse_duration
 from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, hourly_intervals, spark_job
-from lakehouse.ops.orchestration import SCHEDULED_BY, active_pipelines
+from lakehouse.ops.orchestration import SCHEDULED_BY, active_pipelines, joining_pipeline_names
 from lakehouse.settings import Settings
 
 SETTINGS = Settings.from_env()
@@ -27,8 +26,8 @@ end before computing, so events arriving late still make it in; backfilled past 
 once. Later arrivals are folded in by `lakehouse_late_corrections`.
 
 A pipeline that joins a versioned dimension (`toll_traffic_by_region` joins `dim.bridges`) first
-applies the change logs waiting in `<home>/dimensions/<name>/inbox` (`apply_dim_<name>`, the
-`lakehouse dim apply` command, no JVM).
+applies the change logs waiting in `<home>/dimensions/<name>/inbox` (`apply_dimension_changes`,
+`lakehouse dim apply` without files, no JVM).
 """
 
 
@@ -51,7 +50,9 @@ def lakehouse_batch_layer():
         mode="reschedule",
         poke_interval=60,
     )
-    dimensions = {}
+    joining = [pipeline for pipeline in active_pipelines(SETTINGS) if pipeline in joining_pipeline_names()]
+    # The dimensions' waiting changes first, so that the hour joins the versions they add.
+    dimensions = apply_dimension_changes() if joining else None
     for pipeline in active_pipelines(SETTINGS):
         recompute = spark_job(
             f"recompute_{pipeline}",
@@ -74,20 +75,19 @@ def lakehouse_batch_layer():
             ],
         )
         wait >> recompute
-        joined = get_pipeline(pipeline).joins
-        if joined:  # the dimension's waiting changes first, so the hour joins the versions they add
-            name = joined.dimension.name
-            dimensions.setdefault(name, apply_dimension_changes.override(task_id=f"apply_dim_{name}")(name))
-            dimensions[name] >> recompute
+        if pipeline in joining:
+            dimensions >> recompute
 
 
-# One at a time across runs: the dimension has one writer.
+# One at a time across runs: each dimension has one writer.
 @task(max_active_tis_per_dag=1)
-def apply_dimension_changes(dimension: str) -> list[str]:
-    from lakehouse.dataflow.pipelines import get_dimension
+def apply_dimension_changes() -> list[str]:
+    """Every dimension's inbox (``lakehouse dim apply``, no JVM)."""
+    from lakehouse.dataflow.pipelines import DIMENSIONS
     from lakehouse.storage.dimensions import apply_inbox
 
-    return [report.summary() for report in apply_inbox(Settings.from_env(), get_dimension(dimension))]
+    settings = Settings.from_env()
+    return [report.summary() for dimension in DIMENSIONS.values() for report in apply_inbox(settings, dimension)]
 
 
 lakehouse_batch_layer()

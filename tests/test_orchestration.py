@@ -13,6 +13,7 @@ from lakehouse.ops.orchestration import (
     SCHEDULED_BY,
     backfill_param_schemas,
     chunk_job_args,
+    joining_pipeline_names,
     pipeline_names,
     plan_chunks,
     request_from_params,
@@ -52,6 +53,12 @@ def test_session_pipeline_names_match_the_shipped_session_pipelines():
     from lakehouse.dataflow.pipelines import PIPELINES
 
     assert session_pipeline_names() == sorted(n for n, p in PIPELINES.items() if p.window.is_session)
+
+
+def test_joining_pipeline_names_match_the_shipped_pipelines_with_a_join():
+    from lakehouse.dataflow.pipelines import PIPELINES
+
+    assert joining_pipeline_names() == sorted(n for n, p in PIPELINES.items() if p.joins) == ["toll_traffic_by_region"]
 
 
 def test_valid_parameters_become_a_request_in_naive_utc():

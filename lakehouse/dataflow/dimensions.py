@@ -53,7 +53,10 @@ def parse_changes(lines: Iterable[str], dimension: Dimension, source: str) -> li
 
 
 def _change(line: str, dimension: Dimension) -> dict:
-    record = json.loads(line)
+    try:
+        record = json.loads(line)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON ({error.msg} at column {error.colno})") from None
     if not isinstance(record, dict):
         raise ValueError("a change is a JSON object")
     expected = {dimension.key, *dimension.attributes, VALID_FROM}

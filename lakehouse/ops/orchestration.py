@@ -28,36 +28,40 @@ BACKFILL_POOL = "lakehouse_backfill"
 SCHEDULED_BY = "schedule"
 
 
-def _declared_pipelines() -> dict[str, bool]:
-    """Each shipped pipeline's name and whether it has session windows, read from
-    ``lakehouse/dataflow/pipelines/`` without importing it (a pipeline module imports pyspark, too slow for DAG
-    parsing): the ``name=`` of each ``Pipeline(...)``, the name of each ``.variant("...")``, and a
-    ``window=Window(gap=...)`` among their arguments. A test pins this to ``lakehouse.dataflow.pipelines``."""
+@dataclasses.dataclass(frozen=True)
+class DeclaredPipeline:
+    """What a DAG file needs to know of a shipped pipeline."""
+
+    is_session: bool  # session windows: the audit compares fixed windows and skips it
+    joins: bool  # joins a versioned dimension: its recomputation waits for the dimension's changes
+
+
+def _declared_pipelines() -> dict[str, DeclaredPipeline]:
+    """Each shipped pipeline, read from ``lakehouse/dataflow/pipelines/`` without importing it (a
+    pipeline module imports pyspark, too slow for DAG parsing): the ``name=`` of each
+    ``Pipeline(...)`` and the name of each ``.variant("...")``, with a ``window=Window(gap=...)``
+    or a ``joins=`` among their arguments. A test pins this to ``lakehouse.dataflow.pipelines``."""
     import ast
 
-    def has_session_window(call: ast.Call) -> bool:
-        return any(
+    def declared(call: ast.Call) -> DeclaredPipeline:
+        session = any(
             k.arg == "window" and isinstance(k.value, ast.Call) and any(w.arg == "gap" for w in k.value.keywords)
             for k in call.keywords
         )
+        return DeclaredPipeline(session, any(k.arg == "joins" for k in call.keywords))
 
-    declared = {}
+    pipelines = {}
     for path in (Path(__file__).parents[1] / "dataflow" / "pipelines").glob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
             if not isinstance(node, ast.Call):
                 continue
             called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
             if called == "Pipeline":
-                declared.update(
-                    {
-                        k.value.value: has_session_window(node)
-                        for k in node.keywords
-                        if k.arg == "name" and isinstance(k.value, ast.Constant)
-                    }
-                )
+                names = [k.value.value for k in node.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)]
+                pipelines.update({name: declared(node) for name in names})
             elif called == "variant" and node.args and isinstance(node.args[0], ast.Constant):
-                declared[node.args[0].value] = has_session_window(node)
-    return declared
+                pipelines[node.args[0].value] = declared(node)
+    return pipelines
 
 
 def pipeline_names() -> list[str]:
@@ -67,7 +71,12 @@ def pipeline_names() -> list[str]:
 
 def session_pipeline_names() -> list[str]:
     """Shipped pipelines with session windows: the audit compares fixed windows and skips them."""
-    return sorted(name for name, is_session in _declared_pipelines().items() if is_session)
+    return sorted(name for name, pipeline in _declared_pipelines().items() if pipeline.is_session)
+
+
+def joining_pipeline_names() -> list[str]:
+    """Shipped pipelines that join a versioned dimension."""
+    return sorted(name for name, pipeline in _declared_pipelines().items() if pipeline.joins)
 
 
 DEFAULT_PIPELINE = "toll_traffic"
