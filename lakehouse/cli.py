@@ -154,7 +154,7 @@ def cmd_sql(args, settings: Settings) -> None:
 def cmd_status(args, settings: Settings) -> None:
     from lakehouse.serving.status import pipeline_status, render_status
 
-    status = pipeline_status(_spark(settings, "status"), settings, _pipeline(args.pipeline))
+    status = pipeline_status(settings, _pipeline(args.pipeline))
     print(render_status(status))
 
 

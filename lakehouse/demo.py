@@ -89,7 +89,7 @@ def _what_happened(spark, settings: Settings, pipeline, generated) -> None:
         f"{generated.kinds['duplicate_copies']} extra copies, "
         f"{sum(v for k, v in generated.kinds.items() if k.startswith('malformed'))} malformed)"
     )
-    print(render_status(pipeline_status(spark, settings, pipeline)))
+    print(render_status(pipeline_status(settings, pipeline)))
 
     for title, query in DEMO_QUERIES:
         _step(f"SQL: {title}")

@@ -26,6 +26,6 @@ def test_a_backlog_is_read_in_batches_within_the_byte_cap_and_every_record_gets_
     batches = [[name.rsplit("/", 1)[1] for name in row.source_files] for row in progress]
     assert all(sum(sizes[name] for name in batch) <= cap for batch in batches), batches
     assert len(batches) >= len(sizes) // 3 and sorted(sum(batches, [])) == sorted(sizes)
-    status = pipeline_status(spark, settings, PIPELINE)
+    status = pipeline_status(settings, PIPELINE)
     assert status.balanced and status.read == generated.records
     assert sum(row.input_rows for row in progress) == generated.records

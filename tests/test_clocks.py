@@ -75,7 +75,7 @@ def test_the_design_docs_worked_example_of_device_clocks(spark, settings):
         (0, 1, Decimal("6.00")),
         (1, 1, Decimal("6.00")),
     ]
-    offsets = pipeline_status(spark, settings, PIPELINE).clock_offsets
+    offsets = pipeline_status(settings, PIPELINE).clock_offsets
     assert offsets == {"bridge-00-booth-0": (1, 0.5, 0.5, 0.5), "bridge-00-booth-1": (1, -300.0, -300.0, -300.0)}
 
 
@@ -102,7 +102,7 @@ def test_both_layers_correct_skewed_clocks_as_the_oracle_does(spark, settings, t
     # A booth's median offset is its clock's error, give or take the delivery delay (0.05-1.5 s) and
     # the spread of arrivals within a file, which shares one receive time. (The last file of the
     # log holds the stragglers of several minutes, so the extremes are wider.)
-    offsets = pipeline_status(spark, settings, PIPELINE).clock_offsets
+    offsets = pipeline_status(settings, PIPELINE).clock_offsets
     assert len(offsets) == SKEWED.bridges * SKEWED.booths_per_bridge
     for booth, (_, _, median, _) in offsets.items():
         error = device_clock_offset(SKEWED, booth).total_seconds()

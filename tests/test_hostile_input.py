@@ -208,7 +208,7 @@ def test_hostile_files_through_the_stream_give_every_line_one_fate(spark, settin
     _write(hour, "20260105T080005000000Z-binary.jsonl", bytes(b for b in range(256) if b not in b"\r\n"))
     run_speed_layer(spark, settings, PIPELINE, available_now=True)
 
-    status = pipeline_status(spark, settings, PIPELINE)
+    status = pipeline_status(settings, PIPELINE)
     assert status.balanced and status.read == 6
     assert status.fates == {"quarantined": 2, "duplicates": 0, "on_time": 4, "late": 0}
     tables = pipeline_tables(PIPELINE)

@@ -91,6 +91,18 @@ def arrow_at(uri: str, columns: list[str] | None = None, where=None, settings: S
     return table.to_pyarrow_dataset().to_table(columns=columns, filter=where)
 
 
+def row_count(uri: str, settings: Settings | None = None) -> int | None:
+    """The table's rows (None when it does not exist yet), from its files' footers: no data read."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    location, options = delta_rs_location(uri, settings)
+    try:
+        return DeltaTable(location, storage_options=options).to_pyarrow_dataset().count_rows()
+    except TableNotFoundError:
+        return None
+
+
 def append_rows(uri: str, schema, rows: list[dict], settings: Settings | None = None) -> None:
     """Append rows to a Delta table in one commit. Columns the table lacks are added (a table
     created before a column existed gains it, as Spark's ``mergeSchema`` would).
