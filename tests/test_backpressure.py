@@ -3,14 +3,21 @@ backlog (after an outage, or a burst) is read in bounded batches, and nothing is
 
 from __future__ import annotations
 
+import json
+import time
+from datetime import UTC, datetime
+
 import pytest
 
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.layers.speed import run_speed_layer
+from lakehouse.layers.speed import SpeedLayer, run_speed_layer
+from lakehouse.ops.health import check_stream_health
 from lakehouse.serving.status import pipeline_status
 from lakehouse.settings import local_path
 from lakehouse.storage.catalog import STREAM_PROGRESS
+from lakehouse.storage.log import LogWriter
+from lakehouse.storage.ops_tables import rows_at
 
 PIPELINE = get_pipeline("toll_traffic")
 
@@ -29,3 +36,82 @@ def test_a_backlog_is_read_in_batches_within_the_byte_cap_and_every_record_gets_
     status = pipeline_status(settings, PIPELINE)
     assert status.balanced and status.read == generated.records
     assert sum(row.input_rows for row in progress) == generated.records
+
+
+# A burst: files of 25 events stamped with the wall clock, one every 2 s, then ten times as often for
+# 15 s, then as before. Each micro-batch takes at most 6 files (the cap), so during the burst each
+# batch moves the stream's event time by about 1.2 s (6 files 0.2 s apart) while it takes longer than
+# that: the lag grows until the stream reaches the files written after the burst.
+BURST_EVENTS_PER_FILE = 25
+CALM_EVERY, BURST_EVERY = 2.0, 0.2
+BURST_SECONDS, CALM_BEFORE, CALM_AFTER = 15.0, 6.0, 30.0
+FILES_PER_TRIGGER = 6
+
+
+def _stamp(moment: datetime) -> str:
+    return f"{moment:%Y-%m-%dT%H:%M:%S.%f}Z"
+
+
+def _write_now(writer: LogWriter, sequence: int) -> None:
+    now = datetime.now(UTC).replace(tzinfo=None)
+    bridges = [f"bridge-0{n % 4}" for n in range(BURST_EVENTS_PER_FILE)]
+    lines = [
+        json.dumps({"event_id": f"b{sequence}-{n}", "bridge_id": bridge, "booth_id": f"{bridge}-booth-0",
+                    "vehicle_type": "car", "axles": 2, "toll_amount": 6.0, "event_time": _stamp(now),
+                    "sent_at": _stamp(now)})
+        for n, bridge in enumerate(bridges)
+    ]  # fmt: skip
+    writer.write(now, f"burst-{sequence:04d}", lines)
+
+
+def _produce_burst(writer: LogWriter) -> tuple[datetime, datetime, int]:
+    """Calm, burst, calm; returns when the burst started and ended, and the files written."""
+    sequence, marks = 0, []
+    for seconds, every in [(CALM_BEFORE, CALM_EVERY), (BURST_SECONDS, BURST_EVERY), (CALM_AFTER, CALM_EVERY)]:
+        marks.append(datetime.now(UTC).replace(tzinfo=None))
+        next_file = time.monotonic()
+        phase_end = next_file + seconds
+        while next_file < phase_end:
+            _write_now(writer, sequence)
+            sequence += 1
+            next_file += every
+            time.sleep(max(0.0, next_file - time.monotonic()))
+    return marks[1], marks[2], sequence
+
+
+@pytest.mark.slow
+def test_a_burst_keeps_batches_within_the_cap_falls_behind_then_recovers_and_loses_nothing(spark, settings):
+    capped = settings.replace(max_files_per_trigger=FILES_PER_TRIGGER, trigger_interval="1s", stream_lag_batches=3)
+    query = SpeedLayer(spark, capped, PIPELINE).start()
+    try:
+        burst_start, burst_end, files = _produce_burst(LogWriter(capped, PIPELINE.topic))
+        deadline = time.monotonic() + 300
+        while _files_read(capped) < files and time.monotonic() < deadline and query.isActive:
+            time.sleep(1)
+    finally:
+        query.stop()
+    assert query.exception() is None
+    progress = sorted(rows_at(STREAM_PROGRESS.uri(capped)), key=lambda row: row["batch_id"])
+    assert all(len(row["source_files"]) <= FILES_PER_TRIGGER for row in progress)
+    assert sum(len(row["source_files"]) for row in progress) == files  # every file read, none twice
+
+    lags = [(row["started_at"], (row["started_at"] - row["max_event_time"]).total_seconds()) for row in progress]
+    before = [lag for started, lag in lags if _naive(started) < burst_start]
+    worst_at, worst = max(lags, key=lambda item: item[1])
+    assert worst > max(before) + 5, lags  # the lag rose ...
+    assert lags[-1][1] < worst - 5, lags  # ... then fell
+    verdicts = {_naive(started): check_stream_health(capped, PIPELINE.name, started) for started, _ in lags}
+    behind = [moment for moment, verdict in verdicts.items() if "falling behind" in verdict.message]
+    assert behind and all(burst_start <= moment <= _naive(worst_at) for moment in behind), verdicts
+    assert burst_end < _naive(worst_at)  # it fell further behind until it reached the files after the burst
+    assert verdicts[_naive(lags[-1][0])].ok, verdicts  # healthy once it caught up
+    status = pipeline_status(capped, PIPELINE)
+    assert status.balanced and status.read == files * BURST_EVENTS_PER_FILE == status.fates["on_time"]
+
+
+def _files_read(settings) -> int:
+    return sum(len(row["source_files"]) for row in rows_at(STREAM_PROGRESS.uri(settings), ["source_files"]))
+
+
+def _naive(moment: datetime) -> datetime:
+    return moment.astimezone(UTC).replace(tzinfo=None)

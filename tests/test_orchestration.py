@@ -172,6 +172,13 @@ def test_a_lag_growing_at_every_recent_batch_is_falling_behind_but_a_large_stead
     assert assess_stream_health("toll_traffic", steady, NOW, timedelta(minutes=15), 3).ok
 
 
+def test_a_lag_that_rises_by_less_than_a_trigger_interval_in_all_is_jitter_not_falling_behind():
+    jitter = [progress(i, NOW - timedelta(seconds=20 - 5 * i), timedelta(seconds=1 + 0.3 * i)) for i in range(4)]
+    assert assess_stream_health("toll_traffic", jitter, NOW, timedelta(minutes=15), 3, noise=timedelta(seconds=5)).ok
+    verdict = assess_stream_health("toll_traffic", jitter, NOW, timedelta(minutes=15), 3, noise=timedelta(seconds=0.5))
+    assert not verdict.ok and "falling behind" in verdict.message
+
+
 def test_scheduled_dags_run_the_configured_pipelines_or_all_shipped_ones():
     from lakehouse.ops.orchestration import active_pipelines
 

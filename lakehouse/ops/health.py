@@ -2,8 +2,10 @@
 
 Stale: its last micro-batch started longer ago than ``LAKEHOUSE_STREAM_MAX_STALENESS``.
 Falling behind: its lag (a batch's start, wall time, minus the newest event time it had seen)
-grew at every one of the last ``LAKEHOUSE_STREAM_LAG_BATCHES`` micro-batches. A replay of old
-data has a huge but shrinking lag, so only growth counts, never the size.
+grew at every one of the last ``LAKEHOUSE_STREAM_LAG_BATCHES`` micro-batches, by more than one
+trigger interval in all. A replay of old data has a huge but shrinking lag, so only growth counts,
+never the size; and a stream that keeps up has a lag that jitters by a fraction of a second from
+batch to batch, so a few small rises in a row are not growth.
 """
 
 from __future__ import annotations
@@ -35,7 +37,12 @@ def _ago(delta: timedelta) -> str:
 
 
 def assess_stream_health(
-    pipeline: str, batches: list[dict], as_of: datetime, max_staleness: timedelta, lag_batches: int
+    pipeline: str,
+    batches: list[dict],
+    as_of: datetime,
+    max_staleness: timedelta,
+    lag_batches: int,
+    noise: timedelta = timedelta(0),
 ) -> HealthVerdict:
     """The stream's health as of a moment. ``batches``: ops.stream_progress rows (batch_id, started_at,
     max_event_time) of one pipeline; those started after ``as_of`` are not looked at, so judging an
@@ -46,7 +53,8 @@ def assess_stream_health(
         batches: its ``ops.stream_progress`` rows (batch_id, started_at, max_event_time).
         as_of: the moment judged; batches started later are not looked at.
         max_staleness: stale when the last batch started longer ago than this.
-        lag_batches: falling behind when the lag grew over this many consecutive batches.
+        lag_batches: falling behind when the lag grew over this many consecutive batches...
+        noise: ... by more than this in all (the trigger interval).
     """
     as_of = _naive_utc(as_of)
     batches = [b for b in batches if _naive_utc(b["started_at"]) <= as_of]
@@ -72,7 +80,8 @@ def assess_stream_health(
         )
     recent = [b for b in ordered[-(lag_batches + 1) :] if b.get("max_event_time") is not None]
     lags = [_naive_utc(b["started_at"]) - _naive_utc(b["max_event_time"]) for b in recent]
-    if len(lags) == lag_batches + 1 and all(later > earlier for earlier, later in itertools.pairwise(lags)):
+    rising = len(lags) == lag_batches + 1 and all(later > earlier for earlier, later in itertools.pairwise(lags))
+    if rising and lags[-1] - lags[0] > noise:
         return HealthVerdict(
             pipeline,
             False,
@@ -101,5 +110,10 @@ def check_stream_health(settings: Settings, pipeline: str, as_of: datetime) -> H
         [("pipeline", "=", pipeline)],
     )
     return assess_stream_health(
-        pipeline, rows, as_of, parse_duration(settings.stream_max_staleness), settings.stream_lag_batches
+        pipeline,
+        rows,
+        as_of,
+        parse_duration(settings.stream_max_staleness),
+        settings.stream_lag_batches,
+        noise=parse_duration(settings.trigger_interval),
     )
