@@ -32,7 +32,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import PROJECT_ROOT, Settings, local_path
 from lakehouse.storage.catalog import DATA_QUALITY, ensure_table, pipeline_tables
-from lakehouse.storage.frames import literal_frame
+from lakehouse.storage.ops_tables import append_rows
 
 DATA_SOURCE = "lakehouse"
 DOCS_SITE = "lakehouse"
@@ -299,7 +299,8 @@ def validate_audit(
 def record_quality(
     spark: SparkSession, settings: Settings, pipeline: Pipeline, run_id: str, quality: QualityResult
 ) -> None:
-    """Append each expectation's outcome to ``audit.data_quality``.
+    """Append each expectation's outcome to ``audit.data_quality``, through delta-rs: the rows are on
+    the driver already, and a Spark append of them took 1.0-2.1 s of an audit's 5-12 s of validation.
 
     Args:
         spark: the session to read and write with.
@@ -331,9 +332,7 @@ def record_quality(
         for e in suite.expectations
     ]
     if rows:
-        literal_frame(spark, DATA_QUALITY.columns, rows).write.format("delta").mode("append").save(
-            DATA_QUALITY.uri(settings)
-        )
+        append_rows(DATA_QUALITY.uri(settings), DATA_QUALITY.arrow_schema, rows, settings)
 
 
 def render_quality(quality: QualityResult) -> str:
