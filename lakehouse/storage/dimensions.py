@@ -8,7 +8,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from lakehouse.dataflow.dimensions import apply_changes, join_as_of, naive_utc, parse_changes
+from lakehouse.dataflow.dimensions import VALID_FROM, VALID_TO, apply_changes, join_as_of, naive_utc, parse_changes
 from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
@@ -54,8 +54,8 @@ def apply_change_file(settings: Settings, dimension: Dimension, path: Path) -> A
     table = dimension_table(dimension)
     uri = table.uri(settings)
     current = arrow_at(uri, settings=settings)
-    versions = [{k: naive_utc(v) if k.startswith("valid_") else v for k, v in row.items()} for row in
-                (current.to_pylist() if current is not None else [])]  # fmt: skip
+    rows = current.to_pylist() if current is not None else []
+    versions = [{**row, VALID_FROM: naive_utc(row[VALID_FROM]), VALID_TO: naive_utc(row[VALID_TO])} for row in rows]
     result = apply_changes(versions, changes, dimension)
     if result.applied or current is None:
         _overwrite(uri, table.arrow_schema, result.versions, settings)
