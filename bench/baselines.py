@@ -129,6 +129,11 @@ def _log_lines(spark: SparkSession, log_glob: str, max_files_per_trigger: int) -
     return reader.load(log_glob)
 
 
+def _triggered(writer, trigger: str, available_now: bool):
+    """Both baselines run as the speed layer does: drain and stop, or every ``trigger``."""
+    return writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=trigger)
+
+
 def bare_stream(
     spark: SparkSession,
     log_glob: str,
@@ -154,8 +159,7 @@ def bare_stream(
         .option("checkpointLocation", checkpoint)
         .queryName("bare_stream")
     )
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=trigger)
-    return writer.start(target)
+    return _triggered(writer, trigger, available_now).start(target)
 
 
 def _merge_sums(sums: DataFrame, gold: str, app_id: str, batch_id: int) -> None:
@@ -221,5 +225,4 @@ def hand_written_speed_layer(
         .option("checkpointLocation", checkpoint)
         .queryName("hand_written_speed_layer")
     )
-    writer = writer.trigger(availableNow=True) if available_now else writer.trigger(processingTime=trigger)
-    return writer.start()
+    return _triggered(writer, trigger, available_now).start()
