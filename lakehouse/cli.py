@@ -7,7 +7,7 @@ import getpass
 import json
 import os
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from lakehouse.demo import DEMO_EVENTS
@@ -37,23 +37,45 @@ def _start_time(text: str) -> datetime:
     return parse_instant(text, "start").replace(tzinfo=UTC)
 
 
+def _readings_config(args):
+    """Readings for every zone toll_weather knows, over the time the same options' toll events span."""
+    from lakehouse.dataflow.pipelines import WINDOW_JOINS
+    from lakehouse.generator import ReadingsConfig
+
+    return ReadingsConfig(
+        zones=tuple(WINDOW_JOINS["toll_weather"].key_values),
+        start=_start_time(args.start),
+        span=timedelta(seconds=args.events / args.rate),
+        seed=args.seed,
+        gap_fraction=args.gap_fraction,
+        late_fraction=args.late_fraction,
+        late_delay=args.late_delay,
+        events_per_file=args.events_per_file,
+        wall_rate=args.wall_rate,
+    )
+
+
 def cmd_generate(args, settings: Settings) -> None:
     from lakehouse.generator import GeneratorConfig, generate
 
-    config = GeneratorConfig(
-        events=args.events,
-        seed=args.seed,
-        start=_start_time(args.start),
-        rate=args.rate,
-        wall_rate=args.wall_rate,
-        bridges=args.bridges,
-        booths_per_bridge=args.booths,
-        late_fraction=args.late_fraction,
-        late_delay=args.late_delay,
-        duplicate_fraction=args.duplicate_fraction,
-        malformed_fraction=args.malformed_fraction,
-        events_per_file=args.events_per_file,
-        clock_skew=args.clock_skew,
+    config = (
+        _readings_config(args)
+        if args.pipeline == READINGS_PIPELINE
+        else GeneratorConfig(
+            events=args.events,
+            seed=args.seed,
+            start=_start_time(args.start),
+            rate=args.rate,
+            wall_rate=args.wall_rate,
+            bridges=args.bridges,
+            booths_per_bridge=args.booths,
+            late_fraction=args.late_fraction,
+            late_delay=args.late_delay,
+            duplicate_fraction=args.duplicate_fraction,
+            malformed_fraction=args.malformed_fraction,
+            events_per_file=args.events_per_file,
+            clock_skew=args.clock_skew,
+        )
     )
     sink = args.sink or (LogSink.KAFKA if settings.kafka_bootstrap else LogSink.FILES)
     if sink == LogSink.KAFKA and not settings.kafka_bootstrap:
@@ -345,6 +367,8 @@ def cmd_demo(args, settings: Settings) -> None:
 
 # The pipeline a command works on when none is named: the one `lakehouse generate` writes.
 DEFAULT_PIPELINE = "toll_traffic"
+# The other log `lakehouse generate` writes: readings for the windowed join toll_weather.
+READINGS_PIPELINE = "zone_temperatures"
 
 
 def _pipeline_option(command, **options) -> None:
@@ -353,8 +377,10 @@ def _pipeline_option(command, **options) -> None:
 
 def _add_generate(commands) -> None:
     """The producer: deterministic events into the retained log."""
-    generate = commands.add_parser("generate", help="write deterministic toll events into the retained log")
-    _pipeline_option(generate, choices=[DEFAULT_PIPELINE])
+    generate = commands.add_parser(
+        "generate", help="write deterministic toll events (or zone temperature readings) into the retained log"
+    )
+    _pipeline_option(generate, choices=[DEFAULT_PIPELINE, READINGS_PIPELINE])
     generate.add_argument("--events", type=int, default=10_000)
     generate.add_argument("--seed", type=int, default=7)
     generate.add_argument("--start", default="2026-01-05T08:00:00Z", help="first event time (ISO-8601) or 'now'")
@@ -374,6 +400,12 @@ def _add_generate(commands) -> None:
     )
     generate.add_argument(
         "--clock-skew", default="0s", help="each booth's clock is off by a fixed amount within +/- this (e.g. 5m)"
+    )
+    generate.add_argument(
+        "--gap-fraction",
+        type=float,
+        default=0.1,
+        help=f"{READINGS_PIPELINE} only: share of readings a sensor misses (the time span is the toll events')",
     )
     generate.set_defaults(run=cmd_generate)
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import random
 import time
 import uuid
@@ -66,6 +67,9 @@ class GeneratorConfig:
     # stamps move: the same seed gives the same events, arrivals and files with or without skew.
     clock_skew: str = "0s"
 
+    def records(self) -> tuple[list[tuple[datetime, int, str]], Counter]:
+        return generate_records(self)
+
     def validate(self) -> None:
         from lakehouse.errors import LakehouseError
 
@@ -79,6 +83,70 @@ class GeneratorConfig:
         if parse_duration(self.late_delay).total_seconds() < 1:
             raise LakehouseError("late_delay must be at least 1s")
         parse_duration(self.clock_skew)  # a clear error for a malformed duration
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadingsConfig:
+    """Temperature readings: one per zone every ``interval`` over ``span`` from ``start``, each
+    taken within the first minute of its slot. A sensor misses a reading now and then
+    (``gap_fraction``); a reading arrives late (``late_fraction``) after an exponential delay of mean
+    ``late_delay``, its uplink down. The same seed gives the same log."""
+
+    zones: tuple[str, ...]
+    start: datetime = DEFAULT_START
+    span: timedelta = timedelta(hours=1)
+    seed: int = 7
+    interval: str = "10m"
+    gap_fraction: float = 0.1
+    late_fraction: float = 0.05
+    late_delay: str = "40m"
+    events_per_file: int = 50
+    wall_rate: float = 0.0
+
+    def records(self) -> tuple[list[tuple[datetime, int, str]], Counter]:
+        return reading_records(self)
+
+    def validate(self) -> None:
+        from lakehouse.errors import LakehouseError
+
+        if not (0 <= self.gap_fraction <= 1 and 0 <= self.late_fraction <= 1):
+            raise LakehouseError("gap_fraction and late_fraction must be between 0 and 1")
+        if not self.zones or parse_duration(self.interval).total_seconds() < 60 or self.events_per_file < 1:
+            raise LakehouseError("readings need zones, an interval of at least 1m and events_per_file >= 1")
+
+
+def _temperature(rng: random.Random, zone: str, moment: datetime) -> Decimal:
+    """A plausible air temperature: colder in the north, a daily cycle peaking mid-afternoon, noise."""
+    base = {"n": 2.0, "s": 14.0}.get(zone[:1], 8.0) + (sum(zone.encode()) % 5)
+    daily = 6 * math.sin(2 * math.pi * (moment.hour + moment.minute / 60 - 9) / 24)
+    return Decimal(str(round(base + daily + rng.uniform(-3, 3), 1))) + Decimal("0.0")  # never "-0.0"
+
+
+def reading_records(config: ReadingsConfig) -> tuple[list[tuple[datetime, int, str]], Counter]:
+    """All readings as (arrival time, sequence, line), in arrival order, and how many of each kind."""
+    config.validate()
+    rng, slot = random.Random(config.seed), parse_duration(config.interval)
+    late_mean = parse_duration(config.late_delay).total_seconds()
+    records: list[tuple[datetime, int, str]] = []
+    kinds: Counter = Counter()
+    for tick in range(int(config.span / slot)):
+        for zone in config.zones:
+            if rng.random() < config.gap_fraction:
+                kinds["missed"] += 1
+                continue
+            taken = config.start + tick * slot + timedelta(milliseconds=rng.randrange(60_000))
+            late = rng.random() < config.late_fraction
+            delay = max(1.0, rng.expovariate(1 / late_mean)) if late else rng.uniform(0.05, 1.5)
+            kinds["delayed" if late else "on_time"] += 1
+            reading = {
+                "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
+                "zone": zone,
+                "temperature_c": float(_temperature(rng, zone, taken)),
+                "event_time": _iso(taken),
+            }
+            records.append((taken + timedelta(seconds=delay), len(records), _encode(reading)))
+    records.sort(key=lambda record: (record[0], record[1]))
+    return records, kinds
 
 
 def device_clock_offset(config: GeneratorConfig, booth_id: str) -> timedelta:
@@ -223,12 +291,13 @@ def generate(
 
     Args:
         settings: where the log, the tables and the checkpoints live.
-        config: what to generate: events, rates, lateness, duplicates, malformed records.
+        config: what to generate: toll events (rates, lateness, duplicates, malformed records) or
+            temperature readings.
         pipeline: the pipeline whose log is written.
         on_file: called after each file with (records written, records in all).
         sink: files under the log URI, or the pipeline's Kafka topic (each record with its own receive time).
     """
-    records, kinds = generate_records(config)
+    records, kinds = config.records()
     writer = KafkaLogWriter(settings, pipeline) if sink == LogSink.KAFKA else LogWriter(settings, pipeline)
     result = GeneratedLog(kinds=kinds)
     began = time.monotonic()

@@ -58,7 +58,11 @@ def test_session_pipeline_names_match_the_shipped_session_pipelines():
 def test_joining_pipeline_names_match_the_shipped_pipelines_with_a_join():
     from lakehouse.dataflow.pipelines import PIPELINES
 
-    assert joining_pipeline_names() == sorted(n for n, p in PIPELINES.items() if p.joins) == ["toll_traffic_by_region"]
+    assert (
+        joining_pipeline_names()
+        == sorted(n for n, p in PIPELINES.items() if p.joins)
+        == ["toll_traffic_by_region", "toll_traffic_by_zone"]
+    )
 
 
 def test_valid_parameters_become_a_request_in_naive_utc():

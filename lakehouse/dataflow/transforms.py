@@ -17,7 +17,7 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow import clocks
-from lakehouse.dataflow.pipelines.base import INTEGER, MONEY, RECEIVED_AT, STRING, TIMESTAMP, Field, Pipeline
+from lakehouse.dataflow.pipelines.base import DECIMAL, INTEGER, MONEY, RECEIVED_AT, STRING, TIMESTAMP, Field, Pipeline
 from lakehouse.eventtime import parse_duration
 from lakehouse.vocabulary import Fate
 
@@ -58,7 +58,7 @@ def _has_right_type(field: Field) -> Column:
         return json_type == "STRING"
     if field.kind == INTEGER:
         return json_type.isin(*_INTEGER_JSON_TYPES) & _typed_value(field).isNotNull()
-    if field.kind == MONEY:
+    if field.kind in (MONEY, DECIMAL):
         shape_ok = json_type.isin(*_INTEGER_JSON_TYPES) | json_type.rlike(_CENT_DECIMAL)
         return shape_ok & _typed_value(field).isNotNull()
     if field.kind == TIMESTAMP:

@@ -11,8 +11,9 @@ import dataclasses
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from lakehouse.dataflow.pipelines import DIMENSIONS, PIPELINES
+from lakehouse.dataflow.pipelines import DIMENSIONS, PIPELINES, WINDOW_JOINS
 from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
+from lakehouse.dataflow.window_joins import window_join_sql
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 from lakehouse.storage.spark import is_remote
@@ -565,17 +566,42 @@ def register_tables(
         spark.sql(f"CREATE TABLE {table.qualified_name} USING DELTA LOCATION '{uri}'")
         registered.append(table.qualified_name)
     known = {*registered, *skip}
+    views = _pipeline_views(pipelines, known)
+    views |= _window_join_views(pipelines, {*known, *views})
+    for view, definition in views.items():
+        if view not in skip:
+            spark.sql(f"CREATE OR REPLACE VIEW {view} AS {definition}")
+            registered.append(view)
+    return registered
+
+
+def _pipeline_views(pipelines: list[Pipeline], known: set[str]) -> dict[str, str]:
+    """Each pipeline's serving view and accumulation views, where the tables they read are known."""
+    views = {}
     for pipeline in pipelines:
         tables = pipeline_tables(pipeline)
         needed = {tables.speed.qualified_name, tables.batch.qualified_name, BATCH_COVERAGE.qualified_name}
-        views = {tables.serving_view: serving_view_sql(pipeline)} if needed <= known else {}
+        if needed <= known:
+            views[tables.serving_view] = serving_view_sql(pipeline)
         if tables.panes.qualified_name in known:
             views |= {view: accumulation_view_sql(pipeline, mode) for mode, view in tables.accumulation_views.items()}
-        for view, definition in views.items():
-            if view not in skip:
-                spark.sql(f"CREATE OR REPLACE VIEW {view} AS {definition}")
-                registered.append(view)
-    return registered
+    return views
+
+
+def _window_join_views(pipelines: list[Pipeline], known: set[str]) -> dict[str, str]:
+    """Each windowed join of two of ``pipelines``: over both serving views (``gold.<name>``) and
+    over both speed tables (``gold.<name>__speed``, what the stream alone computed)."""
+    views = {}
+    for join in WINDOW_JOINS.values():
+        if not {join.events.name, join.readings.name} <= {pipeline.name for pipeline in pipelines}:
+            continue
+        events, readings = pipeline_tables(join.events), pipeline_tables(join.readings)
+        if {events.serving_view, readings.serving_view} <= known:
+            views[f"gold.{join.name}"] = window_join_sql(join, events.serving_view, readings.serving_view)
+        if {events.speed.qualified_name, readings.speed.qualified_name} <= known:
+            speed = window_join_sql(join, events.speed.qualified_name, readings.speed.qualified_name)
+            views[f"gold.{join.name}__speed"] = speed
+    return views
 
 
 def require_table(spark: SparkSession, table: Table, settings: Settings, hint: str) -> str:

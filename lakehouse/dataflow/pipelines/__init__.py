@@ -1,15 +1,17 @@
 """The shipped pipelines, by name."""
 
-from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
+from lakehouse.dataflow.pipelines.base import Dimension, Pipeline, WindowJoin
 from lakehouse.dataflow.pipelines.team_scores import TEAM_SCORES, TEAM_SCORES_SESSIONS
 from lakehouse.dataflow.pipelines.toll_traffic import (
     BRIDGES,
     TOLL_TRAFFIC,
     TOLL_TRAFFIC_5M,
     TOLL_TRAFFIC_BY_REGION,
+    TOLL_TRAFFIC_BY_ZONE,
     TOLL_TRAFFIC_CORRECTED_CLOCKS,
     TOLL_TRIPS,
 )
+from lakehouse.dataflow.pipelines.weather import TOLL_WEATHER, ZONE_TEMPERATURES
 from lakehouse.errors import LakehouseError
 
 PIPELINES: dict[str, Pipeline] = {
@@ -20,6 +22,8 @@ PIPELINES: dict[str, Pipeline] = {
         TOLL_TRIPS,
         TOLL_TRAFFIC_CORRECTED_CLOCKS,
         TOLL_TRAFFIC_BY_REGION,
+        TOLL_TRAFFIC_BY_ZONE,
+        ZONE_TEMPERATURES,
         TEAM_SCORES,
         TEAM_SCORES_SESSIONS,
     )
@@ -41,3 +45,7 @@ def get_dimension(name: str) -> Dimension:
         return DIMENSIONS[name]
     except KeyError:
         raise LakehouseError(f"unknown dimension {name!r}; dimensions: {', '.join(sorted(DIMENSIONS))}") from None
+
+
+# Joins of two pipelines' windows, served as views over both sides' tables.
+WINDOW_JOINS: dict[str, WindowJoin] = {j.name: j for j in (TOLL_WEATHER,)}

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import timedelta
+from decimal import Decimal
 
 from pyspark.sql import Column
 from pyspark.sql import types as T
@@ -13,8 +14,9 @@ from lakehouse.eventtime import parse_duration
 
 # When the log received an event, by the log's clock (docs/design.md, "Device clocks").
 RECEIVED_AT = "received_at"
-# JSON value kinds a field may hold, checked against the type the JSON text actually carries.
-STRING, INTEGER, MONEY, TIMESTAMP = "string", "integer", "money", "timestamp"
+# JSON value kinds a field may hold, checked against the type the JSON text actually carries. MONEY
+# and DECIMAL are both JSON numbers with at most two decimals, read exactly (never through a float).
+STRING, INTEGER, MONEY, DECIMAL, TIMESTAMP = "string", "integer", "money", "decimal", "timestamp"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -202,3 +204,56 @@ class Pipeline:
     @property
     def gold_columns(self) -> list[str]:
         return ["window_start", "window_end", *self.keys, *self.metric_names]
+
+
+@dataclasses.dataclass(frozen=True)
+class Band:
+    """A named range of a measure: from the previous band's bound up to ``below`` (exclusive;
+    None: no upper bound)."""
+
+    name: str
+    below: Decimal | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowJoin:
+    """The windows of two pipelines joined on a shared key (docs/design.md, "Joins: a windowed
+    join"): each window of ``events`` takes the mean of ``readings`` over the same window and key,
+    or, when that key had no reading in it, the first neighbour's that had one, in the order given.
+
+    Args (fields):
+        name: the joined view, ``gold.<name>``.
+        events: the counted side, e.g. vehicles per 30-minute window and zone.
+        readings: the measured side, aggregated per the same window and key.
+        key: the key both sides share, the only key of each.
+        reading_sum, reading_count: the readings' metrics whose ratio is the mean.
+        measure: the mean's name in the view; ``bands`` name ranges of it.
+        neighbours: per key value, the values whose readings stand in for its own, nearest first.
+    """
+
+    name: str
+    description: str
+    events: Pipeline
+    readings: Pipeline
+    key: str
+    reading_sum: str
+    reading_count: str
+    measure: str
+    neighbours: tuple[tuple[str, tuple[str, ...]], ...]
+    bands: tuple[Band, ...]
+    unknown: str = "unknown"
+
+    def __post_init__(self):
+        if self.events.window != self.readings.window:
+            raise ValueError(f"{self.name}: both sides of a windowed join have the same windows")
+        if (self.key,) != self.events.keys or (self.key,) != self.readings.keys:
+            raise ValueError(f"{self.name}: both sides are keyed by {self.key} alone")
+        if not {self.reading_sum, self.reading_count} <= set(self.readings.metric_names):
+            raise ValueError(f"{self.name}: {self.readings.name} lacks {self.reading_sum} or {self.reading_count}")
+        if [band.below for band in self.bands[:-1]] != sorted(b.below for b in self.bands[:-1] if b.below is not None):
+            raise ValueError(f"{self.name}: bands are in rising order, and only the last is unbounded")
+
+    @property
+    def key_values(self) -> list[str]:
+        """Every key value the declaration names: the ones readings are generated for."""
+        return sorted({value for value, near in self.neighbours for value in (value, *near)})

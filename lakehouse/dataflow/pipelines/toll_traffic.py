@@ -93,3 +93,13 @@ TOLL_TRAFFIC_BY_REGION = TOLL_TRAFFIC.variant(
     keys=("region",),
     joins=DimensionJoin(BRIDGES, attributes=("region",)),
 )
+
+# Traffic per zone and half hour, the bridges' zones as of each event: the counted side of the
+# windowed join toll_weather (lakehouse/dataflow/pipelines/weather.py).
+TOLL_TRAFFIC_BY_ZONE = TOLL_TRAFFIC.variant(
+    "toll_traffic_by_zone",
+    description="Vehicles and toll revenue per 30-minute window and zone, bridges' zones as of each event",
+    keys=("zone",),
+    window=Window(size="30m"),
+    joins=DimensionJoin(BRIDGES, attributes=("zone",)),
+)
