@@ -180,10 +180,29 @@ def cmd_status(args, settings: Settings) -> None:
     print(render_status(status))
 
 
-def cmd_audit(args, settings: Settings) -> None:
-    from lakehouse.audit.reconcile import Auditor, render_audit
+def _audit_window_join(args, settings: Settings) -> None:
+    """A windowed join's audit: the stream's joined rows against the join of both logs' truth."""
+    from lakehouse.audit.window_join import audit_window_join
+    from lakehouse.dataflow.pipelines import WINDOW_JOINS
     from lakehouse.layers.batch import parse_range
 
+    join = WINDOW_JOINS[args.pipeline]
+    start, end = parse_range(args.start, args.end, join.events)
+    result = audit_window_join(_spark(settings, f"audit-{join.name}"), settings, join, start, end)
+    print(result.summary())
+    for row in result.unexplained:
+        print(json.dumps(row, default=str))
+    if not result.ok:
+        raise AuditFailed()
+
+
+def cmd_audit(args, settings: Settings) -> None:
+    from lakehouse.audit.reconcile import Auditor, render_audit
+    from lakehouse.dataflow.pipelines import WINDOW_JOINS
+    from lakehouse.layers.batch import parse_range
+
+    if args.pipeline in WINDOW_JOINS:
+        return _audit_window_join(args, settings)
     pipeline = _pipeline(args.pipeline)
     start, end = parse_range(args.start, args.end, pipeline)
     pins = json.loads(args.pins) if args.pins else None

@@ -97,6 +97,13 @@ class Cause(StrEnum):
     MANUAL_CHANGE = "manual_change"
 
 
+class JoinCause(StrEnum):
+    """Which side's late data explains a difference of a windowed join's row."""
+
+    LATE_EVENT = "late_event"  # the counts differ: events beyond their side's watermark, or unread
+    LATE_READING = "late_reading"  # the reading used differs: its mean, band or zone
+
+
 EXPLAINING_CAUSES = (Cause.LATE, Cause.NOT_YET_READ, Cause.CORRECTED, Cause.ARRIVED_AFTER_BATCH, Cause.MANUAL_CHANGE)
 
 

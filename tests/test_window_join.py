@@ -10,6 +10,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
+from lakehouse.audit.window_join import audit_window_join
 from lakehouse.dataflow.pipelines import BRIDGES, WINDOW_JOINS, get_pipeline
 from lakehouse.generator import GeneratorConfig, ReadingsConfig, generate, reading_records
 from lakehouse.layers.batch import BatchLayer
@@ -59,8 +60,9 @@ def test_the_worked_example_of_the_design_doc(spark, settings, tmp_path):
         example_event("e3", "bridge-01", "08:25:00", "van", 7.25),  # s1
         example_event("e4", "bridge-00", "08:40:00", "car", 6.00),  # s3 from 08:30
         example_event("e5", "bridge-03", "08:45:00", "truck", 14.25),  # no version: zone unknown
+        example_event("e6", "bridge-01", "09:05:00", "car", 6.00),  # s1; closes the 08:30 half hour
     ]
-    LogWriter(settings, BY_ZONE.topic).write(datetime(2026, 1, 5, 8, 46), "crossings", crossings)
+    LogWriter(settings, BY_ZONE.topic).write(datetime(2026, 1, 5, 9, 6), "crossings", crossings)
     readings = LogWriter(settings, READINGS.topic)
     on_time = [
         reading("r1", "n1", "08:05:00", -2.0),
@@ -80,8 +82,18 @@ def test_the_worked_example_of_the_design_doc(spark, settings, tmp_path):
         ("08:00", "s1", "mild", 1, m("12.0"), "s1"),
         ("08:30", "s3", "cold", 1, m("9.0"), "s1"),  # s3's reading is late; s2 has none; s1's
         ("08:30", "unknown", "unknown", 1, None, None),  # kept, counted, no temperature
+        ("09:00", "s1", "cold", 1, m("8.0"), "s1"),
     }
     assert joined(spark, "gold.toll_weather__speed") == stream == joined(spark, "gold.toll_weather")
+    audit = audit_window_join(spark, settings, TOLL_WEATHER, HALF_HOURS[0], HALF_HOURS[2] + timedelta(minutes=30))
+    # Both watermarks passed 09:00 (the crossings' is 09:03, the readings' 09:05): 09:00 is open.
+    assert [(r["window_start"].strftime("%H:%M"), r["zone"], r["status"], r["causes"]) for r in audit.rows] == [
+        ("08:00", "n1", "matched", []),
+        ("08:00", "n2", "matched", []),
+        ("08:00", "s1", "matched", []),
+        ("08:30", "s3", "explained", ["late_reading"]),
+        ("08:30", "unknown", "matched", []),
+    ]
 
     correction = CorrectionRun(spark, settings, READINGS).run()
     # The late reading's half hour is recomputed whole: s3's row (new) and s1's (unchanged).
