@@ -12,7 +12,7 @@ from decimal import ROUND_HALF_UP, Decimal
 
 from lakehouse.audit.window_join import audit_window_join
 from lakehouse.dataflow.pipelines import BRIDGES, WINDOW_JOINS, get_pipeline
-from lakehouse.generator import GeneratorConfig, ReadingsConfig, generate, reading_records
+from lakehouse.generator import ReadingsConfig, generate, reading_records
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
@@ -21,7 +21,7 @@ from lakehouse.storage.catalog import register_tables
 from lakehouse.storage.dimensions import apply_change_file
 from lakehouse.storage.log import LogWriter
 from tests.oracle import run_oracle
-from tests.test_dimensions import CHANGES, example_event, write_changes
+from tests.test_dimensions import CHANGES, CONFIG, example_event, write_changes
 
 TOLL_WEATHER = WINDOW_JOINS["toll_weather"]
 BY_ZONE, READINGS = get_pipeline("toll_traffic_by_zone"), get_pipeline("zone_temperatures")
@@ -105,17 +105,8 @@ def test_the_worked_example_of_the_design_doc(spark, settings, tmp_path):
 
 # -- a generated day part, against an oracle ------------------------------------------------------------
 
-CROSSINGS = GeneratorConfig(
-    events=1800,
-    seed=21,
-    start=HALF_HOURS[0],
-    rate=0.6,
-    late_fraction=0.05,
-    late_delay="3m",
-    duplicate_fraction=0.03,
-    malformed_fraction=0.03,
-    events_per_file=300,
-)
+# The dimension test's crossings: 1,800 over 50 minutes, with every defect turned on.
+CROSSINGS = CONFIG
 # Half the readings missed, so that some zones take a neighbour's.
 SENSORS = ReadingsConfig(
     zones=tuple(TOLL_WEATHER.key_values),
