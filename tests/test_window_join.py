@@ -10,6 +10,8 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 from decimal import ROUND_HALF_UP, Decimal
 
+import pytest
+
 from lakehouse.audit.window_join import audit_window_join
 from lakehouse.dataflow.pipelines import BRIDGES, WINDOW_JOINS, get_pipeline
 from lakehouse.generator import ReadingsConfig, generate, reading_records
@@ -49,6 +51,31 @@ def run_both_layers(spark, settings) -> None:
     for pipeline in (BY_ZONE, READINGS):
         run_speed_layer(spark, one_file, pipeline, available_now=True)
     register_tables(spark, settings, [BY_ZONE, READINGS])
+
+
+def test_the_readings_log_is_deterministic_with_gaps_and_late_arrivals():
+    records, kinds = reading_records(SENSORS)
+    assert (records, kinds) == reading_records(SENSORS)  # the same seed, the same log
+    slots = len(TOLL_WEATHER.key_values) * 6  # six 10-minute slots an hour per zone
+    assert kinds["missed"] + kinds["on_time"] + kinds["delayed"] == slots == 36
+    assert kinds["missed"] > 0 and kinds["delayed"] > 0 and len(records) == slots - kinds["missed"]
+    taken = [datetime.fromisoformat(json.loads(line)["event_time"][:-1]) for _, _, line in records]
+    delays = [arrival.replace(tzinfo=None) - moment for (arrival, _, _), moment in zip(records, taken, strict=True)]
+    assert all(timedelta(0) < delay for delay in delays) and max(delays) > timedelta(minutes=5)
+    assert [arrival for arrival, _, _ in records] == sorted(arrival for arrival, _, _ in records)
+
+
+def test_a_windowed_join_refuses_sides_with_other_windows_or_keys():
+    import dataclasses
+
+    from lakehouse.dataflow.pipelines.base import Window
+
+    with pytest.raises(ValueError, match="the same windows"):
+        dataclasses.replace(TOLL_WEATHER, readings=READINGS.variant("hourly", window=Window(size="1h")))
+    with pytest.raises(ValueError, match="keyed by zone alone"):
+        dataclasses.replace(
+            TOLL_WEATHER, events=get_pipeline("toll_traffic_by_region").variant("x", window=BY_ZONE.window)
+        )
 
 
 def test_the_worked_example_of_the_design_doc(spark, settings, tmp_path):
