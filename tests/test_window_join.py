@@ -197,3 +197,12 @@ def test_a_reprocess_from_the_logs_equals_an_oracle_of_the_generated_logs(spark,
         BatchLayer(spark, settings, pipeline).backfill(HALF_HOURS[0], HALF_HOURS[2], source="log")
     register_tables(spark, settings, [BY_ZONE, READINGS])
     assert joined(spark, "gold.toll_weather") == expected
+
+
+def test_a_reprocess_of_a_log_that_was_never_written_is_refused_with_a_clear_error(spark, settings):
+    from lakehouse.errors import LakehouseError
+
+    with pytest.raises(
+        LakehouseError, match=r"log/zone_temperatures holds no file that arrived from 2026-01-04T08:00Z"
+    ):
+        BatchLayer(spark, settings, READINGS).backfill(HALF_HOURS[0], HALF_HOURS[2], source="log")

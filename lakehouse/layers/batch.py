@@ -44,7 +44,7 @@ from lakehouse.storage.catalog import (
 )
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.frames import literal_frame
-from lakehouse.storage.log import earliest_arrival_for, read_log
+from lakehouse.storage.log import earliest_arrival_for, partition_uris, read_log
 from lakehouse.storage.ops_tables import append_rows
 from lakehouse.storage.writers import replace_where
 from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
@@ -237,9 +237,7 @@ class BatchLayer:
             bronze = self.spark.read.format("delta").option("versionAsOf", version).load(uri)
             events = bronze.where(in_bronze_span(self.pipeline, first_event, last_event)).select(*pipeline.field_names)
             return with_dimensions(self.spark, self.settings, pipeline, events), version
-        parsed = tx.parse_events(
-            read_log(self.spark, self.settings, pipeline.topic, earliest_arrival_for(first_event)), pipeline
-        )
+        parsed = tx.parse_events(self._log(earliest_arrival_for(first_event)), pipeline)
         # Counted while the log is read for the events, not in a second pass over the raw JSON.
         log_counts = Observation("log_counts")
         observed = parsed.observe(log_counts, F.count(F.lit(1)).alias("read"), F.count("reason").alias("quarantined"))
@@ -252,6 +250,18 @@ class BatchLayer:
         events = in_range_copies.where(F.col("copy_number") == 1).select(*pipeline.field_names)
         # Joined here, so the log's fingerprint of a chunk covers the dimension's attributes too.
         return with_dimensions(self.spark, self.settings, pipeline, events), None
+
+    def _log(self, arrived_from: datetime) -> DataFrame:
+        """The log from ``arrived_from``'s hour on. A file log with nothing there is refused: the
+        pipeline's events were never written to this log (or it is the wrong log), and counts
+        observed over no file at all cannot be read back."""
+        topic = self.pipeline.topic
+        if not self.settings.kafka_bootstrap and not partition_uris(self.spark, self.settings, topic, arrived_from):
+            raise LakehouseError(
+                f"the log {self.settings.pipeline_log_uri(topic)} holds no file that arrived from "
+                f"{arrived_from:%Y-%m-%dT%H}:00Z on: nothing to recompute {self.pipeline.name} from"
+            )
+        return read_log(self.spark, self.settings, topic, arrived_from)
 
     def _chunk_inputs(
         self, events: DataFrame, chunks: list[Chunk], source: str, bronze_version: int | None, skip: bool
