@@ -39,11 +39,11 @@ def _start_time(text: str) -> datetime:
 
 def _readings_config(args):
     """Readings for every zone toll_weather knows, over the time the same options' toll events span."""
-    from lakehouse.dataflow.pipelines import WINDOW_JOINS
+    from lakehouse.dataflow.pipelines.weather import TOLL_WEATHER
     from lakehouse.generator import ReadingsConfig
 
     return ReadingsConfig(
-        zones=tuple(WINDOW_JOINS["toll_weather"].key_values),
+        zones=tuple(TOLL_WEATHER.key_values),
         start=_start_time(args.start),
         span=timedelta(seconds=args.events / args.rate),
         seed=args.seed,
@@ -55,28 +55,30 @@ def _readings_config(args):
     )
 
 
-def cmd_generate(args, settings: Settings) -> None:
-    from lakehouse.generator import GeneratorConfig, generate
+def _toll_config(args):
+    from lakehouse.generator import GeneratorConfig
 
-    config = (
-        _readings_config(args)
-        if args.pipeline == READINGS_PIPELINE
-        else GeneratorConfig(
-            events=args.events,
-            seed=args.seed,
-            start=_start_time(args.start),
-            rate=args.rate,
-            wall_rate=args.wall_rate,
-            bridges=args.bridges,
-            booths_per_bridge=args.booths,
-            late_fraction=args.late_fraction,
-            late_delay=args.late_delay,
-            duplicate_fraction=args.duplicate_fraction,
-            malformed_fraction=args.malformed_fraction,
-            events_per_file=args.events_per_file,
-            clock_skew=args.clock_skew,
-        )
+    return GeneratorConfig(
+        events=args.events,
+        seed=args.seed,
+        start=_start_time(args.start),
+        rate=args.rate,
+        wall_rate=args.wall_rate,
+        bridges=args.bridges,
+        booths_per_bridge=args.booths,
+        late_fraction=args.late_fraction,
+        late_delay=args.late_delay,
+        duplicate_fraction=args.duplicate_fraction,
+        malformed_fraction=args.malformed_fraction,
+        events_per_file=args.events_per_file,
+        clock_skew=args.clock_skew,
     )
+
+
+def cmd_generate(args, settings: Settings) -> None:
+    from lakehouse.generator import generate
+
+    config = _readings_config(args) if args.pipeline == READINGS_PIPELINE else _toll_config(args)
     sink = args.sink or (LogSink.KAFKA if settings.kafka_bootstrap else LogSink.FILES)
     if sink == LogSink.KAFKA and not settings.kafka_bootstrap:
         raise LakehouseError("--sink kafka needs LAKEHOUSE_KAFKA_BOOTSTRAP (host:port; `make kafka` prints it)")
