@@ -67,8 +67,14 @@ def broker_jars() -> list[str]:
 
 
 def _cluster_id() -> str:
-    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's own form)."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's own form).
+
+    One id in 64 would start with "-", which the storage tool's argument parser reads as an option;
+    Kafka's own `Uuid.randomUuid` draws again in that case, and so does this.
+    """
+    while (cluster_id := base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")).startswith("-"):
+        pass
+    return cluster_id
 
 
 @dataclasses.dataclass(frozen=True)
