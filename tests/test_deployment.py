@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from lakehouse.settings import PROJECT_ROOT, Settings, environment_variables
-from lakehouse.storage.kafka_broker import KAFKA_VERSION, BrokerFiles
+from lakehouse.storage.kafka_broker import KAFKA_VERSION, BrokerFiles, new_cluster_id
 
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker" / "compose.yaml").read_text())
 SERVICES = COMPOSE["services"]
@@ -64,3 +64,9 @@ def test_the_s3a_jars_match_the_hadoop_that_pyspark_ships():
 
     hadoop = next(c for c in S3A_JARS if c.startswith("org.apache.hadoop:hadoop-aws:")).rsplit(":", 1)[1]
     assert list((Path(_find_spark_home()) / "jars").glob(f"hadoop-client-api-{hadoop}.jar")), hadoop
+
+
+def test_no_kafka_cluster_id_starts_with_a_dash_which_the_storage_tool_would_read_as_an_option():
+    ids = [new_cluster_id() for _ in range(2000)]  # one in 64 would, drawn blindly
+    assert not [cluster_id for cluster_id in ids if cluster_id.startswith("-")]
+    assert {len(cluster_id) for cluster_id in ids} == {22} and len(set(ids)) == len(ids)

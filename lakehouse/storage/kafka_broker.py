@@ -66,7 +66,7 @@ def broker_jars() -> list[str]:
     return jars
 
 
-def _cluster_id() -> str:
+def new_cluster_id() -> str:
     """A KRaft cluster id: 16 random bytes, URL-safe base64 without padding (Kafka's own form).
 
     One id in 64 would start with "-", which the storage tool's argument parser reads as an option;
@@ -142,7 +142,7 @@ def _format_storage(files: BrokerFiles, settings: Settings, jars: list[str]) -> 
     files.folder.mkdir(parents=True, exist_ok=True)
     files.write_configuration(port, free_port())
     format_command = _java(
-        jars, "kafka.tools.StorageTool", "format", "--standalone", "-t", _cluster_id(), "-c", str(files.properties)
+        jars, "kafka.tools.StorageTool", "format", "--standalone", "-t", new_cluster_id(), "-c", str(files.properties)
     )
     done = subprocess.run(format_command, capture_output=True, text=True)
     if done.returncode != 0:
