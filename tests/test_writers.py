@@ -12,6 +12,7 @@ from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers.batch import chunk_replacement
+from lakehouse.layers.speed import window_dates_of
 from lakehouse.storage.catalog import ensure_table, pipeline_tables
 from lakehouse.storage.writers import append_stamped_once, replace_where, upsert_once
 from tests.conftest import make_settings
@@ -39,27 +40,29 @@ def _speed_table(spark, home, hours: range) -> str:
     return uri
 
 
-def _upsert(spark, panes, uri: str, version: int, bounded: bool = True) -> None:
-    bounds = panes.agg(F.min("window_end"), F.max("window_end")).first()
+def _upsert(panes, uri: str, version: int, bounded: bool = True) -> dict:
+    """Upsert ``panes`` (a Spark frame, handed over as Arrow as the speed layer does); returns the
+    metrics of the table's last commit."""
+    from deltalake import DeltaTable
+
+    rows = panes.toArrow()
     upsert_once(
-        spark,
-        panes,
+        rows,
         uri,
         match_columns=["window_start", "window_end", "team"],
         value_columns=["total_score"],
-        also_set={},
         delete_when="is_retraction",
-        app_id="writer-test",
-        version=version,
-        target_rows=F.col("t.window_end").between(*bounds) if bounded else None,
+        transaction=("writer-test", version),
+        target_rows=window_dates_of(rows) if bounded else None,
     )
+    return DeltaTable(uri.removeprefix("file:")).history(1)[0].get("operationMetrics", {})
 
 
 def _speed_rows(spark, uri: str):
     return spark.read.format("delta").load(uri).select(*SPEED_COLUMNS)
 
 
-def test_an_upsert_bounded_by_its_rows_window_ends_sets_the_same_rows_as_an_unbounded_one(spark, tmp_path):
+def test_an_upsert_bounded_by_its_rows_window_dates_sets_the_same_rows_as_an_unbounded_one(spark, tmp_path):
     # An old window and new ones; teams updated, added and retracted.
     panes = inline_frame(
         spark,
@@ -74,7 +77,7 @@ def test_an_upsert_bounded_by_its_rows_window_ends_sets_the_same_rows_as_an_unbo
     tables = {}
     for bounded in (False, True):
         uri = _speed_table(spark, tmp_path / f"bounded={bounded}", range(6))
-        _upsert(spark, panes, uri, version=1, bounded=bounded)
+        _upsert(panes, uri, version=1, bounded=bounded)
         tables[bounded] = _speed_rows(spark, uri)
 
     assertDataFrameEqual(tables[True], tables[False])
@@ -88,10 +91,9 @@ def test_a_micro_batch_upsert_rewrites_only_the_day_of_the_windows_it_changes(sp
     uri = _speed_table(spark, tmp_path, range(72))
     panes = inline_frame(spark, PANES, [(hour(71), hour(72), "red", 99, False)])
 
-    _upsert(spark, panes, uri, version=1)
+    metrics = _upsert(panes, uri, version=1)
 
-    metrics = spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()["operationMetrics"]
-    assert (metrics["numTargetRowsUpdated"], metrics["numTargetRowsCopied"]) == ("1", str(24 * 2 - 1))
+    assert (metrics["num_target_rows_updated"], metrics["num_target_rows_copied"]) == (1, 24 * 2 - 1)
     assert _speed_rows(spark, uri).where("total_score = 99").first()["window_date"] == (DAY + timedelta(days=2)).date()
 
 
@@ -116,25 +118,13 @@ def test_a_replacement_of_a_range_writes_the_window_date_of_its_rows(spark, tmp_
     assert spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").first()["partitionColumns"] == ["window_date"]
 
 
-def test_an_upsert_leaves_the_session_confs_as_it_found_them(spark, tmp_path):
-    uri = _speed_table(spark, tmp_path, range(2))
-    spark.conf.set("spark.databricks.delta.stats.skipping", "false")
-    try:
-        _upsert(spark, inline_frame(spark, PANES, [(hour(1), hour(2), "red", 5, False)]), uri, version=1)
-
-        assert spark.conf.get("spark.databricks.delta.stats.skipping") == "false"
-        assert spark.conf.get("spark.databricks.delta.write.txnAppId", None) is None
-    finally:
-        spark.conf.unset("spark.databricks.delta.stats.skipping")
-
-
 def test_an_upsert_runs_once_per_app_id_and_version(spark, tmp_path):
     uri = _speed_table(spark, tmp_path, range(2))
     first = inline_frame(spark, PANES, [(hour(1), hour(2), "red", 5, False)])
     replayed = inline_frame(spark, PANES, [(hour(1), hour(2), "red", 6, False)])
 
-    _upsert(spark, first, uri, version=1)
-    _upsert(spark, replayed, uri, version=1)
+    _upsert(first, uri, version=1)
+    _upsert(replayed, uri, version=1)
 
     window = (F.col("window_start") == F.lit(hour(1))) & (F.col("team") == "red")
     assert [r["total_score"] for r in _speed_rows(spark, uri).where(window).collect()] == [5]
@@ -208,45 +198,73 @@ def _gated(frame, column: str, gates):
     return frame.withColumn(column, hold(column))
 
 
-@pytest.mark.parametrize("write", ["merge", "replace_where"])
-def test_a_write_that_loses_its_commit_to_a_concurrent_compaction_runs_again_and_lands_once(
-    spark, tmp_path, caplog, write
-):
-    # The daily OPTIMIZE runs beside the stream and the batch jobs. Without the retry, Delta refuses
-    # the MERGE's (or replaceWhere's) commit with a ConcurrentAppendException and the stream stops.
+def _two_files_in_a_day(spark, tmp_path) -> str:
     uri = _speed_table(spark, tmp_path / "home", range(0, 2))
     # A second file in the same day, so that the compaction has files to merge.
     inline_frame(spark, GOLD, [(hour(2), hour(3), "red", 20)]).write.format("delta").mode("append").save(uri)
-    gates = (tmp_path / "write-started", tmp_path / "compacted")
-    panes = _gated(inline_frame(spark, PANES, [(hour(0), hour(1), "red", 99, False)]), "total_score", gates)
+    return uri
 
-    if write == "merge":
-        _compaction_during(spark, uri, gates, lambda: _upsert(spark, panes, uri, version=0))
-        expected = [
-            (hour(0), hour(1), "red", 99),
-            (hour(0), hour(1), "blue", 0),
-            (hour(1), hour(2), "red", 10),
-            (hour(1), hour(2), "blue", 10),
-            (hour(2), hour(3), "red", 20),
-        ]
-    else:
-        day = f"window_start >= '{hour(0)}' AND window_start < '{hour(1)}'"
-        _compaction_during(spark, uri, gates, lambda: replace_where(panes.drop("is_retraction"), uri, day))
-        expected = [
-            (hour(0), hour(1), "red", 99),
-            (hour(1), hour(2), "red", 10),
-            (hour(1), hour(2), "blue", 10),
-            (hour(2), hour(3), "red", 20),
-        ]
+
+def _last_operations(spark, uri: str) -> list[str]:
+    return [row.operation for row in spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").orderBy("version").collect()][-2:]
+
+
+def test_a_merge_that_loses_its_commit_to_a_concurrent_compaction_runs_again_and_lands_once(
+    spark, tmp_path, caplog, monkeypatch
+):
+    # The daily OPTIMIZE runs beside the stream. It commits after the MERGE read the table and before
+    # the MERGE commits; without the retry, delta-rs refuses the commit and the stream stops.
+    import deltalake
+    from delta.tables import DeltaTable
+
+    uri = _two_files_in_a_day(spark, tmp_path)
+    compactions = []
+
+    class CompactedMeanwhile(deltalake.DeltaTable):
+        def merge(self, *args, **kwargs):
+            if not compactions:  # this snapshot is read; the MERGE has not committed yet
+                compactions.append(DeltaTable.forPath(spark, uri).optimize().executeCompaction())
+            return super().merge(*args, **kwargs)
+
+    monkeypatch.setattr(deltalake, "DeltaTable", CompactedMeanwhile)
+    _upsert(inline_frame(spark, PANES, [(hour(0), hour(1), "red", 99, False)]), uri, version=0)
 
     assert any("lost a commit race" in record.getMessage() for record in caplog.records), (
         "the compaction did not commit inside the write: the test proved nothing"
     )
+    expected = [
+        (hour(0), hour(1), "red", 99),
+        (hour(0), hour(1), "blue", 0),
+        (hour(1), hour(2), "red", 10),
+        (hour(1), hour(2), "blue", 10),
+        (hour(2), hour(3), "red", 20),
+    ]
     assertDataFrameEqual(
         spark.read.format("delta").load(uri).select(*SPEED_COLUMNS[:4]), inline_frame(spark, GOLD, expected)
     )
-    operations = [row.operation for row in spark.sql(f"DESCRIBE HISTORY delta.`{uri}`").orderBy("version").collect()]
-    assert operations[-2] == "OPTIMIZE" and operations[-1] in ("MERGE", "WRITE")
+    assert _last_operations(spark, uri) == ["OPTIMIZE", "MERGE"]
+
+
+def test_a_replacement_that_loses_its_commit_to_a_concurrent_compaction_runs_again_and_lands_once(
+    spark, tmp_path, caplog
+):
+    # The same race for the batch layer's replaceWhere, with Delta's own conflict detection.
+    uri = _two_files_in_a_day(spark, tmp_path)
+    gates = (tmp_path / "write-started", tmp_path / "compacted")
+    rows = _gated(inline_frame(spark, GOLD, [(hour(0), hour(1), "red", 99)]), "total_score", gates)
+    day = f"window_start >= '{hour(0)}' AND window_start < '{hour(1)}'"
+
+    _compaction_during(spark, uri, gates, lambda: replace_where(rows, uri, day))
+
+    assert any("lost a commit race" in record.getMessage() for record in caplog.records), (
+        "the compaction did not commit inside the write: the test proved nothing"
+    )
+    expected = [(hour(0), hour(1), "red", 99), (hour(1), hour(2), "red", 10), (hour(1), hour(2), "blue", 10)]
+    expected.append((hour(2), hour(3), "red", 20))
+    assertDataFrameEqual(
+        spark.read.format("delta").load(uri).select(*SPEED_COLUMNS[:4]), inline_frame(spark, GOLD, expected)
+    )
+    assert _last_operations(spark, uri) == ["OPTIMIZE", "WRITE"]
 
 
 def test_a_stamped_append_that_may_be_a_replay_skips_a_table_holding_its_stamp(spark, tmp_path):

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -39,7 +39,7 @@ from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.log import log_glob
-from lakehouse.storage.ops_tables import append_rows_stamped_once
+from lakehouse.storage.ops_tables import append_arrow_stamped_once, append_rows_stamped_once
 from lakehouse.storage.spark import session_confs
 from lakehouse.storage.writers import append_stamped_once, upsert_once
 from lakehouse.vocabulary import Fate
@@ -311,34 +311,17 @@ class BatchWriter:
         on_time = with_dimensions(batch.spark, settings, pipeline, fates.where(F.col("fate") == Fate.ON_TIME))
         panes = next_panes(state, on_time, on_time_watermark, pipeline).persist()
         try:
-            extent = panes.agg(
-                F.count(F.lit(1)).alias("rows"), F.min("window_end").alias("first"), F.max("window_end").alias("last")
-            ).first()
-            counts["speed_rows"] = extent["rows"]
-            if counts["speed_rows"]:
-                append_stamped_once(
-                    panes.withColumns({**batch.stamp(), "emitted_at": F.current_timestamp()}).select(
-                        tables.panes.columns.fieldNames()
-                    ),
-                    tables.panes.uri(settings),
-                    batch.app_id,
-                    batch.batch_id,
-                    first_attempt=batch.first_attempt,
-                )
-                upsert_once(
-                    batch.spark,
-                    panes,
-                    tables.speed.uri(settings),
-                    match_columns=pn.window_key(pipeline),
-                    value_columns=pipeline.metric_names,
-                    also_set={"last_batch_id": F.lit(batch.batch_id).cast("long"), "updated_at": F.current_timestamp()},
-                    delete_when="is_retraction",
-                    app_id=batch.app_id,
-                    version=batch.batch_id,
-                    # A window matches only rows with its own window_end, so these bounds lose no
-                    # match, and the MERGE reads and rewrites only the days these windows are in.
-                    target_rows=F.col("t.window_end").between(extent["first"], extent["last"]),
-                )
+            # The panes come to the driver once, as Arrow, and both writes go through delta-rs: a
+            # batch's panes are a few hundred rows, and Spark's append and MERGE of them cost two
+            # jobs and a snapshot update each (docs/design.md, "Performance notes").
+            emitted = (
+                panes.withColumns({**batch.stamp(), "emitted_at": F.current_timestamp()})
+                .select(tables.panes.columns.fieldNames())
+                .toArrow()
+            )
+            counts["speed_rows"] = emitted.num_rows
+            if emitted.num_rows:
+                self._write_panes(batch, emitted)
             # Materialised while the panes are still cached, and cut from the lineage of earlier
             # batches so that planning a batch does not grow with the number before it. Coalesced:
             # the union adds the panes' partitions to the state's, which would otherwise grow by
@@ -347,6 +330,42 @@ class BatchWriter:
             return next_state.coalesce(_shuffle_partitions(batch.spark)).localCheckpoint()
         finally:
             panes.unpersist()
+
+    def _write_panes(self, batch: MicroBatch, emitted) -> None:
+        """Append the emitted panes (Arrow, stamped) to the pane log, and set ``__speed`` to them."""
+        settings, tables = self.settings, self.tables
+        append_arrow_stamped_once(
+            tables.panes.uri(settings), emitted, batch.app_id, batch.batch_id, batch.first_attempt, settings
+        )
+        # A pane's batch and emission time are its window's last_batch_id and updated_at.
+        as_speed = {"batch_id": "last_batch_id", "emitted_at": "updated_at"}
+        upsert_once(
+            emitted.rename_columns([as_speed.get(name, name) for name in emitted.column_names]),
+            tables.speed.uri(settings),
+            match_columns=pn.window_key(self.pipeline),
+            value_columns=[*self.pipeline.metric_names, "last_batch_id", "updated_at"],
+            delete_when="is_retraction",
+            transaction=(batch.app_id, batch.batch_id),
+            target_rows=window_dates_of(emitted),
+            settings=settings,
+        )
+
+
+def window_dates_of(panes) -> str:
+    """A condition on ``__speed`` (alias ``t``) that holds for every row a pane can match: the
+    window dates of the panes' windows. A window matches only rows with its own window_start, so
+    it loses no match, and the MERGE reads and rewrites only the days these windows are in."""
+    import pyarrow.compute as pc
+
+    first, last = (value.as_py() for value in pc.min_max(panes["window_start"]).values())
+    return f"t.window_date BETWEEN DATE '{_utc_date(first)}' AND DATE '{_utc_date(last)}'"
+
+
+def _utc_date(moment: datetime) -> str:
+    """The date of ``moment`` in UTC, the session time zone the ``window_date`` column is cast in."""
+    if moment.tzinfo is not None:
+        moment = moment.astimezone(UTC)
+    return moment.date().isoformat()
 
 
 def run_speed_layer(

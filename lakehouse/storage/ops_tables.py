@@ -148,6 +148,31 @@ def append_rows_stamped_once(
     append_rows(uri, schema, rows, settings)
 
 
+def append_arrow_stamped_once(
+    uri: str, rows, app_id: str, batch_id: int, first_attempt: bool = False, settings: Settings | None = None
+) -> None:
+    """Append an Arrow table of rows stamped with ``app_id`` and ``batch_id`` to an existing table,
+    in one commit, unless it already holds that stamp (as ``append_rows_stamped_once``). The rows
+    are cast to the table's column types: Spark's ``toArrow`` picks Arrow types of its own.
+
+    Args:
+        uri: the table's location.
+        rows: an Arrow table with the table's columns.
+        app_id: the writer's id, stamped on each row.
+        batch_id: the batch, stamped on each row.
+        first_attempt: the caller knows the batch was not attempted before: nothing to look up.
+        settings: where the table's store is (None: this process's settings).
+    """
+    import pyarrow as pa
+    from deltalake import DeltaTable, write_deltalake
+
+    if not first_attempt and _holds_stamp(uri, app_id, batch_id, settings):
+        return
+    location, options = delta_rs_location(uri, settings)
+    table = DeltaTable(location, storage_options=options)
+    write_deltalake(table, rows.cast(pa.schema(table.schema().to_arrow())), mode="append")
+
+
 def _holds_stamp(uri: str, app_id: str, batch_id: int, settings: Settings | None) -> bool:
     return bool(rows_at(uri, ["batch_id"], [("app_id", "=", app_id), ("batch_id", "=", batch_id)], settings))
 
