@@ -130,6 +130,19 @@ def test_an_upsert_runs_once_per_app_id_and_version(spark, tmp_path):
     assert [r["total_score"] for r in _speed_rows(spark, uri).where(window).collect()] == [5]
 
 
+def test_a_table_only_delta_rs_commits_to_is_checkpointed_every_ten_commits_as_spark_would(spark, tmp_path):
+    # __speed and the pane log get a commit per micro-batch, all through delta-rs, whose own default
+    # is a checkpoint every 100 commits: every reader would replay up to 99 commit files.
+    from lakehouse.settings import local_path
+
+    uri = _speed_table(spark, tmp_path, range(2))  # commits 0 and 1
+    for version in range(10):
+        _upsert(inline_frame(spark, PANES, [(hour(1), hour(2), "red", version, False)]), uri, version=version)
+
+    assert list((local_path(uri) / "_delta_log").glob("*.checkpoint.parquet")), "no checkpoint after 12 commits"
+    assert _speed_rows(spark, uri).where("team = 'red' AND total_score = 9").count() == 1
+
+
 def test_a_read_of_a_window_range_is_pruned_to_the_days_it_covers(spark, tmp_path):
     # Audits and the serving view filter on window_start; Delta derives the window_date partition
     # filter from the generated column's expression.

@@ -429,14 +429,23 @@ def table_exists(spark: SparkSession, uri: str) -> bool:
     return DeltaTable.isDeltaTable(spark, uri)
 
 
+# Spark's default, written down: delta-rs, which writes the speed layer's panes and the ops tables,
+# checkpoints every 100 commits unless the table says otherwise, and a reader of a table committed
+# to every few seconds would replay up to 99 commit files to build its snapshot.
+CHECKPOINT_EVERY_10_COMMITS = {"delta.checkpointInterval": "10"}
+CHANGE_DATA_FEED = {"delta.enableChangeDataFeed": "true"}
+
+
 def create_table_sql(table: Table, uri: str) -> str:
     """The table's DDL at its location: columns, generated columns, partitions and properties."""
     columns = [f"`{f.name}` {f.dataType.simpleString()}" for f in table.columns.fields]
     columns += [f"`{name}` {kind.simpleString()} GENERATED ALWAYS AS ({sql})" for name, kind, sql in table.generated]
     partitions = f" PARTITIONED BY ({', '.join(table.partition_by)})" if table.partition_by else ""
-    properties = " TBLPROPERTIES ('delta.enableChangeDataFeed' = 'true')" if table.change_data_feed else ""
+    properties = {**CHECKPOINT_EVERY_10_COMMITS, **(CHANGE_DATA_FEED if table.change_data_feed else {})}
+    properties_sql = ", ".join(f"'{name}' = '{value}'" for name, value in properties.items())
     return (
-        f"CREATE TABLE IF NOT EXISTS {path_identifier(uri)} ({', '.join(columns)}) USING DELTA{partitions}{properties}"
+        f"CREATE TABLE IF NOT EXISTS {path_identifier(uri)} ({', '.join(columns)}) USING DELTA{partitions}"
+        f" TBLPROPERTIES ({properties_sql})"
     )
 
 
