@@ -153,7 +153,7 @@ def append_arrow_stamped_once(
 ) -> None:
     """Append an Arrow table of rows stamped with ``app_id`` and ``batch_id`` to an existing table,
     in one commit, unless it already holds that stamp (as ``append_rows_stamped_once``). The rows
-    are cast to the table's column types: Spark's ``toArrow`` picks Arrow types of its own.
+    are cast to the table's column types (``as_table_types``).
 
     Args:
         uri: the table's location.
@@ -163,14 +163,24 @@ def append_arrow_stamped_once(
         first_attempt: the caller knows the batch was not attempted before: nothing to look up.
         settings: where the table's store is (None: this process's settings).
     """
-    import pyarrow as pa
     from deltalake import DeltaTable, write_deltalake
 
     if not first_attempt and _holds_stamp(uri, app_id, batch_id, settings):
         return
     location, options = delta_rs_location(uri, settings)
     table = DeltaTable(location, storage_options=options)
-    write_deltalake(table, rows.cast(pa.schema(table.schema().to_arrow())), mode="append")
+    write_deltalake(table, as_table_types(rows, table), mode="append")
+
+
+def as_table_types(rows, table):
+    """The Arrow table ``rows`` with each column the Delta ``table`` has cast to the table's type
+    (Spark's ``toArrow`` picks Arrow types of its own for strings and timestamps); columns the table
+    lacks (a MERGE's ``is_retraction``, say) as they are."""
+    import pyarrow as pa
+
+    target = pa.schema(table.schema().to_arrow())
+    names = set(target.names)
+    return rows.cast(pa.schema([target.field(f.name) if f.name in names else f for f in rows.schema]))
 
 
 def _holds_stamp(uri: str, app_id: str, batch_id: int, settings: Settings | None) -> bool:

@@ -164,7 +164,7 @@ def upsert_once(
     """
     from deltalake import CommitProperties, DeltaTable, Transaction
 
-    from lakehouse.storage.ops_tables import delta_rs_location
+    from lakehouse.storage.ops_tables import as_table_types, delta_rs_location
 
     location, options = delta_rs_location(uri, settings)
     app_id, version = transaction
@@ -176,7 +176,7 @@ def upsert_once(
         done = table.transaction_version(app_id)
         if done is not None and done >= version:
             return
-        source = _cast_to(rows, table, [*match_columns, *value_columns])
+        source = as_table_types(rows, table)
         (
             table.merge(
                 source,
@@ -194,15 +194,6 @@ def upsert_once(
         )
 
     retry_on_conflict(execute, f"MERGE into {uri}", conflicts=DELTA_RS_CONFLICTS)
-
-
-def _cast_to(rows, table, columns: list[str]):
-    """``rows`` with ``columns`` cast to the table's types (Spark hands strings and timestamps over
-    in Arrow types of its own choosing), the other columns as they are."""
-    import pyarrow as pa
-
-    target = pa.schema(table.schema().to_arrow())
-    return rows.cast(pa.schema([target.field(f.name) if f.name in columns else f for f in rows.schema]))
 
 
 def replace_where(rows: DataFrame, uri: str, condition: str) -> None:
