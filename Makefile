@@ -5,7 +5,7 @@ VENV := .venv
 UV_VERSION := 0.13.8
 STAMP := $(VENV)/.installed
 
-.PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke lock clean airflow airflow-stop \
+.PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke chaos lock clean airflow airflow-stop \
 	system-deps test-airflow serve serve-stop kafka kafka-stop cluster cluster-stop s3 s3-stop
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
@@ -64,6 +64,12 @@ format: setup
 # Benchmarks against baselines (bench/README.md); results in bench/results/. Niced: the machine is shared.
 bench: setup
 	nice -n 10 $(VENV)/bin/python -m bench
+
+# The chaos loop, long (tests/chaos.py): the stream, a backfill, a correction and maintenance at once,
+# 100 SIGKILLs (CHAOS_KILLS) at chosen then random moments, then every table against a clean run.
+# CHAOS_SEED replays a loop's choices. Figures in test-artifacts/chaos.json.
+chaos: setup
+	$(VENV)/bin/python -m tests.chaos
 
 # Every benchmark at a tiny size, one run each (CI runs the backfill suite's: tests/test_bench_smoke.py).
 bench-smoke: setup

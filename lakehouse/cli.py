@@ -622,8 +622,10 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except Exception as error:
         from lakehouse.serving.read_only import refusal
+        from lakehouse.storage.faults import explain
 
-        refused = refusal(error)  # a job through the Spark service without its write token, say
+        # A job through the Spark service without its write token, say, or a full disk.
+        refused = refusal(error) or explain(error)
         if refused is None:
             raise
         print(f"lakehouse: error: {refused}", file=sys.stderr)

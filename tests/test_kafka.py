@@ -30,8 +30,8 @@ from lakehouse.storage.kafka_log import KafkaLogWriter
 from lakehouse.storage.log import LogWriter, earliest_arrival_for
 from lakehouse.storage.ops_tables import arrow_at
 from lakehouse.vocabulary import LogSink
+from tests.chaos import VOLATILE, kill_after
 from tests.conftest import make_settings
-from tests.test_crash_safety import VOLATILE, kill_after
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
@@ -308,7 +308,7 @@ def _kill_the_first_batch_before_its_progress_row(settings, env) -> None:
     """SIGKILL the stream's driver (its executors on the cluster end with it) right after its first
     micro-batch merged its panes into __speed on S3, before the batch's progress row: the batch's
     writes are stamped with it, so the restart replays it and writes each table once. Commit 0
-    creates __speed; commit 1 is batch 0's MERGE (tests/test_crash_safety.py kills at the other
+    creates __speed; commit 1 is batch 0's MERGE (tests/test_chaos.py kills at the other
     writes of a batch)."""
     kill_after(settings, env, TABLES.speed, 1)
     progress = arrow_at(STREAM_PROGRESS.uri(settings), settings=settings)

@@ -14,6 +14,7 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import pyarrow.dataset as ds
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -34,12 +35,13 @@ from lakehouse.layers.micro_batch import (
     progress_row,
     summarise,
 )
-from lakehouse.settings import Settings, parse_size
+from lakehouse.settings import Settings, local_path, parse_size
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
 from lakehouse.storage.dimensions import with_dimensions
+from lakehouse.storage.faults import check_checkpoint
 from lakehouse.storage.log import log_glob
-from lakehouse.storage.ops_tables import append_arrow_stamped_once, append_rows_stamped_once
+from lakehouse.storage.ops_tables import append_arrow_stamped_once, append_rows_stamped_once, arrow_at
 from lakehouse.storage.spark import session_confs
 from lakehouse.storage.writers import append_stamped_once, upsert_once
 from lakehouse.vocabulary import Fate
@@ -147,6 +149,7 @@ class SpeedLayer:
     # -- the streaming query -------------------------------------------------------------------
 
     def start(self, available_now: bool = False):
+        self._check_checkpoint()
         writer = (
             log_stream(self.spark, self.settings, self.pipeline)
             .writeStream.foreachBatch(self.process_batch)
@@ -163,6 +166,17 @@ class SpeedLayer:
         self._query_id = str(query.id)
         self._query_started.set()
         return query
+
+    def _check_checkpoint(self) -> None:
+        """A damaged checkpoint, or a missing one while batches have committed, stops the stream
+        before Spark reads it (lakehouse.storage.faults). Local checkpoints only: Spark's own errors
+        stand for one in object storage."""
+        uri = self.settings.speed_checkpoint_uri(self.pipeline.name)
+        if "://" in uri and not uri.startswith("file:"):
+            return
+        mine = ds.field("pipeline") == self.pipeline.name
+        progress = arrow_at(STREAM_PROGRESS.uri(self.settings), ["batch_id"], mine, self.settings)
+        check_checkpoint(local_path(uri), progress.num_rows if progress is not None else 0)
 
     @property
     def app_id(self) -> str:

@@ -1,0 +1,118 @@
+"""Storage faults, named: a full disk, a damaged Delta commit, a log file that vanished while a job
+read it, and a stream checkpoint that is damaged or missing. Each ends the job with one line that
+says what is wrong, that nothing committed was lost, and how to resume (docs/operations.md,
+"Storage faults"). Delta commits are atomic and every write of a micro-batch or a backfill chunk is
+repeatable, so a job that stops on any of them resumes cleanly once the storage is put right.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import re
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+
+
+class StorageFault(enum.StrEnum):
+    DISK_FULL = "disk full"
+    DAMAGED_COMMIT = "damaged Delta commit"
+    VANISHED_FILE = "file vanished while read"
+    DAMAGED_CHECKPOINT = "damaged stream checkpoint"
+    MISSING_CHECKPOINT = "missing stream checkpoint"
+
+
+# What Java and Python say, through Py4J, in the chain of a failed job.
+_DISK_FULL = re.compile(r"No space left on device")
+_COMMIT_FILE = re.compile(r"(?:file:)?(/\S+?)/_delta_log/(\d{20})\.json")
+_UNREADABLE = re.compile(r"Checksum error|FAILED_READ_FILE|JsonParseException|Unexpected end-of-input|MALFORMED")
+# "[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file file:///...", or Java's own.
+_VANISHED = re.compile(r"(?:FileNotFoundException|FILE_NOT_EXIST)[^\n]*?((?:file:)?/[^\s,]+)")
+
+
+def _chain_text(error: BaseException) -> str:
+    texts, seen = [], set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        texts.append(f"{type(error).__name__}: {error}")
+        error = error.__cause__ or error.__context__
+    return "\n".join(texts)
+
+
+def explain(error: BaseException) -> LakehouseError | None:
+    """The one-line error for a storage fault behind ``error``, None for any other error."""
+    text = _chain_text(error)
+    if _DISK_FULL.search(text):
+        return LakehouseError(
+            f"{StorageFault.DISK_FULL}: no space left on the device the job writes to. Nothing it had not "
+            "committed is visible (Delta commits are atomic); free space and run it again: a stream "
+            "resumes at the micro-batch that failed, a backfill recomputes its unfinished chunks"
+        )
+    commit = _COMMIT_FILE.search(text)
+    if commit and _UNREADABLE.search(text):
+        table, version = commit.group(1), int(commit.group(2))
+        return LakehouseError(
+            f"{StorageFault.DAMAGED_COMMIT}: commit {version} of the table at {table} cannot be read "
+            f"({table}/_delta_log/{commit.group(2)}.json). Its data files are intact; restore the commit file "
+            "from a backup (with its .crc file, if any) and run the job again. Nothing was written past it"
+        )
+    vanished = _VANISHED.search(text)
+    if vanished and "_delta_log" not in vanished.group(1):
+        return LakehouseError(
+            f"{StorageFault.VANISHED_FILE}: {vanished.group(1).rstrip('.')} was deleted while the job read "
+            "it (by hand, or by the log's expiry). Nothing of the failed read was written; restore the "
+            "file and run the job again, or run it again to compute from what the storage now holds"
+        )
+    return None
+
+
+def check_checkpoint(checkpoint: Path, committed_batches: int) -> None:
+    """Refuse to start a stream whose checkpoint is damaged, or missing while batches have committed.
+
+    Spark reads the newest offsets and commit files of a checkpoint when a query starts, and fails
+    on a damaged one with a bare parse error; a checkpoint that is gone would make a new query read
+    the whole log again, every record a second time.
+
+    Args:
+        checkpoint: the stream's local checkpoint folder.
+        committed_batches: micro-batches of this pipeline that ops.stream_progress records.
+    """
+    metadata = checkpoint / "metadata"
+    if not metadata.is_file():
+        if committed_batches:
+            raise LakehouseError(
+                f"{StorageFault.MISSING_CHECKPOINT}: {checkpoint} holds no query, but {committed_batches} "
+                "micro-batches of this pipeline have committed: a new query would read the whole log again. "
+                "Restore the checkpoint folder from a backup (to start over instead, use a new home)"
+            )
+        return
+    _require_json(metadata, metadata.read_text(errors="replace"), header=False)
+    for folder, advice in _ADVICE.items():
+        newest = sorted((p for p in (checkpoint / folder).glob("[0-9]*")), key=lambda p: int(p.name))[-1:]
+        for path in newest:
+            try:
+                _require_json(path, path.read_text(errors="replace"), header=True)
+            except LakehouseError as damaged:
+                raise LakehouseError(f"{damaged}; {advice.format(crc=path.with_name(f'.{path.name}.crc'))}") from None
+
+
+# What to do about the newest file of each log: an offsets file names the files of the micro-batch
+# in flight, which must not change; the batch a commit file marks done may simply run again.
+_ADVICE = {
+    "offsets": "restore it from a backup (with {crc})",
+    "commits": "delete it and {crc}: the micro-batch it marks runs again and writes each table once",
+}
+
+
+def _require_json(path: Path, text: str, header: bool) -> None:
+    """A checkpoint file: a version line (``v1``) then JSON lines, or one JSON object."""
+    lines = text.splitlines()
+    try:
+        if header and (not lines or not re.fullmatch(r"v\d+", lines[0])):
+            raise ValueError("no version line")
+        for line in lines[1:] if header else [text]:
+            if line != "-":  # a source without an offset yet
+                json.loads(line)
+    except ValueError as error:
+        raise LakehouseError(f"{StorageFault.DAMAGED_CHECKPOINT}: {path} cannot be read ({error})") from None

@@ -1,0 +1,311 @@
+"""The chaos loop: the stream, a backfill, a late-data correction and maintenance run at once on one
+pipeline, each a `lakehouse` process as a user starts it; again and again a random one of them is
+SIGKILLed (its whole process group: the driver and Spark's JVM, as in a machine crash) at a random
+moment, and started again. Once the kills are spent every job ends cleanly, and the loop's tables
+are compared with a clean run of the same jobs one after the other (``tests/test_chaos.py``; `make
+chaos` runs a long one and writes its figures to test-artifacts/chaos.json).
+
+The random choices come from one seed, printed first: a failure names the seed that replays the
+choices (the moments a kill lands at still depend on the machine's speed).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.settings import Settings, local_path
+from lakehouse.storage.catalog import STREAM_PROGRESS, Table, pipeline_tables
+from tests.conftest import make_settings
+
+PIPELINE = get_pipeline("toll_traffic")
+TABLES = pipeline_tables(PIPELINE)
+# Processing-time columns: they differ between any two runs.
+VOLATILE = {"ingested_at", "quarantined_at", "updated_at", "started_at", "duration_ms"}
+# Recent event times: maintenance expires log hours older than the retention, measured from now.
+START = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0, tzinfo=None)
+# An hour of toll events with every defect, in 6 files: 6 micro-batches of one file each.
+CONFIG = GeneratorConfig(
+    events=600,
+    seed=11,
+    start=START,
+    rate=0.18,
+    late_fraction=0.05,
+    late_delay="3m",
+    duplicate_fraction=0.03,
+    malformed_fraction=0.03,
+    events_per_file=100,
+)
+SPAN = timedelta(hours=1)
+# The backfill recomputes the first half hour from the log; the stream (and its corrections) serve the rest.
+BACKFILL_RANGE = (START, START + timedelta(minutes=30))
+BACKFILL_CHUNK = "10m"
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%S")
+
+
+JOB_COMMANDS = {
+    "stream": ("stream", "--available-now", "--max-files-per-trigger", "1"),
+    "backfill": ("backfill", "--start", _iso(BACKFILL_RANGE[0]), "--end", _iso(BACKFILL_RANGE[1]))
+    + ("--source", "log", "--chunk", BACKFILL_CHUNK),
+    "correct": ("correct",),
+    "maintain": ("maintain",),
+}
+
+
+@dataclasses.dataclass
+class Job:
+    """One of the loop's jobs: its current process and what befell its runs."""
+
+    name: str
+    command: tuple[str, ...]
+    process: subprocess.Popen | None = None
+    started_at: float = 0.0
+    runs: int = 0
+    clean_exits: int = 0
+    kills: list[float] = dataclasses.field(default_factory=list)  # seconds into the run it was killed at
+
+    def start(self, env: dict[str, str], log_dir: Path) -> None:
+        self.runs += 1
+        stderr = (log_dir / f"{self.name}-{self.runs:03d}.log").open("w")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "lakehouse.cli", *self.command],
+            env=env,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=stderr,
+        )
+        stderr.close()
+        self.started_at = time.monotonic()
+
+    def kill(self) -> None:
+        os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+        self.kills.append(round(time.monotonic() - self.started_at, 1))
+
+    def ended_cleanly(self, log_dir: Path) -> bool:
+        """True once, when the current run has ended cleanly (the job then has no process); a run that
+        fails without a kill is an error: a conflict or a crash that reached the user."""
+        code = self.process.poll() if self.process else None
+        if code is None:
+            return False
+        if code != 0:
+            tail = (log_dir / f"{self.name}-{self.runs:03d}.log").read_text()[-3000:]
+            raise ChaosFailure(f"{self.name} (run {self.runs}) failed with exit code {code}:\n{tail}")
+        self.clean_exits += 1
+        self.process = None
+        return True
+
+
+class ChaosFailure(AssertionError):
+    pass
+
+
+@dataclasses.dataclass(frozen=True)
+class ScriptedKill:
+    """Kill ``job`` as soon as ``table`` has ``commits`` commit files: a chosen point between two
+    writes of a micro-batch. Commit 0 creates the table, so (bronze, 3) falls right after batch 2's
+    bronze write, before its other writes."""
+
+    job: str
+    table: Table
+    commits: int
+
+
+@dataclasses.dataclass(frozen=True)
+class ChaosPlan:
+    """How much chaos: ``kills`` SIGKILLs in all; the scripted ones first, then one at a random
+    moment every ``gap`` seconds (drawn uniformly) on a random running job."""
+
+    seed: int
+    kills: int
+    scripted: tuple[ScriptedKill, ...] = ()
+    gap: tuple[float, float] = (3.0, 15.0)
+    timeout_s: float = 3600.0
+
+
+# The stream between its writes: right after a batch's bronze append, after a quarantine append,
+# and after a batch's progress row. (The crash between the MERGE into __speed and the progress row,
+# a window of milliseconds, is tests/test_kafka.py's, which stops the stream there.)
+BETWEEN_WRITES = (
+    ScriptedKill("stream", TABLES.bronze, 3),
+    ScriptedKill("stream", TABLES.quarantine, 4),
+    ScriptedKill("stream", STREAM_PROGRESS, 5),
+)
+
+
+def shared_log(root: Path) -> dict[str, str]:
+    """Generate the loop's log once under ``root``; both runs read it (LAKEHOUSE_LOG_URI)."""
+    log_home = make_settings(root / "log-home")
+    generate(log_home, CONFIG)
+    return {"LAKEHOUSE_LOG_URI": log_home.log_uri}
+
+
+def job_env(home: Path, log: dict[str, str]) -> dict[str, str]:
+    from lakehouse.storage.spark import QUICK_START_JAVA_OPTIONS
+
+    return {
+        **os.environ,
+        "LAKEHOUSE_DRIVER_JAVA_OPTIONS": os.environ.get("LAKEHOUSE_DRIVER_JAVA_OPTIONS", QUICK_START_JAVA_OPTIONS),
+        "LAKEHOUSE_HOME": str(home),
+        "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
+        **log,
+    }
+
+
+class ChaosLoop:
+    """The four jobs at once in one home, and the kills of a plan among them."""
+
+    def __init__(self, plan: ChaosPlan, home: Path, log: dict[str, str]):
+        self.plan, self.rng = plan, random.Random(plan.seed)
+        self.env, self.settings = job_env(home, log), make_settings(home, **log)
+        self.log_dir = home.parent / f"{home.name}-logs"
+        self.jobs = {name: Job(name, command) for name, command in JOB_COMMANDS.items()}
+        self.killed, self.next_kill = 0, 0.0
+
+    def run(self) -> dict:
+        """Kill and start again until the plan's kills are spent (a job that ends meanwhile starts
+        again, so that every job can be hit), then let each job end cleanly; what happened."""
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        for job in self.jobs.values():
+            job.start(self.env, self.log_dir)
+        began = time.monotonic()
+        self.next_kill = began + self.rng.uniform(*self.plan.gap)
+        try:
+            while any(job.process for job in self.jobs.values()):
+                if time.monotonic() - began > self.plan.timeout_s:
+                    raise ChaosFailure(f"the loop ran past {self.plan.timeout_s:.0f} s, after {self.killed} kills")
+                for job in self.jobs.values():
+                    if job.ended_cleanly(self.log_dir) and self.killed < self.plan.kills:
+                        job.start(self.env, self.log_dir)
+                if self.killed < self.plan.kills and (victim := self._victim()):
+                    victim.kill()
+                    victim.start(self.env, self.log_dir)
+                    self.killed += 1
+                    self.next_kill = time.monotonic() + self.rng.uniform(*self.plan.gap)
+                time.sleep(0.05)
+        finally:
+            for job in self.jobs.values():
+                if job.process and job.process.poll() is None:
+                    os.killpg(job.process.pid, signal.SIGKILL)
+        return _report(self.plan, list(self.jobs.values()), time.monotonic() - began)
+
+    def _victim(self) -> Job | None:
+        """The job to kill now, if any: the next scripted kill once its commit is there, else a
+        random running job once the random moment has come."""
+        if self.killed < len(self.plan.scripted):
+            point = self.plan.scripted[self.killed]
+            job = self.jobs[point.job]
+            return job if job.process and commits(self.settings, point.table) >= point.commits else None
+        if time.monotonic() < self.next_kill:
+            return None
+        return self.rng.choice([job for job in self.jobs.values() if job.process])
+
+
+def kill_after(
+    settings: Settings, env: dict[str, str], table: Table, target_commits: int, timeout: float = 240
+) -> None:
+    """Start the stream (one file per trigger) and SIGKILL it, driver and JVM, once ``table`` has
+    ``target_commits`` commit files."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lakehouse.cli", *JOB_COMMANDS["stream"]],
+        env=env,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    deadline = time.time() + timeout
+    try:
+        while commits(settings, table) < target_commits:
+            if process.poll() is not None:
+                raise ChaosFailure(f"stream ended before the kill point: {process.stderr.read().decode()[-2000:]}")
+            if time.time() > deadline:
+                raise ChaosFailure(f"kill point {table.qualified_name}@{target_commits} not reached")
+            time.sleep(0.02)
+    finally:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.wait()
+
+
+def commits(settings: Settings, table: Table) -> int:
+    """The table's commit files: in a local folder, or through boto3 in object storage."""
+    uri = table.uri(settings)
+    if uri.startswith("s3a://"):
+        from lakehouse.storage import object_store
+
+        bucket, key = object_store.split(f"{uri}/_delta_log/")
+        s3 = object_store.client(settings)
+        try:
+            listed = s3.list_objects_v2(Bucket=bucket, Prefix=key)
+        except s3.exceptions.NoSuchBucket:  # the job has not created it yet
+            return 0
+        return sum(item["Key"].endswith(".json") for item in listed.get("Contents", []))
+    log_dir = local_path(uri) / "_delta_log"
+    return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
+
+
+def _report(plan: ChaosPlan, jobs: list[Job], seconds: float) -> dict:
+    return {
+        "seed": plan.seed,
+        "kills": sum(len(job.kills) for job in jobs),
+        "seconds": round(seconds, 1),
+        "jobs": {
+            job.name: {"runs": job.runs, "clean_exits": job.clean_exits, "killed_at_seconds": job.kills} for job in jobs
+        },
+    }
+
+
+def clean_run(spark, settings: Settings) -> None:
+    """The same jobs once each, one after the other, in this process: what the loop must end with."""
+    from lakehouse.layers.batch import BatchLayer
+    from lakehouse.layers.corrections import CorrectionRun
+    from lakehouse.layers.speed import run_speed_layer
+    from lakehouse.storage.maintenance import maintain
+
+    run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
+    BatchLayer(spark, settings, PIPELINE).backfill(*BACKFILL_RANGE, source="log", chunk=BACKFILL_CHUNK)
+    CorrectionRun(spark, settings, PIPELINE).run()
+    maintain(spark, settings, PIPELINE, datetime.now(UTC))
+
+
+def settle(spark, settings: Settings) -> None:
+    """After the loop: one more correction, as the next scheduled one would, for late events the
+    stream read after the loop's last correction had ended."""
+    from lakehouse.layers.corrections import CorrectionRun
+
+    CorrectionRun(spark, settings, PIPELINE).run()
+
+
+def main() -> None:
+    """`make chaos`: a long loop (CHAOS_KILLS, default 100; CHAOS_SEED, default random) and its checks."""
+    from lakehouse.storage.spark import build_spark_session
+    from tests.test_chaos import check_against_clean_run
+
+    seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 32))
+    plan = ChaosPlan(seed=seed, kills=int(os.environ.get("CHAOS_KILLS", "100")), scripted=BETWEEN_WRITES)
+    print(f"chaos loop: seed {seed} (replay with CHAOS_SEED={seed}), {plan.kills} kills", flush=True)
+    root = Path(os.environ.get("CHAOS_DIR", "test-artifacts/chaos")).resolve()
+    subprocess.run(["rm", "-rf", str(root)], check=True)
+    log = shared_log(root)
+    report = ChaosLoop(plan, root / "chaos", log).run()
+    spark = build_spark_session(make_settings(root / "session"), "chaos-checks")
+    report["checks"] = check_against_clean_run(spark, root, log)
+    out = Path("test-artifacts/chaos.json")
+    out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
