@@ -13,6 +13,7 @@ from pyspark.testing import assertDataFrameEqual
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers.batch import chunk_replacement
 from lakehouse.layers.speed import window_dates_of
+from lakehouse.settings import local_path
 from lakehouse.storage.catalog import ensure_table, pipeline_tables
 from lakehouse.storage.writers import append_stamped_once, replace_where, upsert_once
 from tests.conftest import make_settings
@@ -381,3 +382,19 @@ def test_table_version_is_the_latest_commit_even_one_made_outside_this_jvm(spark
     assert table_version(spark, uri) == 1 == DeltaTable.forPath(spark, uri).history(1).first()["version"]
     with pytest.raises(LakehouseError, match="missing is not a Delta table"):
         table_version(spark, str(tmp_path / "missing"))
+
+
+def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_again(spark, tmp_path, monkeypatch):
+    """A job killed while creating a table leaves a ``_delta_log`` folder with no commit: Delta then
+    refuses to create a table there ("not empty and also not a Delta table"), and would for every
+    job after. The next job clears what the killed one left, once no other job's commit comes."""
+    from lakehouse.storage import catalog
+
+    settings = make_settings(tmp_path / "home")
+    location = local_path(catalog.BACKFILL_RUNS.uri(settings))
+    (location / "_delta_log" / "_staged_commits").mkdir(parents=True)
+    (location / "_delta_log" / ".00000000000000000000.json.3f1c.tmp").write_text('{"commitInfo":')
+    monkeypatch.setattr(catalog, "CREATION_WAIT_S", 0.5)
+    catalog.ensure_table(spark, catalog.BACKFILL_RUNS, settings)
+    assert catalog.table_in_storage(catalog.BACKFILL_RUNS.uri(settings))
+    assert spark.read.format("delta").load(catalog.BACKFILL_RUNS.uri(settings)).count() == 0

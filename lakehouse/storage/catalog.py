@@ -7,6 +7,8 @@ own in-memory catalog, so any number of JVMs (stream, batch, SQL) can use them a
 from __future__ import annotations
 
 import dataclasses
+import shutil
+import time
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
@@ -15,7 +17,7 @@ from lakehouse.dataflow.pipelines import DIMENSIONS, PIPELINES, WINDOW_JOINS
 from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
 from lakehouse.dataflow.window_joins import window_join_sql
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings
+from lakehouse.settings import Settings, local_path
 from lakehouse.storage.spark import is_remote
 from lakehouse.vocabulary import AccumulationMode, Layer
 
@@ -456,18 +458,56 @@ def create_table_sql(table: Table, uri: str) -> str:
 
 
 def ensure_table(spark: SparkSession, table: Table, settings: Settings) -> None:
-    """Create the table at its location unless it exists. Safe when two jobs race to create it."""
+    """Create the table at its location unless it exists. Safe when jobs race to create it, and
+    after a job was killed while creating it."""
     uri = table.uri(settings)
     if table_exists(spark, uri):
         return
+    failure = None
     try:
         spark.sql(create_table_sql(table, uri))
-    except Exception:
-        # Another job created it between our check and our commit (Delta reports a protocol
-        # change): fine if it now exists. Spark's own check would answer from the snapshot it
-        # cached before, which has no commit (found by the chaos loop, tests/test_chaos.py).
-        if not table_in_storage(uri):
-            raise
+    except Exception as error:
+        failure = error
+    # Whether it exists now is asked of storage: Spark would answer from the snapshot it cached
+    # before, which has no commit. Another job may have created it first (Delta reports a protocol
+    # change) or be creating it (the location is not empty yet has no commit); and a `_delta_log`
+    # folder with no commit, left by a job killed while creating the table, makes CREATE TABLE IF
+    # NOT EXISTS do nothing at all. All three found by the chaos loop (tests/test_chaos.py).
+    if _created_meanwhile(uri):
+        return
+    if _clear_uncommitted_log(uri):
+        spark.sql(create_table_sql(table, uri))
+        if table_in_storage(uri):
+            return
+    raise failure or LakehouseError(f"the table at {uri} could not be created: its location holds something else")
+
+
+# A racing job's commit 0 lands within moments of its folder; this long, it is not coming.
+CREATION_WAIT_S = 30.0
+
+
+def _created_meanwhile(uri: str) -> bool:
+    deadline = time.monotonic() + CREATION_WAIT_S
+    while not table_in_storage(uri):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+def _clear_uncommitted_log(uri: str) -> bool:
+    """Remove what a creation killed before its first commit left behind (a ``_delta_log`` folder
+    with no commit, and nothing else at the location), so that the table can be created. Local
+    tables only; True when something was removed."""
+    if not uri.startswith("file:"):
+        return False
+    location = local_path(uri)
+    log = location / "_delta_log"
+    leftovers = [entry for entry in location.iterdir() if entry != log] if location.is_dir() else []
+    if not log.is_dir() or leftovers or any(log.glob("*.json")):
+        return False
+    shutil.rmtree(log)
+    return True
 
 
 def ensure_pipeline_tables(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> PipelineTables:
