@@ -65,6 +65,7 @@ def _default_home() -> Path:
 _DURATION_FIELDS = (
     "trigger_interval",
     "dedupe_horizon",
+    "unterminated_file_grace",
     "backfill_max_range",
     "log_retention",
     "vacuum_retention",
@@ -142,9 +143,8 @@ class Settings:
     # Extra options for the driver JVM (local mode: the only JVM); short jobs on small data may prefer
     # a quick-starting JIT (docs/operations.md, "Short jobs").
     driver_java_options: str = ""
-    # The JVM's class-data sharing archive of the classes the jobs load, made by ``make setup``
-    # (lakehouse.class_archive): a JVM maps them instead of loading and verifying them again, so
-    # Spark starts in about half the time and CPU. Used when the file exists; empty turns it off.
+    # The JVM's class-data sharing archive of the jobs' classes, made by ``make setup`` (lakehouse.
+    # class_archive): Spark starts in about half the time and CPU. Empty turns it off.
     class_archive: str = str(PROJECT_ROOT / ".cache" / "jvm" / "classes.jsa")
     trigger_interval: str = "5s"
     # Files per micro-batch for the speed layer (0: no limit). Bounds batch size, and with 1 makes
@@ -158,6 +158,8 @@ class Settings:
     # How far (in event time) the speed layer searches bronze for an earlier copy of an event id: a
     # copy carries the original's event time, and the horizon bounds each micro-batch's bronze scan.
     dedupe_horizon: str = "1h"
+    # How long a batch waits for a local log file's last line to end (docs/design.md, "Validation").
+    unterminated_file_grace: str = "30s"
     # Per-run overrides of the pipeline's declared lateness (None: the pipeline's own).
     watermark_delay: str | None = None
     allowed_lateness: str | None = None
@@ -190,9 +192,8 @@ class Settings:
     metastore_password: str = dataclasses.field(default="", repr=False)
     # auto: lakehouse sql goes through this home's service when it is up; embedded; or sc://host:port.
     sql_route: str = SqlRoute.AUTO
-    # How old a table's state the service's SQL sessions may answer from while Delta refreshes it in
-    # the background: queries skip the check for new commits by other processes (the stream, a
-    # spark-submit job) for this long. Writes through the service are seen at once; jobs read exact.
+    # How old a table's state the service's SQL may answer from while Delta refreshes it in the
+    # background (other processes' commits); its own writes are seen at once, jobs read exact.
     sql_staleness: str = "2s"
     # Jobs as Spark Connect clients of a service (sc://host:port) instead of a JVM each; they write
     # with its write token (this one, or the service's write-token file in this home).

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import threading
+import time
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, example, given
@@ -206,7 +209,8 @@ def test_hostile_files_through_the_stream_give_every_line_one_fate(spark, settin
     _write(hour, "20260105T080003000000Z-bom.jsonl", b"\xef\xbb\xbf" + _event(event_id="e-4").encode() + b"\n")
     _write(hour, "20260105T080004000000Z-empty.jsonl", b"")
     _write(hour, "20260105T080005000000Z-binary.jsonl", bytes(b for b in range(256) if b not in b"\r\n"))
-    run_speed_layer(spark, settings, PIPELINE, available_now=True)
+    # Two files end without a newline: written long ago as far as the stream knows (no grace to wait).
+    run_speed_layer(spark, settings.replace(unterminated_file_grace="0s"), PIPELINE, available_now=True)
 
     status = pipeline_status(settings, PIPELINE)
     assert status.balanced and status.read == 6
@@ -220,3 +224,56 @@ def test_hostile_files_through_the_stream_give_every_line_one_fate(spark, settin
         ("latin1.jsonl", "missing_field:bridge_id"),
     ]
     assert '{"event_id": "caf\ufffd"}' in {row.raw for row in quarantine}
+
+
+def _cut_off_file(settings, event_ids: tuple[str, str]) -> tuple[Path, bytes]:
+    """A log file as a producer writing it in place leaves it mid-way: one whole line, then half of
+    the next; returns the file, and the rest of that line."""
+    hour = local_path(settings.pipeline_log_uri(PIPELINE.topic)) / partition_dir(datetime(2026, 1, 5, 8))
+    hour.mkdir(parents=True)
+    whole, cut = _event(event_id=event_ids[0]).encode(), _event(event_id=event_ids[1]).encode()
+    path = hour / "20260105T080001000000Z-in-place.jsonl"
+    path.write_bytes(whole + b"\n" + cut[:40])
+    return path, cut[40:] + b"\n"
+
+
+def _event_ids(spark, table, settings) -> list[str]:
+    return sorted(row.event_id for row in spark.read.format("delta").load(table.uri(settings)).collect())
+
+
+@pytest.mark.slow
+def test_a_file_still_being_written_is_held_back_until_its_last_line_ends(spark, settings, monkeypatch, capfd):
+    from lakehouse.layers import speed
+
+    path, rest = _cut_off_file(settings, ("e-1", "e-2"))
+    batch_reached_it = threading.Event()
+    real_wait = speed.wait_for_line_ends
+
+    def wait_for_line_ends(files, grace_s):
+        batch_reached_it.set()  # the micro-batch has planned the file, cut off
+        return real_wait(files, grace_s)
+
+    def producer_finishes():
+        batch_reached_it.wait(300)
+        time.sleep(2)
+        with path.open("ab") as file:
+            file.write(rest)
+
+    monkeypatch.setattr(speed, "wait_for_line_ends", wait_for_line_ends)
+    threading.Thread(target=producer_finishes).start()
+    run_speed_layer(spark, settings.replace(unterminated_file_grace="120s"), PIPELINE, available_now=True)
+    tables = pipeline_tables(PIPELINE)
+    assert _event_ids(spark, tables.bronze, settings) == ["e-1", "e-2"]
+    assert _event_ids(spark, tables.quarantine, settings) == []
+    assert "held back a micro-batch for files with no final newline yet" in capfd.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_file_left_cut_off_is_read_as_it_is_once_the_grace_period_has_passed(spark, settings):
+    _cut_off_file(settings, ("e-1", "e-2"))
+    run_speed_layer(spark, settings.replace(unterminated_file_grace="2s"), PIPELINE, available_now=True)
+    tables = pipeline_tables(PIPELINE)
+    assert _event_ids(spark, tables.bronze, settings) == ["e-1"]
+    quarantined = spark.read.format("delta").load(tables.quarantine.uri(settings)).collect()
+    assert [(row.reason, len(row.raw)) for row in quarantined] == [("bad_json", 40)]
+    assert pipeline_status(settings, PIPELINE).balanced

@@ -30,14 +30,14 @@ from tests.oracle import gold_rows, run_oracle, truth
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
 START = datetime(2026, 1, 5, 8)
-# Three deliveries of two files each, an hour apart: the stream reads one, meets a fault, resumes.
+# Three deliveries of one file each, an hour apart: the stream reads one, meets a fault, resumes.
 PHASES = [
     GeneratorConfig(
         events=300,
         seed=seed,
         start=START + timedelta(hours=hour),
         rate=0.2,
-        events_per_file=150,
+        events_per_file=400,
         late_fraction=0.05,
         late_delay="3m",
         duplicate_fraction=0.03,
@@ -157,7 +157,7 @@ def test_a_full_disk_stops_the_stream_with_a_clear_message_and_it_resumes_once_f
     for name, value in {"LAKEHOUSE_HOME": settings.home, "LAKEHOUSE_LOG_URI": log_home.log_uri}.items():
         monkeypatch.setenv(name, str(value))
     monkeypatch.setenv("LAKEHOUSE_SHUFFLE_PARTITIONS", "2")
-    # Room for the tables' creation and a micro-batch or two (a small file takes a 4 KB block), then none.
+    # Room for the tables' creation and about a micro-batch (a small file takes a 4 KB block), then none.
     ballast = small_disk / "ballast"
     ballast.write_bytes(b"\0" * (shutil.disk_usage(small_disk).free - 300_000))
     code, error = lakehouse(capsys, *STREAM)

@@ -10,6 +10,7 @@ Its state lives in ``ops.stream_progress``, so a replayed batch sees exactly wha
 from __future__ import annotations
 
 import dataclasses
+import sys
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -41,6 +42,7 @@ from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pi
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.faults import check_checkpoint
 from lakehouse.storage.log import log_glob
+from lakehouse.storage.log_files import wait_for_line_ends
 from lakehouse.storage.ops_tables import append_arrow_stamped_once, append_rows_stamped_once, arrow_at
 from lakehouse.storage.spark import session_confs
 from lakehouse.storage.writers import append_stamped_once, upsert_once
@@ -112,9 +114,26 @@ def log_stream(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> D
         reader = reader.option("maxFilesPerTrigger", settings.max_files_per_trigger)
     elif max_bytes:
         reader = reader.option("maxBytesPerTrigger", max_bytes)
-    return reader.load(log_glob(settings, pipeline.topic)).select(
-        "value", F.col("_metadata.file_path").alias("source_file")
-    )
+    return _lines(reader.load(log_glob(settings, pipeline.topic)))
+
+
+def _lines(text: DataFrame) -> DataFrame:
+    """Spark's text source as the speed layer reads it: each line, and the file it came from."""
+    return text.select("value", F.col("_metadata.file_path").alias("source_file"))
+
+
+def whole_files(spark: SparkSession, files: list[str], settings: Settings) -> DataFrame | None:
+    """A micro-batch's lines read again, if a file in it was still being written (None if none was):
+    Spark fixed each file's length when it planned the batch, so a file whose last line had no
+    newline yet was read cut off. Waits until each such file ends its line, or has not changed for
+    ``unterminated_file_grace`` (a producer that died: its cut-off line is quarantined), before any
+    write (docs/design.md, "Validation")."""
+    grace = parse_duration(settings.unterminated_file_grace).total_seconds()
+    waited = wait_for_line_ends(files, grace)
+    if not waited:
+        return None
+    print(f"held back a micro-batch for files with no final newline yet: {', '.join(waited)}", file=sys.stderr)
+    return _lines(spark.read.format("text").load(files))
 
 
 def _shuffle_partitions(spark: SparkSession) -> int:
@@ -199,9 +218,9 @@ class SpeedLayer:
     def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
         started = time.time()
         last_committed, self._last_committed = self._last_committed, None
-        parsed = tx.parse_events(raw, self.pipeline).persist()
+        parsed, summary = self._parse(raw)
         try:
-            batch = self._micro_batch(raw.sparkSession, parsed, batch_id, last_committed)
+            batch = self._micro_batch(raw.sparkSession, parsed, summary, batch_id, last_committed)
             with session_confs(batch.spark, code_generation_for(batch.summary["input_rows"])):
                 counts, next_state = self._label_and_write(batch)
         finally:
@@ -221,6 +240,18 @@ class SpeedLayer:
         # Only a batch that committed everything hands its state on; after a failure the next
         # attempt reads the pane log again.
         self._pane_state = CarriedPaneState(batch.app_id, batch_id + 1, next_state)
+
+    def _parse(self, raw: DataFrame) -> tuple[DataFrame, dict]:
+        """The batch's lines parsed (cached) and summed up; read again whole if a file in it was
+        still being written (see whole_files)."""
+        parsed = tx.parse_events(raw, self.pipeline).persist()
+        summary = summarise(parsed, self.pipeline)
+        again = whole_files(raw.sparkSession, summary["source_files"], self.settings)
+        if again is None:
+            return parsed, summary
+        parsed.unpersist()
+        parsed = tx.parse_events(again, self.pipeline).persist()
+        return parsed, summarise(parsed, self.pipeline)
 
     def _label_and_write(self, batch: MicroBatch) -> tuple[dict[str, int], DataFrame]:
         """Give the batch's events their fates and write bronze, quarantine and the panes; returns the
@@ -245,13 +276,25 @@ class SpeedLayer:
             fates.unpersist()
 
     def _micro_batch(
-        self, spark: SparkSession, parsed: DataFrame, batch_id: int, last_committed: CommittedBatch | None
+        self,
+        spark: SparkSession,
+        parsed: DataFrame,
+        summary: dict,
+        batch_id: int,
+        last_committed: CommittedBatch | None,
     ) -> MicroBatch:
         """The batch's ids, summary and watermark; until it commits, a run of it again (after a
-        failure) must look for its own rows."""
+        failure) must look for its own rows.
+
+        Args:
+            spark: the batch's session.
+            parsed: the batch's parsed lines.
+            summary: what ``summarise`` found in them.
+            batch_id: the micro-batch's id.
+            last_committed: the batch this layer committed last in this process (None: none yet).
+        """
         app_id = self.app_id
         first_attempt = last_committed is not None and last_committed.precedes(app_id, batch_id)
-        summary = summarise(parsed, self.pipeline)
         max_before = (
             last_committed.max_event_time
             if first_attempt

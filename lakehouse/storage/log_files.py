@@ -1,6 +1,6 @@
 """Where the file log's files live: a local folder or an S3 prefix, behind one small interface.
 
-Both keep the producer contract the readers rely on (docs/design.md, "The retained log"): a file
+Both keep the producer contract the readers rely on (docs/design.md, "Validation"): a file
 appears whole or not at all. Locally it is written beside the log and renamed in; on S3 an object
 is visible only once its PUT has completed. Listings need no JVM: ``os.scandir`` locally, boto3 on
 S3 (ListObjectsV2 with ``/`` as delimiter, so an hour folder is one prefix and never opened).
@@ -14,6 +14,7 @@ import shutil
 import time
 from datetime import UTC
 from pathlib import Path
+from urllib.parse import unquote
 
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, local_path, to_uri
@@ -140,3 +141,38 @@ def local_entries(uri: str) -> list[Entry]:
         return []
     with os.scandir(folder) as entries:
         return [Entry(e.name, to_uri(e.path), e.is_dir(), e.stat().st_mtime_ns // 1_000_000) for e in entries]
+
+
+LINE_ENDS = (b"\n", b"\r")
+
+
+def unterminated_files(uris: list[str]) -> dict[str, float]:
+    """The local files among ``uris`` whose last byte is not a line end, with the time (epoch
+    seconds) each last changed: a producer may still be writing them in place. Objects in S3 appear
+    whole (a PUT is atomic) and are not looked at."""
+    found = {}
+    for uri in uris:
+        if not uri.startswith("file:"):
+            continue
+        try:
+            with open(local_path(unquote(uri)), "rb") as file:  # Spark's URIs are percent-encoded
+                size = file.seek(0, os.SEEK_END)
+                if size:
+                    file.seek(size - 1)
+                    if file.read(1) not in LINE_ENDS:
+                        found[uri] = os.fstat(file.fileno()).st_mtime
+        except FileNotFoundError:  # removed since it was listed: the read reports it
+            continue
+    return found
+
+
+def wait_for_line_ends(uris: list[str], grace_s: float, poll_s: float = 0.5) -> list[str]:
+    """Wait until each file of ``uris`` ends with a line end, or has not changed for ``grace_s``
+    seconds; returns the files that were waited for (empty: none had to be)."""
+    waited: list[str] = []
+    while pending := {
+        uri: changed for uri, changed in unterminated_files(uris).items() if time.time() - changed < grace_s
+    }:
+        waited += [uri for uri in pending if uri not in waited]
+        time.sleep(poll_s)
+    return waited
