@@ -126,13 +126,13 @@ class ScriptedKill:
 
 @dataclasses.dataclass(frozen=True)
 class ChaosPlan:
-    """How much chaos: ``kills`` SIGKILLs in all; the scripted ones first, then one at a random
-    moment every ``gap`` seconds (drawn uniformly) on a random running job."""
+    """How much chaos: ``kills`` SIGKILLs in all: the scripted ones, each when its point comes, and
+    the others on a random running job at random moments, ``gap`` seconds apart (drawn uniformly)."""
 
     seed: int
     kills: int
     scripted: tuple[ScriptedKill, ...] = ()
-    gap: tuple[float, float] = (3.0, 15.0)
+    gap: tuple[float, float] = (2.0, 10.0)
     timeout_s: float = 3600.0
 
 
@@ -173,28 +173,32 @@ class ChaosLoop:
         self.env, self.settings = job_env(home, log), make_settings(home, **log)
         self.log_dir = home.parent / f"{home.name}-logs"
         self.jobs = {name: Job(name, command) for name, command in JOB_COMMANDS.items()}
-        self.killed, self.next_kill = 0, 0.0
+        self.scripted_done, self.random_done, self.next_kill = 0, 0, 0.0
+
+    @property
+    def kills_left(self) -> int:
+        return self.plan.kills - self.scripted_done - self.random_done
 
     def run(self) -> dict:
-        """Kill and start again until the plan's kills are spent (a job that ends meanwhile starts
-        again, so that every job can be hit), then let each job end cleanly; what happened."""
+        """Kill and start again until the plan's kills are spent, then let each job end cleanly;
+        what happened. A job that ends cleanly stays ended, unless none runs while kills remain:
+        then a random one starts again, so that there is something to kill."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
         for job in self.jobs.values():
             job.start(self.env, self.log_dir)
         began = time.monotonic()
         self.next_kill = began + self.rng.uniform(*self.plan.gap)
         try:
-            while any(job.process for job in self.jobs.values()):
+            while self.kills_left or any(job.process for job in self.jobs.values()):
                 if time.monotonic() - began > self.plan.timeout_s:
-                    raise ChaosFailure(f"the loop ran past {self.plan.timeout_s:.0f} s, after {self.killed} kills")
+                    raise ChaosFailure(f"the loop ran past {self.plan.timeout_s:.0f} s, {self.kills_left} kills left")
                 for job in self.jobs.values():
-                    if job.ended_cleanly(self.log_dir) and self.killed < self.plan.kills:
-                        job.start(self.env, self.log_dir)
-                if self.killed < self.plan.kills and (victim := self._victim()):
+                    job.ended_cleanly(self.log_dir)
+                if self.kills_left and not any(job.process for job in self.jobs.values()):
+                    self.rng.choice(list(self.jobs.values())).start(self.env, self.log_dir)
+                if victim := self._victim():
                     victim.kill()
                     victim.start(self.env, self.log_dir)
-                    self.killed += 1
-                    self.next_kill = time.monotonic() + self.rng.uniform(*self.plan.gap)
                 time.sleep(0.05)
         finally:
             for job in self.jobs.values():
@@ -203,15 +207,23 @@ class ChaosLoop:
         return _report(self.plan, list(self.jobs.values()), time.monotonic() - began)
 
     def _victim(self) -> Job | None:
-        """The job to kill now, if any: the next scripted kill once its commit is there, else a
-        random running job once the random moment has come."""
-        if self.killed < len(self.plan.scripted):
-            point = self.plan.scripted[self.killed]
+        """The job to kill now, if any: the next scripted kill once its commit is there; meanwhile,
+        once the random moment has come, a random running job."""
+        if self.scripted_done < len(self.plan.scripted):
+            point = self.plan.scripted[self.scripted_done]
             job = self.jobs[point.job]
-            return job if job.process and commits(self.settings, point.table) >= point.commits else None
-        if time.monotonic() < self.next_kill:
+            if job.process and commits(self.settings, point.table) >= point.commits:
+                self.scripted_done += 1
+                return job
+        random_kills = self.plan.kills - len(self.plan.scripted)
+        if self.random_done >= random_kills or time.monotonic() < self.next_kill:
             return None
-        return self.rng.choice([job for job in self.jobs.values() if job.process])
+        running = [job for job in self.jobs.values() if job.process]
+        if not running:
+            return None
+        self.random_done += 1
+        self.next_kill = time.monotonic() + self.rng.uniform(*self.plan.gap)
+        return self.rng.choice(running)
 
 
 def kill_after(
