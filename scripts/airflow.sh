@@ -153,22 +153,35 @@ start_postgres() {
     fi
 }
 
+# Airflow's scheduler and dag-processor exit when their database goes away: a PostgreSQL restart with
+# 20 s of downtime ended both (the api-server stays up; its requests fail meanwhile). Nothing would
+# run again until someone noticed, so each process runs under a loop that starts it again after it
+# exits, as a service manager's Restart=always would.
+RESTART_DELAY_S=5
+EXITED="exited with code"
+
 start_process() {
     local name="$1"; shift
     if [ -f "$RUN/$name.pid" ] && kill -0 "$(cat "$RUN/$name.pid")" 2>/dev/null; then
         return
     fi
-    # Each in its own session, so stop can end it with its children (task processes, spark-submit).
-    setsid "$VENV/bin/airflow" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
+    # Each in its own session, so stop can end it with its children (task processes, spark-submit)
+    # and the loop around it.
+    setsid bash -c 'while true; do
+            "$@"
+            echo "scripts/airflow.sh: airflow $2 '"$EXITED"' $?; starting it again in '"$RESTART_DELAY_S"' s"
+            sleep '"$RESTART_DELAY_S"'
+        done' supervise "$VENV/bin/airflow" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
     echo $! > "$RUN/$name.pid"
 }
 
 wait_for_api() {
     for _ in $(seq 1 180); do
-        if curl -fsS "http://127.0.0.1:$PORT/api/v2/monitor/health" >/dev/null 2>&1; then
+        if curl -fsS --max-time 5 "http://127.0.0.1:$PORT/api/v2/monitor/health" >/dev/null 2>&1; then
             return 0
         fi
-        if ! kill -0 "$(cat "$RUN/api-server.pid")" 2>/dev/null; then
+        # An api-server that cannot start (a port taken, say) would only be started again and again.
+        if grep -q "$EXITED" "$LOGS/api-server.log"; then
             tail -n 40 "$LOGS/api-server.log"; echo "api-server exited" >&2; return 1
         fi
         sleep 1
@@ -202,7 +215,7 @@ PY
     start_process api-server api-server --port "$PORT"
     start_process scheduler scheduler
     start_process dag-processor dag-processor
-    wait_for_api
+    wait_for_api || { stop >/dev/null; exit 1; }
     echo "Airflow is up: http://127.0.0.1:$PORT  (users admin, operator, viewer; logs in $LOGS)"
     while read -r user password; do
         [ -n "$user" ] && echo "Generated $user password (shown once; kept in $PASSWORDS): $password"

@@ -1,12 +1,13 @@
 """End to end on a real Airflow (PostgreSQL, api-server, scheduler, dag-processor, LocalExecutor)
 started by the project's own script, driven through REST API v2 with a JWT: backfills from the
 trigger parameters, Airflow's own backfills of the scheduled batch layer, authentication,
-validation, and a chunk's Spark process killed mid-write."""
+validation, a chunk's Spark process killed mid-write, and PostgreSQL restarted during a run."""
 
 from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import time
@@ -206,10 +207,38 @@ def test_bad_parameters_get_a_validation_error_and_create_no_run(live):
     assert len(client.runs("lakehouse_backfill")) == before
 
 
-def test_a_backfill_triggered_through_the_api_fills_the_batch_layer_with_the_truth(spark, live):
+# How long PostgreSQL stays down in the restart test: long enough for the scheduler's loop, the
+# api-server and the running task's heartbeats all to meet a refused connection.
+DATABASE_DOWNTIME_S = 20
+
+
+def restart_postgres(down_for: float) -> None:
+    """Stop Airflow's PostgreSQL as its administrator would (fast mode: every open session is cut),
+    and start it again ``down_for`` seconds later with the options it ran with."""
+    pg_ctl = str(sorted(Path("/usr/lib/postgresql").glob("*/bin/pg_ctl"))[-1])
+    as_owner = ["runuser", "-u", "postgres", "--"] if os.getuid() == 0 else []  # as scripts/airflow.sh runs it
+    data = AIRFLOW_HOME / "postgres"
+    options = shlex.split((data / "postmaster.opts").read_text())[3:]  # after the binary and its -D
+    control = [*as_owner, pg_ctl, "-D", str(data), "-w"]
+    subprocess.run([*control, "-m", "fast", "stop"], check=True, capture_output=True, timeout=120)
+    time.sleep(down_for)
+    start = [*control, "-l", str(data / "server.log"), "-o", shlex.join(options), "start"]
+    subprocess.run(start, check=True, capture_output=True, timeout=120)
+
+
+def wait_for_spark_job(label: str) -> None:
+    deadline = time.monotonic() + RUN_TIMEOUT
+    while not spark_jobs_of(label):
+        assert time.monotonic() < deadline, f"no Spark job of {label} started"
+        time.sleep(0.2)
+
+
+def test_a_backfill_triggered_through_the_api_survives_a_database_restart_and_fills_the_batch_layer_once(spark, live):
     client, settings, oracle = live
     client.unpause("lakehouse_backfill")
     start, end = HOUR0, HOUR0 + timedelta(hours=2)
+    batch_log = local_path(TABLES.batch.uri(settings)) / "_delta_log"
+    versions_before = len(list(batch_log.glob("*.json")))
     run_id = client.as_user("operator").trigger(
         "lakehouse_backfill",
         {
@@ -222,8 +251,15 @@ def test_a_backfill_triggered_through_the_api_fills_the_batch_layer_with_the_tru
             "dry_run": False,
         },
     )
+    # PostgreSQL goes down and comes back while the first chunk's Spark job runs: the scheduler,
+    # the api-server and the task lose their connections mid-run.
+    wait_for_spark_job(f"{run_id}|{iso(start)}")
+    restart_postgres(down_for=DATABASE_DOWNTIME_S)
     assert client.wait_for("lakehouse_backfill", run_id) == "success"
     assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, start, end)
+    assert len(list(batch_log.glob("*.json"))) - versions_before == 2, "each chunk commits once"
+    tries = [t["try_number"] for t in client.task_instances("lakehouse_backfill", run_id)]
+    print(f"tries of its tasks: {tries}")
     summary = client.xcom("lakehouse_backfill", run_id, "summarise")
     assert (summary["chunks_planned"], summary["chunks_recomputed"], summary["chunks_skipped"]) == (2, 2, 0)
     assert summary["rows_written"] == len(truth(oracle, start, end))
