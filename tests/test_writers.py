@@ -398,3 +398,22 @@ def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_ag
     catalog.ensure_table(spark, catalog.BACKFILL_RUNS, settings)
     assert catalog.table_in_storage(catalog.BACKFILL_RUNS.uri(settings))
     assert spark.read.format("delta").load(catalog.BACKFILL_RUNS.uri(settings)).count() == 0
+
+
+def test_a_creation_that_fails_for_another_reason_is_raised_without_waiting_for_a_racing_job(
+    spark, tmp_path, monkeypatch
+):
+    from lakehouse.storage import catalog
+
+    settings = make_settings(tmp_path / "home")
+    location = local_path(catalog.BACKFILL_RUNS.uri(settings))
+    location.parent.mkdir(parents=True)
+    location.write_text("a file where the table's folder should be")
+
+    def waited(uri):
+        raise AssertionError(f"waited for a job creating {uri}")
+
+    monkeypatch.setattr(catalog, "_created_meanwhile", waited)
+    with pytest.raises(Exception) as raised:
+        catalog.ensure_table(spark, catalog.BACKFILL_RUNS, settings)
+    assert not isinstance(raised.value, AssertionError), raised.value

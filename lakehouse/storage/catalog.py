@@ -473,7 +473,7 @@ def ensure_table(spark: SparkSession, table: Table, settings: Settings) -> None:
     # change) or be creating it (the location is not empty yet has no commit); and a `_delta_log`
     # folder with no commit, left by a job killed while creating the table, makes CREATE TABLE IF
     # NOT EXISTS do nothing at all. All three found by the chaos loop (tests/test_chaos.py).
-    if _created_meanwhile(uri):
+    if table_in_storage(uri) or (_creation_under_way(uri) and _created_meanwhile(uri)):
         return
     if _clear_uncommitted_log(uri):
         spark.sql(create_table_sql(table, uri))
@@ -484,6 +484,16 @@ def ensure_table(spark: SparkSession, table: Table, settings: Settings) -> None:
 
 # A racing job's commit 0 lands within moments of its folder; this long, it is not coming.
 CREATION_WAIT_S = 30.0
+
+
+def _creation_under_way(uri: str) -> bool:
+    """Whether another job may be creating the table now: its ``_delta_log`` changed within the
+    wait. Any other failure (a location that is a file, a permission) is raised without waiting.
+    Remote locations are taken to be under way: their folders carry no times."""
+    if not uri.startswith("file:"):
+        return True
+    log = local_path(uri) / "_delta_log"
+    return log.is_dir() and time.time() - log.stat().st_mtime < CREATION_WAIT_S
 
 
 def _created_meanwhile(uri: str) -> bool:
