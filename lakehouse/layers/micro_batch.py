@@ -9,6 +9,7 @@ so a replayed batch computes what its first attempt computed.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -100,9 +101,10 @@ def count_fates(fates: DataFrame) -> dict[str, int]:
     )
 
 
-def before_batch(app_id: str, batch_id: int) -> Column:
-    """Rows written by earlier batches: a replayed batch must not find its own earlier write."""
-    return ~((F.col("app_id") == app_id) & (F.col("batch_id") >= batch_id))
+def before_batch(app_id: str, batch_id: int, column: Callable = F.col):
+    """Rows written by earlier batches: a replayed batch must not find its own earlier write.
+    ``column`` names a column: ``F.col`` for a Spark filter, ``pyarrow.dataset.field`` for delta-rs."""
+    return ~((column("app_id") == app_id) & (column("batch_id") >= batch_id))
 
 
 def seen_event_ids(
@@ -150,8 +152,7 @@ def max_event_time_before(settings: Settings, pipeline: Pipeline, app_id: str, b
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
-    earlier = ~((ds.field("app_id") == app_id) & (ds.field("batch_id") >= batch_id))
-    mine = (ds.field("pipeline") == pipeline.name) & earlier
+    mine = (ds.field("pipeline") == pipeline.name) & before_batch(app_id, batch_id, ds.field)
     progress = arrow_at(STREAM_PROGRESS.uri(settings), ["max_event_time"], mine, settings)
     latest = pc.max(progress["max_event_time"]).as_py() if progress is not None else None
     return latest.astimezone(UTC).replace(tzinfo=None) if latest else None
