@@ -58,6 +58,22 @@ class Reprocess(StrEnum):
     REDO = "redo"
 
 
+class CorrectionChange(StrEnum):
+    """A row of ``audit.corrections``: the value served before (retracted) or the recomputed one."""
+
+    RETRACT = "retract"
+    INSERT = "insert"
+
+
+class FeedChange(StrEnum):
+    """Delta's change data feed: the ``_change_type`` of each row it returns."""
+
+    INSERT = "insert"
+    UPDATE_PREIMAGE = "update_preimage"
+    UPDATE_POSTIMAGE = "update_postimage"
+    DELETE = "delete"
+
+
 class RunStatus(StrEnum):
     """The life of a batch run (backfill or correction) in its ops table."""
 

@@ -31,9 +31,10 @@ from lakehouse.storage.catalog import (
     table_version,
 )
 from lakehouse.storage.ops_tables import append_rows
-from lakehouse.vocabulary import Layer
+from lakehouse.vocabulary import FeedChange, Layer
 
-CHANGED_ROWS = ("update_postimage", "delete", "insert")
+# A row as it is after the change, or gone: what a repair did to it.
+CHANGED_ROWS = (FeedChange.UPDATE_POSTIMAGE, FeedChange.DELETE, FeedChange.INSERT)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -61,7 +61,7 @@ from lakehouse.storage.dimensions import dimension_pins, pin_name, with_dimensio
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write, read_log
 from lakehouse.storage.ops_tables import append_rows
-from lakehouse.vocabulary import EXPLAINING_CAUSES, AuditTarget, Cause, Layer, Verdict, choices
+from lakehouse.vocabulary import EXPLAINING_CAUSES, AuditTarget, Cause, CorrectionChange, Layer, Verdict, choices
 
 
 @dataclasses.dataclass(frozen=True)
@@ -299,7 +299,7 @@ class PinnedReads:
             return None
         return (
             _at(self.spark, CORRECTIONS, self.settings, self.pins["corrections"])
-            .where((F.col("pipeline") == self.pipeline.name) & (F.col("change") == "insert"))
+            .where((F.col("pipeline") == self.pipeline.name) & (F.col("change") == CorrectionChange.INSERT))
             .select("window_start", "window_end", F.to_json("key").alias("_key_json"))
             .distinct()
         )

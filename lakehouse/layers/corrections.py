@@ -37,7 +37,7 @@ from lakehouse.storage.catalog import (
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.writers import append_once, replace_where
-from lakehouse.vocabulary import Fate, RunStatus
+from lakehouse.vocabulary import CorrectionChange, Fate, FeedChange, RunStatus
 
 
 @dataclasses.dataclass
@@ -107,10 +107,16 @@ def correction_log_rows(changed: DataFrame, pipeline: Pipeline, run_id: str) -> 
         _key_map(pipeline).alias("key"),
     ]
     retract = changed.where(had_old).select(
-        *common, F.lit("retract").alias("change"), _values_map(pipeline, "_old_").alias("values"), "late_events"
+        *common,
+        F.lit(CorrectionChange.RETRACT).alias("change"),
+        _values_map(pipeline, "_old_").alias("values"),
+        "late_events",
     )
     insert = changed.where(has_new).select(
-        *common, F.lit("insert").alias("change"), _values_map(pipeline, "_new_").alias("values"), "late_events"
+        *common,
+        F.lit(CorrectionChange.INSERT).alias("change"),
+        _values_map(pipeline, "_new_").alias("values"),
+        "late_events",
     )
     return (
         retract.unionByName(insert)
@@ -207,7 +213,7 @@ class CorrectionRun:
             .option("endingVersion", result.bronze_to_version)
             .load(self.tables.bronze.uri(self.settings))
         )
-        late = changes.where((F.col("_change_type") == "insert") & (F.col("fate") == Fate.LATE))
+        late = changes.where((F.col("_change_type") == FeedChange.INSERT) & (F.col("fate") == Fate.LATE))
         return with_dimensions(self.spark, self.settings, self.pipeline, late.select(*self.pipeline.field_names))
 
     def _correct(self, late: DataFrame, result: CorrectionResult) -> None:
