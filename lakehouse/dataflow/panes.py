@@ -43,22 +43,34 @@ def latest_panes(panes: DataFrame, pipeline: Pipeline) -> DataFrame:
     )
 
 
-def advance_state(state: DataFrame, panes: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """The state after a batch: ``latest_panes`` of the pane log once ``panes`` are appended to it.
+def advance_state(state, panes, pipeline: Pipeline):
+    """The state after a batch, as Arrow tables (a few hundred rows, kept in the driver): the state is
+    ``latest_panes`` of the pane log once ``panes`` are appended to it.
 
     A window the batch emitted a pane for takes that pane (and has fired if it fired before or
     fires now); a withdrawn session drops out; every other window keeps its state.
+
+    Args:
+        state: the latest pane of each live window before the batch (``pane_state_before``).
+        panes: the panes the batch emitted, as written to the pane log.
+        pipeline: the pipeline the rows belong to.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
     keys = window_key(pipeline)
-    fired_before = state.select(*keys, F.col("fired").alias("_fired_before"))
-    emitted = panes.join(fired_before, on=keys, how="left").select(
-        *pipeline.gold_columns,
-        "pane_index",
-        ((F.col("timing") != PaneTiming.EARLY) | F.coalesce(F.col("_fired_before"), F.lit(False))).alias("fired"),
-        "is_retraction",
+    fired_before = state.select([*keys, "fired"]).rename_columns([*keys, "_fired_before"])
+    emitted = (
+        panes.filter(pc.invert(panes["is_retraction"]))
+        .select([*pipeline.gold_columns, "pane_index", "timing"])
+        .join(fired_before, keys=keys, join_type="left outer")
     )
-    kept = state.join(panes.select(*keys), on=keys, how="left_anti")
-    return kept.unionByName(emitted.where(~F.col("is_retraction")).drop("is_retraction"))
+    fired = pc.or_(
+        pc.not_equal(emitted["timing"], PaneTiming.EARLY.value), pc.fill_null(emitted["_fired_before"], False)
+    )
+    emitted = emitted.append_column("fired", fired).select(state.column_names).cast(state.schema)
+    kept = state.join(panes.select(keys), keys=keys, join_type="left anti").select(state.column_names)
+    return pa.concat_tables([kept, emitted])
 
 
 def pane_timing(on_time_watermark: datetime | None, fired_before: Column) -> Column:

@@ -12,6 +12,8 @@ import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -44,11 +46,13 @@ class CommittedBatch:
 @dataclasses.dataclass(frozen=True)
 class CarriedPaneState:
     """The pane state a committed batch hands on: the latest pane of each live window, for batch
-    ``batch_id`` of stream ``app_id`` (any other batch reads the pane log again)."""
+    ``batch_id`` of stream ``app_id`` (any other batch reads the pane log again). An Arrow table in
+    the driver: a few hundred rows, and a Spark frame of it would cost a job a batch to cut it from
+    the lineage of the batches before."""
 
     app_id: str
     batch_id: int
-    state: DataFrame
+    state: pa.Table
 
     def is_for(self, app_id: str, batch_id: int) -> bool:
         return (self.app_id, self.batch_id) == (app_id, batch_id)
@@ -94,11 +98,16 @@ def summarise(parsed: DataFrame, pipeline: Pipeline) -> dict:
     return summary
 
 
+ACCEPTED_FATES = (Fate.ON_TIME, Fate.LATE, Fate.DUPLICATE)  # a valid record's fates
+
+
+def fate_counts() -> list[Column]:
+    """Aggregates counting a batch's valid events by fate, one column named after each fate."""
+    return [F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in ACCEPTED_FATES]
+
+
 def count_fates(fates: DataFrame) -> dict[str, int]:
-    accepted_fates = (Fate.ON_TIME, Fate.LATE, Fate.DUPLICATE)
-    return (
-        fates.agg(*[F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in accepted_fates]).first().asDict()
-    )
+    return fates.agg(*fate_counts()).first().asDict()
 
 
 def before_batch(app_id: str, batch_id: int, column: Callable = F.col):
@@ -158,12 +167,26 @@ def max_event_time_before(settings: Settings, pipeline: Pipeline, app_id: str, b
     return latest.astimezone(UTC).replace(tzinfo=None) if latest else None
 
 
-def live_windows(panes: DataFrame, watermark: datetime | None, pipeline: Pipeline) -> DataFrame:
+def live_since(watermark: datetime | None, pipeline: Pipeline) -> datetime | None:
     """Windows that ended before the watermark are closed: on-time events cannot reach them, and their
-    ON_TIME pane has fired. A session can still absorb one that ended within a gap of it."""
-    if watermark is None:
-        return panes
-    return panes.where(F.col("window_end") > F.lit(watermark - pipeline.window.gap_delta))
+    ON_TIME pane has fired. A session can still absorb one that ended within a gap of it. So a
+    window is live while it ends after this moment (None: every window is)."""
+    return None if watermark is None else watermark - pipeline.window.gap_delta
+
+
+def live_windows(panes: DataFrame, watermark: datetime | None, pipeline: Pipeline) -> DataFrame:
+    """The rows of ``panes`` whose window is live (``live_since``)."""
+    since = live_since(watermark, pipeline)
+    return panes if since is None else panes.where(F.col("window_end") > F.lit(since))
+
+
+def live_windows_of(state: pa.Table, watermark: datetime | None, pipeline: Pipeline) -> pa.Table:
+    """The rows of an Arrow pane state whose window is live (``live_since``)."""
+    since = live_since(watermark, pipeline)
+    if since is None:
+        return state
+    window_end = state.schema.field("window_end").type
+    return state.filter(pc.greater(state["window_end"], pa.scalar(since, pa.timestamp("us")).cast(window_end)))
 
 
 def next_panes(
@@ -229,8 +252,8 @@ def label_batch_fates(batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, ho
 
 def pane_state_before(
     batch: MicroBatch, carried: CarriedPaneState | None, panes_uri: str, pipeline: Pipeline
-) -> DataFrame:
-    """The latest pane of each live window as of the start of this batch.
+) -> pa.Table:
+    """The latest pane of each live window as of the start of this batch, as Arrow.
 
     Kept in memory from the batch before (``carried``). After a start, a restart or a failed batch it
     is read from the pane log, a read that grows with the log (a file per batch); the two give the
@@ -243,7 +266,7 @@ def pane_state_before(
         pipeline: the pipeline the rows belong to.
     """
     if carried and carried.is_for(batch.app_id, batch.batch_id):
-        return live_windows(carried.state, batch.watermark, pipeline)
+        return live_windows_of(carried.state, batch.watermark, pipeline)
     panes = batch.spark.read.format("delta").load(panes_uri)
     earlier = panes.where(before_batch(batch.app_id, batch.batch_id))
-    return pn.latest_panes(live_windows(earlier, batch.watermark, pipeline), pipeline).localCheckpoint()
+    return pn.latest_panes(live_windows(earlier, batch.watermark, pipeline), pipeline).toArrow()

@@ -15,8 +15,9 @@ import threading
 import time
 from datetime import UTC, datetime, timedelta
 
+import pyarrow as pa
 import pyarrow.dataset as ds
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import eventtime
@@ -29,6 +30,7 @@ from lakehouse.layers.micro_batch import (
     CommittedBatch,
     MicroBatch,
     count_fates,
+    fate_counts,
     label_batch_fates,
     max_event_time_before,
     next_panes,
@@ -136,10 +138,6 @@ def whole_files(spark: SparkSession, files: list[str], settings: Settings) -> Da
     return _lines(spark.read.format("text").load(files))
 
 
-def _shuffle_partitions(spark: SparkSession) -> int:
-    return int(spark.conf.get("spark.sql.shuffle.partitions"))
-
-
 class SpeedLayer:
     def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline, query_id: str | None = None):
         """The speed layer of one pipeline; creates its tables if they are missing.
@@ -201,11 +199,6 @@ class SpeedLayer:
     def app_id(self) -> str:
         self._query_started.wait()
         return f"speed:{self.pipeline.name}:{self._query_id}"
-
-    @property
-    def carried_pane_state(self) -> DataFrame | None:
-        """The pane state the last committed batch handed on to the next (None before the first)."""
-        return self._pane_state.state if self._pane_state else None
 
     # -- one micro-batch ---------------------------------------------------------------------------
 
@@ -269,8 +262,7 @@ class SpeedLayer:
                 parse_duration(self.settings.dedupe_horizon),
             ).persist()
         try:
-            counts = count_fates(fates)
-            self._writer.append_events(batch, fates, counts)
+            counts = self._writer.append_events(batch, fates)
             return counts, self._writer.emit_panes(batch, fates, counts, self._pane_state)
         finally:
             fates.unpersist()
@@ -322,15 +314,27 @@ class BatchWriter:
     tables: PipelineTables
     watermark_delay: str
 
-    def append_events(self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int]) -> None:
-        """Bronze (accepted events) and quarantine, each appended once per batch, whatever the replays.
+    def append_events(self, batch: MicroBatch, fates: DataFrame) -> dict[str, int]:
+        """Bronze (accepted events) and quarantine, each appended once per batch, whatever the replays;
+        returns the events per fate, counted while bronze is written (a Spark job less than counting
+        first), or counted apart when the batch wrote no bronze rows this time.
         (Running the writes in threads was measured: no faster on two cores, the commits are CPU-bound.)"""
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
-        if counts[Fate.ON_TIME] + counts[Fate.LATE]:
-            accepted = fates.where(F.col("fate") != Fate.DUPLICATE).withColumns(
-                {"event_date": F.to_date(pipeline.event_time), **batch.stamp(), "ingested_at": F.current_timestamp()}
+        counted = Observation(f"fates:{batch.app_id}:{batch.batch_id}:{time.monotonic_ns()}")
+        wrote_bronze = False
+        if batch.summary["input_rows"] > batch.summary["quarantined"]:  # valid events, accepted or duplicates
+            accepted = (
+                fates.observe(counted, *fate_counts())
+                .where(F.col("fate") != Fate.DUPLICATE)
+                .withColumns(
+                    {
+                        "event_date": F.to_date(pipeline.event_time),
+                        **batch.stamp(),
+                        "ingested_at": F.current_timestamp(),
+                    }
+                )
             )
-            append_stamped_once(
+            wrote_bronze = append_stamped_once(
                 accepted.select(tables.bronze.columns.fieldNames()),
                 tables.bronze.uri(settings),
                 batch.app_id,
@@ -349,10 +353,11 @@ class BatchWriter:
                 batch.batch_id,
                 first_attempt=batch.first_attempt,
             )
+        return dict(counted.get) if wrote_bronze else count_fates(fates)
 
     def emit_panes(
         self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int], carried: CarriedPaneState | None
-    ) -> DataFrame:
+    ) -> pa.Table:
         """Append the batch's panes to the pane log and MERGE them into ``__speed``, once each; returns
         the pane state the next batch starts from.
 
@@ -366,27 +371,20 @@ class BatchWriter:
         on_time_watermark = eventtime.on_time_watermark(batch.max_event_time, parse_duration(self.watermark_delay))
         state = pane_state_before(batch, carried, self.tables.panes.uri(self.settings), pipeline)
         on_time = with_dimensions(batch.spark, settings, pipeline, fates.where(F.col("fate") == Fate.ON_TIME))
-        panes = next_panes(state, on_time, on_time_watermark, pipeline).persist()
-        try:
-            # The panes come to the driver once, as Arrow, and both writes go through delta-rs: a
-            # batch's panes are a few hundred rows, and Spark's append and MERGE of them cost two
-            # jobs and a snapshot update each (docs/design.md, "Performance notes").
-            emitted = (
-                panes.withColumns({**batch.stamp(), "emitted_at": F.current_timestamp()})
-                .select(tables.panes.columns.fieldNames())
-                .toArrow()
-            )
-            counts["speed_rows"] = emitted.num_rows
-            if emitted.num_rows:
-                self._write_panes(batch, emitted)
-            # Materialised while the panes are still cached, and cut from the lineage of earlier
-            # batches so that planning a batch does not grow with the number before it. Coalesced:
-            # the union adds the panes' partitions to the state's, which would otherwise grow by
-            # one or two partitions, so tasks, per batch.
-            next_state = pn.advance_state(state, panes, pipeline)
-            return next_state.coalesce(_shuffle_partitions(batch.spark)).localCheckpoint()
-        finally:
-            panes.unpersist()
+        panes = next_panes(batch.spark.createDataFrame(state), on_time, on_time_watermark, pipeline)
+        # The panes come to the driver once, as Arrow, and both writes go through delta-rs: a
+        # batch's panes are a few hundred rows, and Spark's append and MERGE of them cost two
+        # jobs and a snapshot update each (docs/design.md, "Performance notes"). The next state
+        # is computed from them there too.
+        emitted = (
+            panes.withColumns({**batch.stamp(), "emitted_at": F.current_timestamp()})
+            .select(tables.panes.columns.fieldNames())
+            .toArrow()
+        )
+        counts["speed_rows"] = emitted.num_rows
+        if emitted.num_rows:
+            self._write_panes(batch, emitted)
+        return pn.advance_state(state, emitted, pipeline)
 
     def _write_panes(self, batch: MicroBatch, emitted) -> None:
         """Append the emitted panes (Arrow, stamped) to the pane log, and set ``__speed`` to them."""

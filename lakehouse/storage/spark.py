@@ -214,6 +214,11 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         # Measured side by side: median micro-batch 5.9 s -> 5.45 s.
         .config("spark.sql.codegen.cache.maxEntries", "1000")
         .config("spark.driver.memory", settings.driver_memory)
+        # PySpark records the Python call site of every column function and DataFrame method in the
+        # JVM, for error messages: four or five py4j round trips each, about a quarter of the 2,100
+        # a micro-batch made (docs/design.md, "Performance notes"). Spark's errors still name the
+        # failing expression; they no longer name the Python line that built it.
+        .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.streaming.stopGracefullyOnShutdown", "true")
         # Executors on a cluster run the Python of this process (its venv, with the platform installed).

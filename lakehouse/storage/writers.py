@@ -97,7 +97,7 @@ def append_stamped_once(
     batch_id: int,
     partition_by: tuple[str, ...] = (),
     first_attempt: bool = False,
-) -> None:
+) -> bool:
     """Append ``rows``, each stamped with ``app_id`` and ``batch_id`` in columns of those names,
     unless the table already holds rows with that stamp.
 
@@ -114,6 +114,9 @@ def append_stamped_once(
         batch_id: the batch, stamped on each row.
         partition_by: the table's partition columns, for its first write.
         first_attempt: the caller knows the batch was not attempted before: nothing to look up.
+
+    Returns:
+        Whether it appended (False: the table held the stamp).
     """
     if not first_attempt:
         spark = rows.sparkSession
@@ -122,8 +125,9 @@ def append_stamped_once(
         # read, however large the table (the stream's session turns skipping off for its scans).
         with session_confs(spark, {"spark.databricks.delta.stats.skipping": "true"}):
             if spark.read.format("delta").load(uri).where(stamp).limit(1).count():
-                return
+                return False
     _appender(rows, partition_by).save(uri)
+    return True
 
 
 def _appender(rows: DataFrame, partition_by: tuple[str, ...]) -> DataFrameWriter:
