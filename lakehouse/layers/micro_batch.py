@@ -101,13 +101,13 @@ def summarise(parsed: DataFrame, pipeline: Pipeline) -> dict:
 ACCEPTED_FATES = (Fate.ON_TIME, Fate.LATE, Fate.DUPLICATE)  # a valid record's fates
 
 
-def fate_counts() -> list[Column]:
+def fate_count_columns() -> list[Column]:
     """Aggregates counting a batch's valid events by fate, one column named after each fate."""
     return [F.count(F.when(F.col("fate") == fate, 1)).alias(fate) for fate in ACCEPTED_FATES]
 
 
 def count_fates(fates: DataFrame) -> dict[str, int]:
-    return fates.agg(*fate_counts()).first().asDict()
+    return fates.agg(*fate_count_columns()).first().asDict()
 
 
 def before_batch(app_id: str, batch_id: int, column: Callable = F.col):

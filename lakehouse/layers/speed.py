@@ -13,6 +13,7 @@ import dataclasses
 import sys
 import threading
 import time
+import uuid
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -30,7 +31,7 @@ from lakehouse.layers.micro_batch import (
     CommittedBatch,
     MicroBatch,
     count_fates,
-    fate_counts,
+    fate_count_columns,
     label_batch_fates,
     max_event_time_before,
     next_panes,
@@ -320,11 +321,11 @@ class BatchWriter:
         first), or counted apart when the batch wrote no bronze rows this time.
         (Running the writes in threads was measured: no faster on two cores, the commits are CPU-bound.)"""
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
-        counted = Observation(f"fates:{batch.app_id}:{batch.batch_id}:{time.monotonic_ns()}")
+        counted = Observation(f"fates_{uuid.uuid4().hex}")  # named as the backfill names its observations
         wrote_bronze = False
         if batch.summary["input_rows"] > batch.summary["quarantined"]:  # valid events, accepted or duplicates
             accepted = (
-                fates.observe(counted, *fate_counts())
+                fates.observe(counted, *fate_count_columns())
                 .where(F.col("fate") != Fate.DUPLICATE)
                 .withColumns(
                     {
