@@ -11,6 +11,12 @@ STAMP := $(VENV)/.installed
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
 
+# A failed step's log: its end, then its first errors last, where a truncated CI log still shows them
+# (a JVM's root cause comes long before the end of its stack traces).
+define show_failure
+{ tail -n 30 $(1); echo "--- the first errors in $(1):"; grep -E 'Error|Exception' $(1) | grep -v '\[cds' | head -n 5; exit 1; }
+endef
+
 $(STAMP): requirements.lock pyproject.toml
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
@@ -19,11 +25,11 @@ $(STAMP): requirements.lock pyproject.toml
 	@mkdir -p .cache
 	@echo "Resolving Spark's Delta JARs from Maven Central into .cache/ivy (once) ..."
 	@$(VENV)/bin/python -m lakehouse.storage.spark > .cache/resolve-jars.log 2>&1 \
-		|| { tail -n 40 .cache/resolve-jars.log; exit 1; }
+		|| $(call show_failure,.cache/resolve-jars.log)
 	@tail -n 1 .cache/resolve-jars.log
 	@echo "Archiving the classes Spark's jobs load, so that each JVM starts in half the time (once, about a minute) ..."
 	@$(VENV)/bin/python -m lakehouse.class_archive > .cache/class-archive.log 2>&1 \
-		|| { tail -n 40 .cache/class-archive.log; exit 1; }
+		|| $(call show_failure,.cache/class-archive.log)
 	@tail -n 1 .cache/class-archive.log
 	@touch $(STAMP)
 

@@ -1,9 +1,10 @@
-"""The JVM class archive: every driver maps it when it exists, and the one ``make setup`` wrote
-matches this machine's JVM and Spark class path."""
+"""The driver JVM's start-up options: the class archive (every driver maps it when it exists, and
+the one ``make setup`` wrote matches this machine's JVM and Spark class path), and the JIT's."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -11,7 +12,12 @@ from pathlib import Path
 import pytest
 
 from lakehouse.settings import Settings
-from lakehouse.storage.spark import ARCHIVE_AT_EXIT, class_archive_options, driver_java_options
+from lakehouse.storage.spark import (
+    ARCHIVE_AT_EXIT,
+    QUICK_START_JAVA_OPTIONS,
+    class_archive_options,
+    driver_java_options,
+)
 
 
 def settings_with(tmp_path: Path, archive: str, java_options: str = "") -> Settings:
@@ -64,3 +70,20 @@ def test_a_lakehouse_command_maps_the_archive_make_setup_wrote(tmp_path):
     )
     assert finished.returncode == 0, finished.stderr[-3000:]
     assert finished.stdout == "one\n1\n"
+
+
+@pytest.mark.spark
+def test_a_quick_start_driver_compiles_huge_methods_with_the_full_code_cache(tmp_path):
+    """With the quick compiler only, the JVM alone reserves 48 MB of code cache: compiled generated
+    code filled that, and a demo task failed with "Out of space in CodeCache for adapters"."""
+    options = driver_java_options(settings_with(tmp_path, "", QUICK_START_JAVA_OPTIONS))
+    java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java") if "JAVA_HOME" in os.environ else "java"
+
+    printed = subprocess.run(
+        [java, *options.split(), "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True
+    ).stdout
+    flags = dict(re.findall(r"^\s*\S+\s+(\w+)\s+:?=\s+(\S+)", printed, re.MULTILINE))
+
+    assert flags["TieredStopAtLevel"] == "1"
+    assert flags["DontCompileHugeMethods"] == "false"
+    assert int(flags["ReservedCodeCacheSize"]) >= 240 * 2**20

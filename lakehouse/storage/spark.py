@@ -145,7 +145,13 @@ TASK_STACK = "-Xss16m"
 # bytes to its bytecode interpreter: a profile of a 1M-line log backfill put 41% of its samples in
 # that one method. Side by side at 1M lines, the parse 34.5 s -> 20 s (from_json alone: 17 s); make
 # bench's backfill from the log 49.5 s -> 34.0 s, 1.94x -> 1.50x the bare Spark job.
-JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods"
+#
+# Compiled, such methods need room: with the quick compiler only (QUICK_START_JAVA_OPTIONS) the JVM
+# reserves 48 MB of code cache instead of 240, and the demo's generated code filled it
+# ("VirtualMachineError: Out of space in CodeCache for adapters" failed make setup's demo in CI, and
+# one run in two here; it peaked at 58 MB after the fix, in 3 runs). So the
+# size is the full JIT's default in either mode; the JVM commits only what it uses.
+JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=240m"
 # What every JVM that runs tasks needs, the driver (local tasks run in it) and any executor.
 TASK_JVM_OPTIONS = f"-Duser.timezone=UTC {TASK_STACK} {JIT_HUGE_METHODS}"
 
