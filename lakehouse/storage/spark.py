@@ -149,8 +149,8 @@ TASK_STACK = "-Xss16m"
 # Compiled, such methods need room: with the quick compiler only (QUICK_START_JAVA_OPTIONS) the JVM
 # reserves 48 MB of code cache instead of 240, and the demo's generated code filled it
 # ("VirtualMachineError: Out of space in CodeCache for adapters" failed make setup's demo in CI, and
-# one run in two here; it peaked at 58 MB after the fix, in 3 runs). So the
-# size is the full JIT's default in either mode; the JVM commits only what it uses.
+# one run in two here; it peaked at 58 MB after the fix, in 3 runs). So the size is the full JIT's
+# default in either mode; the JVM commits only what it uses.
 JIT_HUGE_METHODS = "-XX:-DontCompileHugeMethods -XX:ReservedCodeCacheSize=240m"
 # What every JVM that runs tasks needs, the driver (local tasks run in it) and any executor.
 TASK_JVM_OPTIONS = f"-Duser.timezone=UTC {TASK_STACK} {JIT_HUGE_METHODS}"
