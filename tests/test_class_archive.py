@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from lakehouse.settings import Settings
+from lakehouse.storage.java import java_executable
 from lakehouse.storage.spark import (
     ARCHIVE_AT_EXIT,
     QUICK_START_JAVA_OPTIONS,
@@ -77,10 +78,12 @@ def test_a_quick_start_driver_compiles_huge_methods_with_the_full_code_cache(tmp
     """With the quick compiler only, the JVM alone reserves 48 MB of code cache: compiled generated
     code filled that, and a demo task failed with "Out of space in CodeCache for adapters"."""
     options = driver_java_options(settings_with(tmp_path, "", QUICK_START_JAVA_OPTIONS))
-    java = str(Path(os.environ["JAVA_HOME"]) / "bin" / "java") if "JAVA_HOME" in os.environ else "java"
 
     printed = subprocess.run(
-        [java, *options.split(), "-XX:+PrintFlagsFinal", "-version"], capture_output=True, text=True, check=True
+        [java_executable(), *options.split(), "-XX:+PrintFlagsFinal", "-version"],
+        capture_output=True,
+        text=True,
+        check=True,
     ).stdout
     flags = dict(re.findall(r"^\s*\S+\s+(\w+)\s+:?=\s+(\S+)", printed, re.MULTILINE))
 

@@ -56,9 +56,14 @@ def _download(url: str, target: Path, coordinates: str) -> None:
     os.replace(partial, target)
 
 
-def check_java() -> None:
+def java_executable() -> str | None:
+    """The ``java`` Spark's launcher starts: ``$JAVA_HOME/bin/java``, else the one on the PATH."""
     java_home = os.environ.get("JAVA_HOME")
-    java = str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+    return str(Path(java_home) / "bin" / "java") if java_home else shutil.which("java")
+
+
+def check_java() -> None:
+    java = java_executable()
     if not java or not Path(java).exists():
         raise LakehouseError(
             "Java 17 is required to run Spark but no `java` was found (install a JDK 17 or set JAVA_HOME)"
