@@ -1,4 +1,5 @@
-"""``maintain`` in-process: it compacts and vacuums a table, and stays cheap on a small one."""
+"""``maintain`` in-process: it compacts and vacuums a table, and stays cheap on a small one. And a
+long-lived session keeps the Delta logs of a bounded number of tables in memory."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from datetime import UTC, datetime
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.storage.catalog import BACKFILL_RUNS, ensure_table
 from lakehouse.storage.maintenance import maintain
+from lakehouse.storage.spark import DELTA_LOGS_KEPT
 
 
 def test_maintain_compacts_and_vacuums_a_small_table_in_a_few_hundred_tasks_at_most(spark, settings):
@@ -38,3 +40,13 @@ def test_maintain_compacts_and_vacuums_a_small_table_in_a_few_hundred_tasks_at_m
     # VACUUM lists a table with one task per spark.sql.sources.parallelPartitionDiscovery.parallelism
     # (Spark's default: 10000); the session keeps it at the shuffle partitions (see lakehouse.storage.spark).
     assert tasks < 500, f"maintaining one small table ran {tasks} tasks"
+
+
+def test_a_long_lived_session_keeps_the_delta_logs_of_a_bounded_number_of_tables(spark, tmp_path):
+    """Each table's log Delta keeps costs heap (about 2.4 MB with its snapshot's plans): a session
+    that opens more tables than DELTA_LOGS_KEPT, as a test run does, lets the least recently used go
+    instead of filling the heap (docs/operations.md, "Long-lived sessions")."""
+    delta_log = getattr(getattr(spark._jvm.org.apache.spark.sql.delta, "DeltaLog$"), "MODULE$")
+    for number in range(DELTA_LOGS_KEPT + 20):
+        delta_log.forTable(spark._jsparkSession, str(tmp_path / f"table-{number}"))
+    assert delta_log.cacheSize() <= DELTA_LOGS_KEPT

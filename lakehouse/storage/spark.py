@@ -212,6 +212,10 @@ def session_sql_confs(settings: Settings) -> dict[str, str]:
     }
 
 
+# The most tables whose Delta log a session keeps in memory (see _configured_builder).
+DELTA_LOGS_KEPT = 100
+
+
 def _configured_builder(builder, settings: Settings, app_name: str):
     """The session's configuration, whoever starts the JVM (this process or spark-submit)."""
     builder = (
@@ -228,6 +232,11 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         # Measured side by side: median micro-batch 5.9 s -> 5.45 s.
         .config("spark.sql.codegen.cache.maxEntries", "1000")
         .config("spark.driver.memory", settings.driver_memory)
+        # Delta keeps the log of every table a JVM has opened, with its snapshot's plans, for an
+        # hour after its last use and up to 10,000 tables: about 2.4 MB of heap a table. A session
+        # that opened hundreds (a test run) filled a 2 GB heap until a broadcast join failed for
+        # memory (docs/operations.md, "Long-lived sessions"). A lakehouse has a few dozen tables.
+        .config("spark.databricks.delta.delta.log.cacheSize", str(DELTA_LOGS_KEPT))
         # PySpark records the Python call site of every column function and DataFrame method in the
         # JVM, for error messages: four or five py4j round trips each, about a quarter of the 2,100
         # a micro-batch made (docs/design.md, "Performance notes"). Spark's errors still name the
