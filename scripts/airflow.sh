@@ -155,10 +155,9 @@ start_postgres() {
 
 # Airflow's scheduler and dag-processor exit when their database goes away: a PostgreSQL restart with
 # 20 s of downtime ended both (the api-server stays up; its requests fail meanwhile). Nothing would
-# run again until someone noticed, so each process runs under a loop that starts it again after it
-# exits, as a service manager's Restart=always would.
-RESTART_DELAY_S=5
-EXITED="exited with code"
+# run again until someone noticed, so each process runs under scripts/supervise.sh, which starts it
+# again after it exits, backing off while it keeps failing at once.
+EXITED="exited with code"  # as scripts/supervise.sh logs a process's end
 
 start_process() {
     local name="$1"; shift
@@ -167,11 +166,7 @@ start_process() {
     fi
     # Each in its own session, so stop can end it with its children (task processes, spark-submit)
     # and the loop around it.
-    setsid bash -c 'while true; do
-            "$@"
-            echo "scripts/airflow.sh: airflow $2 '"$EXITED"' $?; starting it again in '"$RESTART_DELAY_S"' s"
-            sleep '"$RESTART_DELAY_S"'
-        done' supervise "$VENV/bin/airflow" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
+    setsid bash "$ROOT/scripts/supervise.sh" "$VENV/bin/airflow" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
     echo $! > "$RUN/$name.pid"
 }
 

@@ -53,3 +53,26 @@ def test_a_failing_step_of_the_airflow_script_names_the_command(tmp_path):
     failed = run_script(tmp_path, "scripts/airflow.sh", "start")
     assert failed.returncode != 0
     assert "scripts/airflow.sh: failed (exit 3) at line" in failed.stderr, failed.stderr
+
+
+def test_the_supervisor_backs_off_while_a_process_fails_at_once_and_starts_over_after_a_steady_run(tmp_path):
+    """scripts/supervise.sh starts a process again each time it exits. While the process fails at
+    once, each delay doubles up to the bound; a run that lasted long enough resets it."""
+    # Runs 1-3 and 5 fail at once, run 4 runs for the steady time first, run 6 ends the supervisor.
+    process = """
+        runs=$(( $(cat runs 2>/dev/null || echo 0) + 1 )); echo "$runs" > runs
+        case "$runs" in 4) sleep 2 ;; 6) kill "$PPID" ;; esac
+        exit 3
+    """
+    timing = {"SUPERVISE_DELAY_S": "1", "SUPERVISE_MAX_DELAY_S": "2", "SUPERVISE_STEADY_S": "2"}
+    supervised = subprocess.run(
+        ["bash", str(PROJECT / "scripts" / "supervise.sh"), "bash", "-c", process],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], **timing},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    restarts = [line for line in supervised.stdout.splitlines() if "exited with code 3" in line]
+    delays = [int(line.split("starting it again in ")[1].split()[0]) for line in restarts]
+    assert delays == [1, 2, 2, 1, 2], supervised.stdout
