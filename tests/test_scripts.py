@@ -61,10 +61,10 @@ def test_the_supervisor_backs_off_while_a_process_fails_at_once_and_starts_over_
     # Runs 1-3 and 5 fail at once, run 4 runs for the steady time first, run 6 ends the supervisor.
     process = """
         runs=$(( $(cat runs 2>/dev/null || echo 0) + 1 )); echo "$runs" > runs
-        case "$runs" in 4) sleep 2 ;; 6) kill "$PPID" ;; esac
+        case "$runs" in 4) sleep 3 ;; 6) kill "$PPID" ;; esac
         exit 3
     """
-    timing = {"SUPERVISE_DELAY_S": "1", "SUPERVISE_MAX_DELAY_S": "2", "SUPERVISE_STEADY_S": "2"}
+    timing = {"SUPERVISE_DELAY_S": "1", "SUPERVISE_MAX_DELAY_S": "2", "SUPERVISE_STEADY_S": "3"}
     supervised = subprocess.run(
         ["bash", str(PROJECT / "scripts" / "supervise.sh"), "bash", "-c", process],
         cwd=tmp_path,
