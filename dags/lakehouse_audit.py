@@ -7,7 +7,7 @@ from datetime import datetime
 from airflow.sdk import dag
 
 from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, hourly_intervals, raise_alert, spark_job
-from lakehouse.ops.orchestration import active_pipelines, session_pipeline_names
+from lakehouse.ops.orchestration import active_pipelines, audited_window_joins, session_pipeline_names
 from lakehouse.settings import Settings
 
 DOC = """
@@ -15,7 +15,9 @@ DOC = """
 
 Runs `lakehouse audit` (`jobs/audit.py`) over the run's data interval for every pipeline: every
 closed window of `gold.<pipeline>__speed` is compared with the truth recomputed from the retained
-log, and each difference gets a cause. The run **fails when a difference is unexplained**; the
+log, and each difference gets a cause. Each windowed join whose two pipelines both run is audited
+too: what the stream joined against the join of both logs' truth. The run **fails when a
+difference is unexplained**; the
 failure appends a row to `ops.alerts` and posts it to the `lakehouse_alerts_webhook` connection
 when one is configured. Results: `audit.reconciliations`, `audit.reconciliation_differences`.
 """
@@ -33,14 +35,17 @@ when one is configured. Results: `audit.reconciliations`, `audit.reconciliation_
     user_defined_macros=USER_DEFINED_MACROS,
 )
 def lakehouse_audit():
+    active = active_pipelines(Settings.from_env())
     # The audit compares fixed windows; a session variant is audited through the pipeline it varies.
-    for pipeline in sorted(set(active_pipelines(Settings.from_env())) - set(session_pipeline_names())):
+    audited = sorted(set(active) - set(session_pipeline_names()))
+    # `lakehouse audit --pipeline <join>` audits a windowed join.
+    for name in audited + audited_window_joins(active):
         spark_job(
-            f"audit_{pipeline}",
+            f"audit_{name}",
             "audit",
             [
                 "--pipeline",
-                pipeline,
+                name,
                 "--start",
                 "{{ data_interval_start.isoformat() }}",
                 "--end",

@@ -182,13 +182,29 @@ def cmd_status(args, settings: Settings) -> None:
     print(render_status(status))
 
 
+# The options of a pipeline's audit, with their defaults (the join's audit takes none of them).
+_PIPELINE_AUDIT_OPTIONS = {
+    "--pins": ("pins", None),
+    "--report": ("report", None),
+    "--target": ("target", AuditTarget.SPEED),
+    "--incremental": ("incremental", False),
+}
+
+
 def _audit_window_join(args, settings: Settings) -> None:
-    """A windowed join's audit: the stream's joined rows against the join of both logs' truth."""
+    """A windowed join's audit: the stream's joined rows against the join of both logs' truth,
+    recorded in the audit tables."""
     from lakehouse.audit.window_join import audit_window_join
     from lakehouse.dataflow.pipelines import WINDOW_JOINS
     from lakehouse.layers.batch import parse_range
 
     join = WINDOW_JOINS[args.pipeline]
+    given = [option for option, value in _PIPELINE_AUDIT_OPTIONS.items() if getattr(args, value[0]) != value[1]]
+    if given:
+        raise LakehouseError(
+            f"{', '.join(given)}: a windowed join's audit compares the stream's joined rows with the truth over "
+            "the whole range; these options apply to a pipeline's audit"
+        )
     start, end = parse_range(args.start, args.end, join.events)
     result = audit_window_join(_spark(settings, f"audit-{join.name}"), settings, join, start, end)
     print(result.summary())

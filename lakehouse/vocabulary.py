@@ -90,6 +90,14 @@ class AuditTarget(StrEnum):
     SERVING = "serving"
 
 
+class AuditMode(StrEnum):
+    """How much an audit compares: every closed window of its range, or only those changed since
+    the last audit's pins."""
+
+    FULL = "full"
+    INCREMENTAL = "incremental"
+
+
 class Verdict(StrEnum):
     """An audited (window, key): equal to the truth, different for named reasons, or not explained."""
 

@@ -57,7 +57,7 @@ def test_dag_files_import_cleanly_fast_and_say_who_owns_them(tmp_path):
     # Airflow's dag-processor imports the modules a DAG file imports once, before parsing
     # ([dag_processor] parsing_pre_import_modules): the operators' own import is not parse time.
     probe = """
-import json
+import json, os
 import airflow.providers.apache.spark.operators.spark_submit, airflow.providers.standard.sensors.time_delta
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder="dags")
@@ -67,12 +67,16 @@ print(json.dumps({
     "dags": {d.dag_id: {"tags": sorted(d.tags), "doc": bool(d.doc_md), "owners": sorted({t.owner for t in d.tasks}),
                         "retries": sorted({t.retries for t in d.tasks})} for d in bag.dags.values()},
 }))
+# With a windowed join's two pipelines running, the audit DAG audits the join too.
+os.environ["LAKEHOUSE_PIPELINES"] = "toll_traffic,toll_traffic_by_zone,zone_temperatures"
+print(json.dumps(DagBag(dag_folder="dags/lakehouse_audit.py").dags["lakehouse_audit"].task_ids))
 """
     env = airflow_env(tmp_path / "airflow", tmp_path / "home")
     out = subprocess.run(
         [sys.executable, "-c", probe], env=env, cwd=PROJECT, capture_output=True, text=True, timeout=300, check=True
     ).stdout
-    report = json.loads(out.strip().splitlines()[-1])
+    # The two JSON lines, without Airflow's log lines between them.
+    report, audits = (json.loads(line) for line in out.splitlines() if line.startswith(("{", "[")))
     assert report["errors"] == {}
     assert set(report["dags"]) == DAG_IDS
     for dag_id, facts in report["dags"].items():
@@ -80,6 +84,8 @@ print(json.dumps({
         assert facts["owners"] == ["lakehouse"], dag_id
         expected_retries = [0] if dag_id == "lakehouse_stream_health" else None
         assert facts["retries"] == expected_retries or min(facts["retries"]) >= 1, dag_id
+    joined = ["audit_toll_traffic", "audit_toll_traffic_by_zone", "audit_toll_weather", "audit_zone_temperatures"]
+    assert sorted(audits) == joined
     print(f"\nparsing all DAG files took {report['seconds']:.2f}s")
     assert report["seconds"] < 1.0, f"parsing all DAG files took {report['seconds']:.2f}s"
 

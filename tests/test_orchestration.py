@@ -183,6 +183,17 @@ def test_a_lag_that_rises_by_less_than_a_trigger_interval_in_all_is_jitter_not_f
     assert not verdict.ok and "falling behind" in verdict.message
 
 
+def test_a_windowed_join_is_audited_when_both_its_pipelines_run():
+    from lakehouse.dataflow.pipelines import WINDOW_JOINS
+    from lakehouse.ops.orchestration import audited_window_joins
+
+    every_side = sorted({side.name for join in WINDOW_JOINS.values() for side in (join.events, join.readings)})
+    assert audited_window_joins(every_side) == sorted(WINDOW_JOINS) == ["toll_weather"]
+    assert audited_window_joins(["toll_traffic_by_zone", "zone_temperatures", "toll_traffic"]) == ["toll_weather"]
+    assert audited_window_joins(["toll_traffic_by_zone", "toll_traffic"]) == []
+    assert audited_window_joins(["zone_temperatures"]) == []
+
+
 def test_scheduled_dags_run_the_configured_pipelines_or_all_shipped_ones():
     from lakehouse.ops.orchestration import active_pipelines
 

@@ -19,9 +19,10 @@ from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.settings import local_path
-from lakehouse.storage.catalog import register_tables
+from lakehouse.storage.catalog import DIFFERENCES, RECONCILIATIONS, register_tables
 from lakehouse.storage.dimensions import apply_change_file
 from lakehouse.storage.log import LogWriter
+from lakehouse.storage.ops_tables import arrow_at
 from tests.oracle import run_oracle
 from tests.test_dimensions import CHANGES, CONFIG, example_event, write_changes
 
@@ -121,6 +122,7 @@ def test_the_worked_example_of_the_design_doc(spark, settings, tmp_path):
         ("08:30", "s3", "explained", ["late_reading"]),
         ("08:30", "unknown", "matched", []),
     ]
+    check_recorded(settings, audit)
 
     correction = CorrectionRun(spark, settings, READINGS).run()
     # The late reading's half hour is recomputed whole: s3's row (new) and s1's (unchanged).
@@ -128,6 +130,25 @@ def test_the_worked_example_of_the_design_doc(spark, settings, tmp_path):
     corrected = stream - {("08:30", "s3", "cold", 1, m("9.0"), "s1")} | {("08:30", "s3", "warm", 1, m("21.0"), "s3")}
     assert joined(spark, "gold.toll_weather") == corrected
     assert joined(spark, "gold.toll_weather__speed") == stream  # what the stream served, kept
+
+
+def check_recorded(settings, audit) -> None:
+    """The worked example's audit, recorded as a pipeline's audit is: its summary, then the row that
+    did not match, with its cause and both values."""
+    [run] = arrow_at(RECONCILIATIONS.uri(settings), settings=settings).to_pylist()
+    counts = ("pipeline", "windows_compared", "open_windows", "matched", "explained_late", "unexplained")
+    assert [run[c] for c in counts] == ["toll_weather", 5, 1, 4, 1, 0]
+    assert dict(run["pins"])["readings.speed"] == audit.pins["readings"]["speed"]
+    [difference] = arrow_at(DIFFERENCES.uri(settings), settings=settings).to_pylist()
+    assert (difference["run_id"], dict(difference["key"]), difference["causes"]) == (
+        run["run_id"],
+        {"zone": "s3"},
+        ["late_reading"],
+    )
+    assert (dict(difference["speed"])["temperature_band"], dict(difference["truth"])["temperature_band"]) == (
+        "cold",
+        "warm",
+    )
 
 
 # -- a generated day part, against an oracle ------------------------------------------------------------

@@ -61,7 +61,16 @@ from lakehouse.storage.dimensions import dimension_pins, pin_name, with_dimensio
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write, read_log
 from lakehouse.storage.ops_tables import append_rows
-from lakehouse.vocabulary import EXPLAINING_CAUSES, AuditTarget, Cause, CorrectionChange, Layer, Verdict, choices
+from lakehouse.vocabulary import (
+    EXPLAINING_CAUSES,
+    AuditMode,
+    AuditTarget,
+    Cause,
+    CorrectionChange,
+    Layer,
+    Verdict,
+    choices,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,7 +99,7 @@ class AuditResult:
     range_end: datetime | None = None
     newest_event_time: datetime | None = None  # in the log, for the range: what fresh speed results reach
     rows: list[dict] = dataclasses.field(default_factory=list, repr=False)  # every closed (window, key)
-    mode: str = "full"
+    mode: str = AuditMode.FULL
     changes_since: dict[str, str] = dataclasses.field(default_factory=dict)
     changed_windows: int | None = None
     target: str = AuditTarget.SPEED
@@ -407,10 +416,10 @@ class Auditor:
         since the previous audit, plus those the watermark closed since then (an unchanged window that
         was open then was never compared)."""
         if not incremental:
-            return Scope("full", {}, F.lit(True), None, start)
+            return Scope(AuditMode.FULL, {}, F.lit(True), None, start)
         previous = _previous_audit(self.spark, self.settings, self.pipeline)
         if previous is None:
-            return Scope("incremental", {}, F.lit(True), None, start)
+            return Scope(AuditMode.INCREMENTAL, {}, F.lit(True), None, start)
         since, in_range = dict(previous.pins), tx.in_window_range(start, end)
         changed = set()
         for part, table in (("speed", self.tables.speed), ("batch", self.tables.batch)):
@@ -422,7 +431,11 @@ class Auditor:
         earliest = [*changed, *([previous.watermark - self.pipeline.window.size_delta] if previous.watermark else [])]
         scoped_start = max(start, min(earliest)) if earliest and previous.watermark else start
         return Scope(
-            "incremental", {k: since[k] for k in ("speed", "batch") if k in since}, windows, len(changed), scoped_start
+            AuditMode.INCREMENTAL,
+            {k: since[k] for k in ("speed", "batch") if k in since},
+            windows,
+            len(changed),
+            scoped_start,
         )
 
 
@@ -437,8 +450,6 @@ def record_audit(spark: SparkSession, settings: Settings, result: AuditResult, s
         result: the audit's outcome (its pipeline, range, counts and per-window rows).
         started: when the audit started (``time.time()``), for its duration.
     """
-    for table in (RECONCILIATIONS, DIFFERENCES):
-        ensure_table(spark, table, settings)
     run = {
         "run_id": result.run_id,
         "pipeline": result.pipeline,
@@ -466,10 +477,25 @@ def record_audit(spark: SparkSession, settings: Settings, result: AuditResult, s
         for row in result.rows
         if row["status"] != Verdict.MATCHED
     ]
+    append_audit_rows(spark, settings, run, differences)
+
+
+def append_audit_rows(spark: SparkSession, settings: Settings, run: dict, differences: list[dict]) -> None:
+    """An audit run's rows: its differences in ``audit.reconciliation_differences``, then its
+    summary in ``audit.reconciliations``, last, so that a summary row means every difference of its
+    run is recorded. Through delta-rs, as the rows are on the driver.
+
+    Args:
+        spark: the session (it creates the tables the first time).
+        settings: where the audit tables live.
+        run: the run's ``audit.reconciliations`` row.
+        differences: its ``audit.reconciliation_differences`` rows (those that did not match).
+    """
+    for table in (RECONCILIATIONS, DIFFERENCES):
+        ensure_table(spark, table, settings)
     # append_rows merges schemas: a table made before a column existed gains it on the first write.
     if differences:
         append_rows(DIFFERENCES.uri(settings), DIFFERENCES.arrow_schema, differences, settings)
-    # The summary row last: a reconciliation row means its differences are all recorded.
     append_rows(RECONCILIATIONS.uri(settings), RECONCILIATIONS.arrow_schema, [run], settings)
 
 

@@ -23,7 +23,7 @@ from lakehouse.audit.reconcile import AuditResult
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, table_exists
-from lakehouse.vocabulary import AuditTarget, Cause, Fate, Layer
+from lakehouse.vocabulary import AuditMode, AuditTarget, Cause, Fate, Layer
 
 CAUSE_COLOURS = {
     Cause.LATE: "#d97706",
@@ -278,7 +278,7 @@ def _verdicts(result: AuditResult, quality: QualityResult | None, report_dir: Pa
 
 
 def _scope(result: AuditResult) -> str:
-    if result.mode != "incremental":
+    if result.mode != AuditMode.INCREMENTAL:
         return ""
     return (
         f"<p>Incremental: {result.changed_windows if result.changed_windows is not None else 'all'} windows changed "

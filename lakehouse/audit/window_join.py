@@ -17,19 +17,21 @@ A window is closed when both sides' watermarks have passed its end.
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
+import time
+import uuid
+from datetime import UTC, datetime
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from lakehouse.audit.reconcile import PinnedReads, current_pins
+from lakehouse.audit.reconcile import PinnedReads, append_audit_rows, current_pins
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline, WindowJoin
 from lakehouse.dataflow.window_joins import window_join_columns, window_join_sql
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.storage.log import earliest_arrival_for
-from lakehouse.vocabulary import Cause, JoinCause, Verdict
+from lakehouse.vocabulary import AuditMode, AuditTarget, Cause, JoinCause, Verdict
 
 # The four answers compared: the stream's, the truth's, the truth's with only on-time events, and
 # the truth's without the events the stream lost.
@@ -44,6 +46,8 @@ class JoinAuditResult:
     watermark: datetime | None  # the earlier of the two sides' watermarks
     pins: dict[str, dict[str, str]]  # per side pipeline
     rows: list[dict]  # every closed row: its key, verdict, causes and each answer's values
+    open_rows: int = 0  # rows of windows a watermark has not closed yet: not compared
+    run_id: str = dataclasses.field(default_factory=lambda: str(uuid.uuid4()))
 
     @property
     def matched(self) -> int:
@@ -131,7 +135,7 @@ def _verdict(join: WindowJoin, row: dict[str, dict | None]) -> tuple[str, list[s
 
 
 def audit_window_join(
-    spark: SparkSession, settings: Settings, join: WindowJoin, start: datetime, end: datetime
+    spark: SparkSession, settings: Settings, join: WindowJoin, start: datetime, end: datetime, record: bool = True
 ) -> JoinAuditResult:
     """Audit the join's windows starting in ``[start, end)`` that both sides' watermarks closed.
 
@@ -141,7 +145,9 @@ def audit_window_join(
         join: the windowed join audited.
         start: first window start audited.
         end: end of the range of window starts (exclusive).
+        record: append the outcome to the audit tables (see ``record_join_audit``).
     """
+    started = time.time()
     sides = {"events": _side(spark, settings, join.events, start, end)}
     sides["readings"] = _side(spark, settings, join.readings, start, end)
     marks = [side.watermark for side in sides.values()]
@@ -150,11 +156,75 @@ def audit_window_join(
     for side in sides.values():
         side.caused.unpersist()
     end_of = join.events.window.size_delta
-    keys = sorted({key for answer in answers.values() for key in answer if watermark and key[0] + end_of <= watermark})
+    every_key = {key for answer in answers.values() for key in answer}
+    keys = sorted(key for key in every_key if watermark and key[0] + end_of <= watermark)
     rows = []
     for window_start, value in keys:
         row = {answer: answers[answer].get((window_start, value)) for answer in answers}
         status, causes = _verdict(join, row)
         rows.append({"window_start": window_start, join.key: value, "status": status, "causes": causes, **row})
     pins = {side: state.pins for side, state in sides.items()}
-    return JoinAuditResult(join.name, start, end, watermark, pins, rows)
+    result = JoinAuditResult(join.name, start, end, watermark, pins, rows, open_rows=len(every_key) - len(keys))
+    if record:
+        record_join_audit(spark, settings, join, result, started)
+    return result
+
+
+def record_join_audit(
+    spark: SparkSession, settings: Settings, join: WindowJoin, result: JoinAuditResult, started: float
+) -> None:
+    """Record the join's audit as a pipeline's audit is recorded: its summary in
+    ``audit.reconciliations`` (every explained row under ``explained_late``: both causes are late
+    data, of one side or the other) and each row that did not match, with its causes, in
+    ``audit.reconciliation_differences``. The pins are each side's, prefixed with the side.
+
+    Args:
+        spark: the session (it creates the audit tables the first time).
+        settings: where the audit tables live.
+        join: the windowed join audited.
+        result: the audit's outcome.
+        started: when the audit started (``time.time()``), for its duration.
+    """
+    explained = sum(row["status"] == Verdict.EXPLAINED for row in result.rows)
+    run = {
+        "run_id": result.run_id,
+        "pipeline": result.join,
+        "range_start": result.start,
+        "range_end": result.end,
+        "pins": {f"{side}.{name}": value for side, pins in result.pins.items() for name, value in pins.items()},
+        "watermark": result.watermark,
+        "windows_compared": len(result.rows),
+        "open_windows": result.open_rows,
+        "matched": result.matched,
+        "explained_late": explained,
+        "explained_not_yet_read": 0,
+        "explained_corrected": 0,
+        "explained_after_batch": 0,
+        "unexplained": len(result.unexplained),
+        "mode": AuditMode.FULL,
+        "target": AuditTarget.SPEED,
+        "started_at": datetime.fromtimestamp(started, tz=UTC),
+        "duration_ms": int((time.time() - started) * 1000),
+    }
+    size = join.events.window.size_delta
+    differences = [
+        {
+            "run_id": result.run_id,
+            "pipeline": result.join,
+            "window_start": row["window_start"],
+            "window_end": row["window_start"] + size,
+            "key": {join.key: row[join.key]},
+            "status": row["status"],
+            "causes": row["causes"],
+            "truth": _as_strings(row[TRUTH]),
+            "speed": _as_strings(row[STREAM]),
+        }
+        for row in result.rows
+        if row["status"] != Verdict.MATCHED
+    ]
+    append_audit_rows(spark, settings, run, differences)
+
+
+def _as_strings(values: dict | None) -> dict[str, str | None] | None:
+    """A row's values as the differences table keeps them: a map of strings (None: no such row)."""
+    return None if values is None else {name: None if v is None else str(v) for name, v in values.items()}

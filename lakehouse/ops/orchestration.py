@@ -7,7 +7,9 @@ cheap), and tasks call it at run time. Spark work happens in ``jobs/`` under spa
 
 from __future__ import annotations
 
+import ast
 import dataclasses
+import functools
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -36,12 +38,20 @@ class DeclaredPipeline:
     joins: bool  # joins a versioned dimension: its recomputation waits for the dimension's changes
 
 
+@functools.cache
+def _pipeline_modules() -> tuple[ast.Module, ...]:
+    """The syntax trees of ``lakehouse/dataflow/pipelines/``, read once per process: a DAG file asks
+    for the declarations several times, and reading them cost 40-60 ms each time."""
+    return tuple(
+        ast.parse(path.read_text()) for path in (Path(__file__).parents[1] / "dataflow" / "pipelines").glob("*.py")
+    )
+
+
 def _declared_pipelines() -> dict[str, DeclaredPipeline]:
     """Each shipped pipeline, read from ``lakehouse/dataflow/pipelines/`` without importing it (a
     pipeline module imports pyspark, too slow for DAG parsing): the ``name=`` of each
     ``Pipeline(...)`` and the name of each ``.variant("...")``, with a ``window=Window(gap=...)``
     or a ``joins=`` among their arguments. A test pins this to ``lakehouse.dataflow.pipelines``."""
-    import ast
 
     def declared(call: ast.Call) -> DeclaredPipeline:
         session = any(
@@ -51,8 +61,8 @@ def _declared_pipelines() -> dict[str, DeclaredPipeline]:
         return DeclaredPipeline(session, any(k.arg == "joins" for k in call.keywords))
 
     pipelines = {}
-    for path in (Path(__file__).parents[1] / "dataflow" / "pipelines").glob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text())):
+    for module in _pipeline_modules():
+        for node in ast.walk(module):
             if not isinstance(node, ast.Call):
                 continue
             called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
@@ -80,6 +90,45 @@ def joining_pipeline_names() -> list[str]:
 
 
 DEFAULT_PIPELINE = "toll_traffic"
+
+
+def _declared_window_joins() -> dict[str, tuple[str, str]]:
+    """Each shipped windowed join's name and its two sides' pipeline names (events, readings), read
+    as ``_declared_pipelines`` reads the pipelines: from module-level assignments, ``X = Pipeline(
+    name=...)`` or ``X = Y.variant("...")``, and the ``events=`` and ``readings=`` of each
+    ``WindowJoin(...)``. A test pins this to ``lakehouse.dataflow.pipelines.WINDOW_JOINS``."""
+
+    def called(node: ast.AST) -> str:
+        if not isinstance(node, ast.Call):
+            return ""
+        return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+    def keyword(call: ast.Call, name: str) -> ast.AST | None:
+        return next((k.value for k in call.keywords if k.arg == name), None)
+
+    assigned: dict[str, ast.Call] = {}
+    for module in _pipeline_modules():
+        for node in module.body:
+            single = isinstance(node, ast.Assign) and len(node.targets) == 1
+            if single and isinstance(node.targets[0], ast.Name) and called(node.value):
+                assigned[node.targets[0].id] = node.value
+    names = {}
+    for variable, call in assigned.items():
+        name = keyword(call, "name") if called(call) == "Pipeline" else (call.args or [None])[0]
+        if isinstance(name, ast.Constant):
+            names[variable] = name.value
+    joins = {}
+    for call in assigned.values():
+        sides = [keyword(call, side) for side in ("events", "readings")]
+        if called(call) == "WindowJoin" and all(isinstance(side, ast.Name) for side in sides):
+            joins[keyword(call, "name").value] = (names[sides[0].id], names[sides[1].id])
+    return joins
+
+
+def audited_window_joins(active: list[str]) -> list[str]:
+    """The shipped windowed joins both of whose sides are among the ``active`` pipelines: the audit
+    DAG audits each, as it audits each pipeline."""
+    return sorted(join for join, sides in _declared_window_joins().items() if set(sides) <= set(active))
 
 
 def active_pipelines(settings: Settings) -> list[str]:
