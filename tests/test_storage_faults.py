@@ -17,12 +17,16 @@ import pytest
 from lakehouse.audit.reconcile import Auditor
 from lakehouse.cli import main
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.errors import LakehouseError
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.serving.status import pipeline_status
-from lakehouse.settings import local_path
+from lakehouse.settings import Settings, local_path, to_uri
 from lakehouse.storage import log as log_module
+from lakehouse.storage import object_store
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
+from lakehouse.storage.faults import check_checkpoint
+from lakehouse.storage.log_files import log_files
 from tests.chaos import VOLATILE
 from tests.conftest import make_settings
 from tests.oracle import gold_rows, run_oracle, truth
@@ -87,40 +91,43 @@ def lakehouse(capsys, *arguments: str) -> tuple[int, str]:
     return code, capsys.readouterr().err.strip()
 
 
-def _newest(folder: Path) -> Path:
-    return max((p for p in folder.glob("[0-9]*")), key=lambda p: int(p.name))
-
-
 def test_damaged_or_missing_checkpoint_and_commit_files_stop_the_stream_until_put_right(
-    spark, uninterrupted, home, capsys
+    spark, uninterrupted, home, object_store_env, monkeypatch, capsys, tmp_path
 ):
-    checkpoint = local_path(home.speed_checkpoint_uri(PIPELINE.name))
+    """The checkpoint in S3 (the local folder's checks are the same code: the test below)."""
+    stored = {**object_store_env, "LAKEHOUSE_CHECKPOINT_URI": f"s3a://faults/{tmp_path.name}/checkpoint"}
+    for name, value in stored.items():
+        monkeypatch.setenv(name, value)
     generate(home, PHASES[0])
     assert lakehouse(capsys, *STREAM) == (0, "")
+    with_s3 = Settings.from_env()
+    checkpoint = log_files(with_s3, with_s3.speed_checkpoint_uri(PIPELINE.name))
+    s3, (bucket, prefix) = checkpoint.s3, object_store.split(checkpoint.uri)
 
     # The newest commit file damaged: the message says to delete it, and the batch runs again.
-    commit = _newest(checkpoint / "commits")
-    commit.write_text('v1\n{"nextBatchWatermarkMs":')
+    commit = f"commits/{_newest_name(checkpoint, 'commits')}"
+    s3.put_object(Bucket=bucket, Key=f"{prefix}/{commit}", Body=b'v1\n{"nextBatchWatermarkMs":')
     generate(home, PHASES[1])
     code, error = lakehouse(capsys, *STREAM)
-    assert code == 2 and f"damaged stream checkpoint: {commit} cannot be read" in error and "delete it" in error
-    commit.unlink()
-    commit.with_name(f".{commit.name}.crc").unlink()
+    assert code == 2 and f"damaged stream checkpoint: {checkpoint.uri}/{commit} cannot be read" in error, error
+    assert "; delete it: the micro-batch it marks runs again" in error  # no checksum file in S3
+    s3.delete_object(Bucket=bucket, Key=f"{prefix}/{commit}")
     assert lakehouse(capsys, *STREAM) == (0, "")
 
     # The newest offsets file damaged: it must be restored (it names the batch's files).
-    offsets = _newest(checkpoint / "offsets")
-    kept = offsets.read_bytes()
-    offsets.write_bytes(kept[:25])  # the .crc beside it is left as it was
+    offsets = f"{prefix}/offsets/{_newest_name(checkpoint, 'offsets')}"
+    kept = s3.get_object(Bucket=bucket, Key=offsets)["Body"].read()
+    s3.put_object(Bucket=bucket, Key=offsets, Body=kept[:25])
     code, error = lakehouse(capsys, *STREAM)
-    assert code == 2 and f"{offsets} cannot be read" in error and "restore it from a backup" in error
-    offsets.write_bytes(kept)
+    assert code == 2 and f"s3a://{bucket}/{offsets} cannot be read" in error and "restore it from a backup" in error
+    s3.put_object(Bucket=bucket, Key=offsets, Body=kept)
 
-    # The whole checkpoint gone while batches have committed: a new query would read everything again.
-    shutil.move(checkpoint, checkpoint.with_name("aside"))
+    # The checkpoint gone (here: the stream pointed at an empty location) while batches have
+    # committed: a new query would read everything again.
+    monkeypatch.setenv("LAKEHOUSE_CHECKPOINT_URI", f"s3a://faults/{tmp_path.name}/elsewhere")
     code, error = lakehouse(capsys, *STREAM)
-    assert code == 2 and "missing stream checkpoint" in error and not checkpoint.exists()
-    shutil.move(checkpoint.with_name("aside"), checkpoint)
+    assert code == 2 and "missing stream checkpoint" in error and "/elsewhere/toll_traffic/speed holds no" in error
+    monkeypatch.setenv("LAKEHOUSE_CHECKPOINT_URI", stored["LAKEHOUSE_CHECKPOINT_URI"])
 
     # bronze's newest commit truncated: Delta's checksum finds it; restored, the stream goes on.
     delta_commit = sorted((local_path(TABLES.bronze.uri(home)) / "_delta_log").glob("*.json"))[-1]
@@ -133,6 +140,45 @@ def test_damaged_or_missing_checkpoint_and_commit_files_stop_the_stream_until_pu
     assert lakehouse(capsys, *STREAM) == (0, "")
 
     assert _tables(spark, home) == _tables(spark, uninterrupted)
+
+
+def _newest_name(files, folder: str) -> int:
+    return max(int(name) for name in files.names(folder) if name.isdigit())
+
+
+def test_a_damaged_or_missing_local_checkpoint_is_named_with_what_to_do(tmp_path):
+    """The checks on a local checkpoint folder, as Spark writes one: each file with Hadoop's checksum."""
+    root = tmp_path / "checkpoint"
+    files = {
+        "metadata": '{"id":"5f0c"}',
+        "offsets/0": 'v1\n{"batchWatermarkMs":0}\n{"logOffset":0}',
+        "offsets/1": 'v1\n{"batchWatermarkMs":0}\n{"logOffset":1}',
+        "commits/0": 'v1\n{"nextBatchWatermarkMs":0}',
+        "commits/1": 'v1\n{"nextBatchWatermarkMs":0}',
+    }
+    for name, text in files.items():
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+        (root / name).with_name(f".{(root / name).name}.crc").write_bytes(b"crc")
+    checkpoint = log_files(make_settings(tmp_path / "home"), to_uri(root))
+    check_checkpoint(checkpoint, committed_batches=2)
+
+    (root / "commits" / "1").write_bytes(b"v1\n\xff\xfe")  # not even text
+    with pytest.raises(LakehouseError) as damaged:
+        check_checkpoint(checkpoint, committed_batches=2)
+    assert f"damaged stream checkpoint: {root}/commits/1 cannot be read" in str(damaged.value)
+    assert f"; delete it and {root}/commits/.1.crc: the micro-batch it marks runs again" in str(damaged.value)
+    (root / "commits" / "1").write_text(files["commits/1"])
+
+    (root / "offsets" / "1").write_text("v1\n{")
+    with pytest.raises(LakehouseError, match=rf"; restore it from a backup \(with {root}/offsets/\.1\.crc\)"):
+        check_checkpoint(checkpoint, committed_batches=2)
+    (root / "offsets" / "1").write_text(files["offsets/1"])
+
+    (root / "metadata").unlink()
+    with pytest.raises(LakehouseError, match=rf"missing stream checkpoint: {root} holds no query, but 2 micro"):
+        check_checkpoint(checkpoint, committed_batches=2)
+    check_checkpoint(checkpoint, committed_batches=0)  # a new stream: nothing to lose
 
 
 @pytest.fixture

@@ -39,13 +39,13 @@ from lakehouse.layers.micro_batch import (
     progress_row,
     summarise,
 )
-from lakehouse.settings import Settings, local_path, parse_size
+from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.faults import check_checkpoint
 from lakehouse.storage.log import log_glob
-from lakehouse.storage.log_files import wait_for_line_ends
+from lakehouse.storage.log_files import log_files, wait_for_line_ends
 from lakehouse.storage.ops_tables import append_arrow_stamped_once, append_rows_stamped_once, arrow_at
 from lakehouse.storage.spark import session_confs
 from lakehouse.storage.writers import append_stamped_once, upsert_once
@@ -187,14 +187,14 @@ class SpeedLayer:
 
     def _check_checkpoint(self) -> None:
         """A damaged checkpoint, or a missing one while batches have committed, stops the stream
-        before Spark reads it (lakehouse.storage.faults). Local checkpoints only: Spark's own errors
-        stand for one in object storage."""
+        before Spark reads it (lakehouse.storage.faults): in a local folder or in S3. Spark's own
+        errors stand for a checkpoint elsewhere (HDFS, say)."""
         uri = self.settings.speed_checkpoint_uri(self.pipeline.name)
-        if "://" in uri and not uri.startswith("file:"):
+        if not uri.startswith(("file:", "s3a://")):
             return
         mine = ds.field("pipeline") == self.pipeline.name
         progress = arrow_at(STREAM_PROGRESS.uri(self.settings), ["batch_id"], mine, self.settings)
-        check_checkpoint(local_path(uri), progress.num_rows if progress is not None else 0)
+        check_checkpoint(log_files(self.settings, uri), progress.num_rows if progress is not None else 0)
 
     @property
     def app_id(self) -> str:

@@ -10,9 +10,10 @@ from __future__ import annotations
 import enum
 import json
 import re
-from pathlib import Path
 
 from lakehouse.errors import LakehouseError
+from lakehouse.settings import local_path
+from lakehouse.storage.log_files import LocalFiles, ObjectFiles
 
 
 class StorageFault(enum.StrEnum):
@@ -67,7 +68,7 @@ def explain(error: BaseException) -> LakehouseError | None:
     return None
 
 
-def check_checkpoint(checkpoint: Path, committed_batches: int) -> None:
+def check_checkpoint(files: LocalFiles | ObjectFiles, committed_batches: int) -> None:
     """Refuse to start a stream whose checkpoint is damaged, or missing while batches have committed.
 
     Spark reads the newest offsets and commit files of a checkpoint when a query starts, and fails
@@ -75,44 +76,57 @@ def check_checkpoint(checkpoint: Path, committed_batches: int) -> None:
     the whole log again, every record a second time.
 
     Args:
-        checkpoint: the stream's local checkpoint folder.
+        files: the stream's checkpoint, a local folder or an S3 prefix (``log_files``).
         committed_batches: micro-batches of this pipeline that ops.stream_progress records.
     """
-    metadata = checkpoint / "metadata"
-    if not metadata.is_file():
+    try:
+        missing = files.read("metadata") is None
+    except ValueError:  # there, but not text: _require_json says so
+        missing = False
+    if missing:
         if committed_batches:
             raise LakehouseError(
-                f"{StorageFault.MISSING_CHECKPOINT}: {checkpoint} holds no query, but {committed_batches} "
+                f"{StorageFault.MISSING_CHECKPOINT}: {_shown(files)} holds no query, but {committed_batches} "
                 "micro-batches of this pipeline have committed: a new query would read the whole log again. "
                 "Restore the checkpoint folder from a backup (to start over instead, use a new home)"
             )
         return
-    _require_json(metadata, metadata.read_text(errors="replace"), header=False)
-    for folder, advice in _ADVICE.items():
-        newest = sorted((p for p in (checkpoint / folder).glob("[0-9]*")), key=lambda p: int(p.name))[-1:]
-        for path in newest:
+    _require_json(files, "metadata", header=False)
+    for folder, (advice, with_checksum) in _ADVICE.items():
+        for batch in sorted(int(name) for name in files.names(folder) if name.isdigit())[-1:]:
             try:
-                _require_json(path, path.read_text(errors="replace"), header=True)
+                _require_json(files, f"{folder}/{batch}", header=True)
             except LakehouseError as damaged:
-                raise LakehouseError(f"{damaged}; {advice.format(crc=path.with_name(f'.{path.name}.crc'))}") from None
+                # Hadoop keeps a checksum beside each local file (none in object storage): it goes too.
+                checksum = f"{folder}/.{batch}.crc"
+                also = with_checksum.format(_shown(files, checksum)) if files.read(checksum) is not None else ""
+                raise LakehouseError(f"{damaged}; {advice.format(also=also)}") from None
 
 
 # What to do about the newest file of each log: an offsets file names the files of the micro-batch
 # in flight, which must not change; the batch a commit file marks done may simply run again.
 _ADVICE = {
-    "offsets": "restore it from a backup (with {crc})",
-    "commits": "delete it and {crc}: the micro-batch it marks runs again and writes each table once",
+    "offsets": ("restore it from a backup{also}", " (with {})"),
+    "commits": ("delete it{also}: the micro-batch it marks runs again and writes each table once", " and {}"),
 }
 
 
-def _require_json(path: Path, text: str, header: bool) -> None:
+def _shown(files: LocalFiles | ObjectFiles, name: str = "") -> str:
+    """A checkpoint file's location as a user finds it: a local path, or its s3a:// URI."""
+    location = f"{files.uri.rstrip('/')}/{name}" if name else files.uri
+    return str(local_path(location)) if location.startswith("file:") else location
+
+
+def _require_json(files: LocalFiles | ObjectFiles, name: str, header: bool) -> None:
     """A checkpoint file: a version line (``v1``) then JSON lines, or one JSON object."""
-    lines = text.splitlines()
     try:
+        lines = (files.read(name) or "").splitlines()
         if header and (not lines or not re.fullmatch(r"v\d+", lines[0])):
             raise ValueError("no version line")
-        for line in lines[1:] if header else [text]:
+        for line in lines[1:] if header else ["\n".join(lines)]:
             if line != "-":  # a source without an offset yet
                 json.loads(line)
-    except ValueError as error:
-        raise LakehouseError(f"{StorageFault.DAMAGED_CHECKPOINT}: {path} cannot be read ({error})") from None
+    except ValueError as error:  # a UnicodeDecodeError too
+        raise LakehouseError(
+            f"{StorageFault.DAMAGED_CHECKPOINT}: {_shown(files, name)} cannot be read ({error})"
+        ) from None
