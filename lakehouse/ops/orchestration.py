@@ -47,6 +47,13 @@ def _pipeline_modules() -> tuple[ast.Module, ...]:
     )
 
 
+def _callee(node: ast.AST) -> str:
+    """The name a call calls (``Pipeline``, ``variant``); "" for anything but a call."""
+    if not isinstance(node, ast.Call):
+        return ""
+    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+
+
 def _declared_pipelines() -> dict[str, DeclaredPipeline]:
     """Each shipped pipeline, read from ``lakehouse/dataflow/pipelines/`` without importing it (a
     pipeline module imports pyspark, too slow for DAG parsing): the ``name=`` of each
@@ -63,9 +70,7 @@ def _declared_pipelines() -> dict[str, DeclaredPipeline]:
     pipelines = {}
     for module in _pipeline_modules():
         for node in ast.walk(module):
-            if not isinstance(node, ast.Call):
-                continue
-            called = node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+            called = _callee(node)
             if called == "Pipeline":
                 names = [k.value.value for k in node.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)]
                 pipelines.update({name: declared(node) for name in names})
@@ -98,11 +103,6 @@ def _declared_window_joins() -> dict[str, tuple[str, str]]:
     name=...)`` or ``X = Y.variant("...")``, and the ``events=`` and ``readings=`` of each
     ``WindowJoin(...)``. A test pins this to ``lakehouse.dataflow.pipelines.WINDOW_JOINS``."""
 
-    def called(node: ast.AST) -> str:
-        if not isinstance(node, ast.Call):
-            return ""
-        return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
-
     def keyword(call: ast.Call, name: str) -> ast.AST | None:
         return next((k.value for k in call.keywords if k.arg == name), None)
 
@@ -110,17 +110,17 @@ def _declared_window_joins() -> dict[str, tuple[str, str]]:
     for module in _pipeline_modules():
         for node in module.body:
             single = isinstance(node, ast.Assign) and len(node.targets) == 1
-            if single and isinstance(node.targets[0], ast.Name) and called(node.value):
+            if single and isinstance(node.targets[0], ast.Name) and _callee(node.value):
                 assigned[node.targets[0].id] = node.value
     names = {}
     for variable, call in assigned.items():
-        name = keyword(call, "name") if called(call) == "Pipeline" else (call.args or [None])[0]
+        name = keyword(call, "name") if _callee(call) == "Pipeline" else (call.args or [None])[0]
         if isinstance(name, ast.Constant):
             names[variable] = name.value
     joins = {}
     for call in assigned.values():
         sides = [keyword(call, side) for side in ("events", "readings")]
-        if called(call) == "WindowJoin" and all(isinstance(side, ast.Name) for side in sides):
+        if _callee(call) == "WindowJoin" and all(isinstance(side, ast.Name) for side in sides):
             joins[keyword(call, "name").value] = (names[sides[0].id], names[sides[1].id])
     return joins
 
