@@ -10,6 +10,8 @@ import re
 import shutil
 import socket
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -43,13 +45,16 @@ def port_is_free(port: int) -> bool:
 
 
 @pytest.fixture(scope="module")
-def checkout(tmp_path_factory) -> Path:
+def checkout() -> Iterator[Path]:
     """A copy of the checkout's files, sharing its installed .venv and its cached JARs (the README's
     `make` finds them up to date), but with its own .lakehouse and .cache/airflow."""
     # The checkout's own venv up to date first: the copy's `make` must find nothing to install (an
     # install from the copy would point the shared venv's editable lakehouse at it).
     subprocess.run(["make", "-s", "setup"], cwd=PROJECT, check=True, capture_output=True)
-    copy = tmp_path_factory.mktemp("newcomer") / "lakehouse"
+    # Outside pytest's temporary root: PostgreSQL runs as its own user and must enter the copy, and
+    # every pytest session that starts makes that root private to its owner again (mode 0700).
+    root = Path(tempfile.mkdtemp(prefix="lakehouse-newcomer-"))
+    copy = root / "lakehouse"
     listed = (
         subprocess.run(
             ["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
@@ -69,9 +74,10 @@ def checkout(tmp_path_factory) -> Path:
     (copy / ".cache").mkdir()
     (copy / ".cache" / "ivy").symlink_to(PROJECT / ".cache" / "ivy")
     # PostgreSQL runs as its own user when the tests run as root: it must be able to enter the copy.
-    for folder in [copy, *copy.parents]:
-        folder.chmod(folder.stat().st_mode | 0o055)
-    return copy
+    for folder in (root, copy):
+        folder.chmod(0o755)
+    yield copy
+    shutil.rmtree(root, ignore_errors=True)
 
 
 def newcomer(checkout: Path, command: str, timeout: int) -> subprocess.CompletedProcess:
