@@ -117,11 +117,13 @@ class ChaosFailure(AssertionError):
 class ScriptedKill:
     """Kill ``job`` as soon as ``table`` has ``commits`` commit files: a chosen point between two
     writes of a micro-batch. Commit 0 creates the table, so (bronze, 3) falls right after batch 2's
-    bronze write, before its other writes."""
+    bronze write, before its other writes. With ``operation``, the point is the next commit of that
+    operation (``VACUUM START``, say) after the kill's turn came, whatever the other jobs commit."""
 
     job: str
     table: Table
-    commits: int
+    commits: int = 1
+    operation: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,10 +141,12 @@ class ChaosPlan:
 # The stream between its writes: right after a batch's bronze append, after a quarantine append,
 # and after a batch's progress row. (The crash between the MERGE into __speed and the progress row,
 # a window of milliseconds, is tests/test_kafka.py's, which stops the stream there.)
+# And maintenance in the middle of a VACUUM: bronze's VACUUM START committed, its VACUUM END not.
 BETWEEN_WRITES = (
     ScriptedKill("stream", TABLES.bronze, 3),
     ScriptedKill("stream", TABLES.quarantine, 4),
     ScriptedKill("stream", STREAM_PROGRESS, 5),
+    ScriptedKill("maintain", TABLES.bronze, operation="VACUUM START"),
 )
 
 
@@ -174,6 +178,7 @@ class ChaosLoop:
         self.log_dir = home.parent / f"{home.name}-logs"
         self.jobs = {name: Job(name, command) for name, command in JOB_COMMANDS.items()}
         self.scripted_done, self.random_done, self.next_kill = 0, 0, 0.0
+        self.operations_before: int | None = None  # the current scripted kill's operation count at its turn
 
     @property
     def kills_left(self) -> int:
@@ -209,12 +214,10 @@ class ChaosLoop:
     def _victim(self) -> Job | None:
         """The job to kill now, if any: the next scripted kill once its commit is there; meanwhile,
         once the random moment has come, a random running job."""
-        if self.scripted_done < len(self.plan.scripted):
-            point = self.plan.scripted[self.scripted_done]
-            job = self.jobs[point.job]
-            if job.process and commits(self.settings, point.table) >= point.commits:
-                self.scripted_done += 1
-                return job
+        if self.scripted_done < len(self.plan.scripted) and self._scripted_point_reached():
+            self.scripted_done += 1
+            self.operations_before = None
+            return self.jobs[self.plan.scripted[self.scripted_done - 1].job]
         random_kills = self.plan.kills - len(self.plan.scripted)
         if self.random_done >= random_kills or time.monotonic() < self.next_kill:
             return None
@@ -224,6 +227,21 @@ class ChaosLoop:
         self.random_done += 1
         self.next_kill = time.monotonic() + self.rng.uniform(*self.plan.gap)
         return self.rng.choice(running)
+
+    def _scripted_point_reached(self) -> bool:
+        """Whether the next scripted kill's job runs and its point has come. A job whose kill is next
+        and that has ended is started again, so that its point can come."""
+        point = self.plan.scripted[self.scripted_done]
+        job = self.jobs[point.job]
+        if not job.process:
+            job.start(self.env, self.log_dir)
+            return False
+        if point.operation is None:
+            return commits(self.settings, point.table) >= point.commits
+        done = len([op for op in operations(self.settings, point.table) if op == point.operation])
+        if self.operations_before is None:
+            self.operations_before = done
+        return done >= self.operations_before + point.commits
 
 
 def kill_after(
@@ -266,6 +284,19 @@ def commits(settings: Settings, table: Table) -> int:
         return sum(item["Key"].endswith(".json") for item in listed.get("Contents", []))
     log_dir = local_path(uri) / "_delta_log"
     return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
+
+
+def operations(settings: Settings, table: Table) -> list[str]:
+    """The operation of each commit of a local table, in commit order ([] before it exists)."""
+    log_dir = local_path(table.uri(settings)) / "_delta_log"
+    found = []
+    for commit in sorted(log_dir.glob("*.json")) if log_dir.exists() else []:
+        try:
+            actions = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
+        except (OSError, ValueError):  # being written, or gone: read again next time
+            continue
+        found += [action["commitInfo"].get("operation", "") for action in actions if "commitInfo" in action]
+    return found
 
 
 def _report(plan: ChaosPlan, jobs: list[Job], seconds: float) -> dict:

@@ -1,6 +1,7 @@
 """The chaos loop in CI (``tests/chaos.py``): the stream, a backfill, a correction and maintenance at
-once on one pipeline, 10 random SIGKILLs (CHAOS_KILLS), then every table against a clean run of the
-same jobs one after the other. A failure names the seed that replays it (CHAOS_SEED)."""
+once on one pipeline, 10 SIGKILLs (CHAOS_KILLS: 4 at chosen points, the rest at random), then every
+table against a clean run of the same jobs one after the other. A failure names the seed that
+replays it (CHAOS_SEED)."""
 
 from __future__ import annotations
 
