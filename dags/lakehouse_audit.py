@@ -17,9 +17,9 @@ Runs `lakehouse audit` (`jobs/audit.py`) over the run's data interval for every 
 closed window of `gold.<pipeline>__speed` is compared with the truth recomputed from the retained
 log, and each difference gets a cause. Each windowed join whose two pipelines both run is audited
 too: what the stream joined against the join of both logs' truth. The run **fails when a
-difference is unexplained**; the
-failure appends a row to `ops.alerts` and posts it to the `lakehouse_alerts_webhook` connection
-when one is configured. Results: `audit.reconciliations`, `audit.reconciliation_differences`.
+difference is unexplained**; the failure appends a row to `ops.alerts` and posts it to the
+`lakehouse_alerts_webhook` connection when one is configured. Results: `audit.reconciliations`,
+`audit.reconciliation_differences`.
 """
 
 
