@@ -28,8 +28,9 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.serving.status import pipeline_status
 from lakehouse.settings import local_path
-from lakehouse.storage.catalog import pipeline_tables
+from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
 from lakehouse.storage.log import partition_dir
+from lakehouse.storage.ops_tables import arrow_at
 from tests.conftest import INTERPRETED
 from tests.frames import inline_frame
 from tests.oracle import FIELDS, classify
@@ -210,11 +211,16 @@ def test_hostile_files_through_the_stream_give_every_line_one_fate(spark, settin
     _write(hour, "20260105T080004000000Z-empty.jsonl", b"")
     _write(hour, "20260105T080005000000Z-binary.jsonl", bytes(b for b in range(256) if b not in b"\r\n"))
     # Two files end without a newline: written long ago as far as the stream knows (no grace to wait).
-    run_speed_layer(spark, settings.replace(unterminated_file_grace="0s"), PIPELINE, available_now=True)
+    # Four files a batch: the binary file is a batch of its own, with no valid line at all.
+    hostile = settings.replace(unterminated_file_grace="0s", max_files_per_trigger=4)
+    run_speed_layer(spark, hostile, PIPELINE, available_now=True)
 
     status = pipeline_status(settings, PIPELINE)
     assert status.balanced and status.read == 6
     assert status.fates == {"quarantined": 2, "duplicates": 0, "on_time": 4, "late": 0}
+    fates = ("input_rows", "quarantined", "duplicates", "on_time", "late")
+    batches = arrow_at(STREAM_PROGRESS.uri(settings), settings=settings).select(list(fates)).to_pylist()
+    assert sorted(tuple(batch.values()) for batch in batches) == [(1, 1, 0, 0, 0), (5, 1, 0, 4, 0)]
     tables = pipeline_tables(PIPELINE)
     bronze = spark.read.format("delta").load(tables.bronze.uri(settings))
     assert sorted(row.event_id for row in bronze.collect()) == ["e-1", "e-2", "e-3", "e-4"]

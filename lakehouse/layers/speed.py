@@ -27,6 +27,7 @@ from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.eventtime import parse_duration
 from lakehouse.layers.micro_batch import (
+    ACCEPTED_FATES,
     CarriedPaneState,
     CommittedBatch,
     MicroBatch,
@@ -318,7 +319,8 @@ class BatchWriter:
     def append_events(self, batch: MicroBatch, fates: DataFrame) -> dict[str, int]:
         """Bronze (accepted events) and quarantine, each appended once per batch, whatever the replays;
         returns the events per fate, counted while bronze is written (a Spark job less than counting
-        first), or counted apart when the batch wrote no bronze rows this time.
+        first), or counted apart when the batch wrote no bronze rows this time (none to count, and
+        no job, when every line was quarantined).
         (Running the writes in threads was measured: no faster on two cores, the commits are CPU-bound.)"""
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
         counted = Observation(f"fates_{uuid.uuid4().hex}")  # named as the backfill names its observations
@@ -354,7 +356,11 @@ class BatchWriter:
                 batch.batch_id,
                 first_attempt=batch.first_attempt,
             )
-        return dict(counted.get) if wrote_bronze else count_fates(fates)
+        if wrote_bronze:
+            return dict(counted.get)
+        if batch.summary["input_rows"] == batch.summary["quarantined"]:  # no valid event: nothing to count
+            return {str(fate): 0 for fate in ACCEPTED_FATES}
+        return count_fates(fates)
 
     def emit_panes(
         self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int], carried: CarriedPaneState | None
