@@ -60,7 +60,6 @@ def test_unknown_pipeline_is_named_with_the_shipped_ones(cli_env):
     )
 
 
-@pytest.mark.slow
 def test_a_windowed_joins_audit_refuses_the_options_of_a_pipelines_audit(cli_env):
     """The join's audit compares the whole range; an option it would ignore is refused, before Spark."""
     audit = ["audit", "--pipeline", "toll_weather", "--start", "2026-01-05T08:00Z", "--end", "2026-01-05T09:00Z"]
@@ -76,6 +75,7 @@ def test_a_windowed_joins_audit_refuses_the_options_of_a_pipelines_audit(cli_env
     assert not (Path(cli_env["LAKEHOUSE_HOME"]) / "warehouse").exists()
 
 
+@pytest.mark.slow
 def test_sql_answers_from_another_process_while_the_stream_runs(tmp_path, cli_env):
     settings = make_settings(tmp_path / "home")
     generate(settings, GeneratorConfig(events=1500, events_per_file=500, seed=3))
