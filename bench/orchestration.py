@@ -75,6 +75,28 @@ def _commands(start, end, hours: int) -> dict[str, list[str]]:
     }
 
 
+# Airflow's dag-processor imports the modules a DAG file imports once, before parsing
+# ([dag_processor] parsing_pre_import_modules): the operators' own import is not parse time.
+DAG_PARSE_PROBE = """
+import json
+import airflow.providers.apache.spark.operators.spark_submit, airflow.providers.standard.sensors.time_delta
+from airflow.dag_processing.dagbag import DagBag
+bag = DagBag(dag_folder="dags")
+print(json.dumps({"errors": bag.import_errors, "seconds": sum(s.duration.total_seconds() for s in bag.dagbag_stats)}))
+"""
+
+
+def dag_parse_seconds(env: dict[str, str]) -> float:
+    """Seconds Airflow takes to parse every DAG file, as its dag-processor does on each pass."""
+    process = subprocess.run(
+        [sys.executable, "-c", DAG_PARSE_PROBE], env=env, cwd=PROJECT_ROOT, capture_output=True, text=True, check=True
+    )
+    report = json.loads(next(line for line in process.stdout.splitlines() if line.startswith("{")))
+    if report["errors"]:
+        raise RuntimeError(f"DAG files failed to parse: {report['errors']}")
+    return report["seconds"]
+
+
 def _vehicles(spark, data: DataSet, start, end) -> int:
     """The vehicles ``__batch`` holds for the range: every side must leave the same."""
     batch_uri = pipeline_tables(get_pipeline(PIPELINE)).batch.uri(data.settings())
@@ -115,5 +137,6 @@ def orchestration(
     return {
         "hours": hours,
         "spark_master": spark_master,
+        "dag_parse_seconds": summary([dag_parse_seconds(env) for _ in range(runs)]),
         "jobs": {name: {"seconds": summary(values), "vehicles": vehicles[name]} for name, values in seconds.items()},
     }

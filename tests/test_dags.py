@@ -1,4 +1,4 @@
-"""The DAG files: they parse cleanly and fast, and each DAG, run once with ``dag.test()`` on a small
+"""The DAG files: they parse cleanly, and each DAG, run once with ``dag.test()`` on a small
 generated log, changes exactly the Delta tables it should. The DAGs' Spark tasks run their job files
 with the arguments the DAG rendered, on one warm JVM (``tests/airflow_harness.py``); spark-submit
 itself is exercised on a real scheduler by ``tests/test_airflow_e2e.py``. Last, the jobs these DAGs
@@ -53,17 +53,14 @@ def iso(moment: datetime) -> str:
     return f"{moment.isoformat()}Z"
 
 
-def test_dag_files_import_cleanly_fast_and_say_who_owns_them(tmp_path):
-    # Airflow's dag-processor imports the modules a DAG file imports once, before parsing
-    # ([dag_processor] parsing_pre_import_modules): the operators' own import is not parse time.
+def test_dag_files_import_cleanly_and_say_who_owns_them(tmp_path):
+    # How long the parse takes is a benchmark figure (bench/orchestration.py), not a test's bound.
     probe = """
 import json, os
-import airflow.providers.apache.spark.operators.spark_submit, airflow.providers.standard.sensors.time_delta
 from airflow.dag_processing.dagbag import DagBag
 bag = DagBag(dag_folder="dags")
 print(json.dumps({
     "errors": bag.import_errors,
-    "seconds": sum(s.duration.total_seconds() for s in bag.dagbag_stats),
     "dags": {d.dag_id: {"tags": sorted(d.tags), "doc": bool(d.doc_md), "owners": sorted({t.owner for t in d.tasks}),
                         "retries": sorted({t.retries for t in d.tasks})} for d in bag.dags.values()},
 }))
@@ -86,8 +83,6 @@ print(json.dumps(DagBag(dag_folder="dags/lakehouse_audit.py").dags["lakehouse_au
         assert facts["retries"] == expected_retries or min(facts["retries"]) >= 1, dag_id
     joined = ["audit_toll_traffic", "audit_toll_traffic_by_zone", "audit_toll_weather", "audit_zone_temperatures"]
     assert sorted(audits) == joined
-    print(f"\nparsing all DAG files took {report['seconds']:.2f}s")
-    assert report["seconds"] < 1.0, f"parsing all DAG files took {report['seconds']:.2f}s"
 
 
 @pytest.fixture(scope="module")
@@ -110,10 +105,11 @@ def streamed(spark, tmp_path_factory):
         late_delay="3m",
         duplicate_fraction=0.02,
         malformed_fraction=0.02,
-        events_per_file=150,
+        events_per_file=300,
     )
     generate(settings, config)
     # File by file, so the watermark advances between micro-batches and stragglers come out late.
+    # Four files: each micro-batch costs seconds however small, and no DAG here needs more batches.
     run_speed_layer(spark, settings.replace(max_files_per_trigger=1), PIPELINE, available_now=True)
     oracle = run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
     return settings, oracle
