@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 from tests.airflow_harness import RESULT_PREFIX
+from tests.conftest import LONG_LIVED_JAVA_OPTIONS
 
 PROJECT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
@@ -48,8 +49,10 @@ class DagTestRunner:
         migrate_scratch_db(airflow_home)
         self.process = subprocess.Popen(
             [sys.executable, "-m", "tests.airflow_harness"],
-            # A long-lived JVM runs every DAG's jobs: it keeps the JVM's full JIT (tests/conftest.py).
-            env=airflow_env(airflow_home, airflow_home / "unused", LAKEHOUSE_DRIVER_JAVA_OPTIONS=""),
+            # A long-lived JVM runs every DAG's jobs: the full JIT, the serial collector (tests/conftest.py).
+            env=airflow_env(
+                airflow_home, airflow_home / "unused", LAKEHOUSE_DRIVER_JAVA_OPTIONS=LONG_LIVED_JAVA_OPTIONS
+            ),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

@@ -20,6 +20,11 @@ RESOURCES = Path(__file__).parent / "resources"
 # long-lived JVMs (this process's session, the DAG harness) keep C2: with C1 their tests took 1.3-1.8x
 # as long in CI.
 os.environ.setdefault("LAKEHOUSE_DRIVER_JAVA_OPTIONS", QUICK_START_JAVA_OPTIONS)
+# The long-lived JVMs collect garbage with the serial collector too: on two cores shared by three test
+# workers, G1's concurrent threads cost CPU the tests need. Measured alternating, two runs each of
+# tests/test_end_to_end.py and tests/test_backfill_reprocess.py: 238 and 264 CPU-seconds with G1,
+# 221 and 240 with it (wall 160 and 162 s against 150 and 155 s).
+LONG_LIVED_JAVA_OPTIONS = "-XX:+UseSerialGC"
 
 
 def make_settings(home: Path, **env: str) -> Settings:
@@ -50,7 +55,9 @@ def object_store_env(tmp_path_factory):
 def spark(tmp_path_factory, object_store_env):
     from lakehouse.storage.spark import build_spark_session
 
-    session = build_spark_session(make_settings(tmp_path_factory.mktemp("session-home"), **object_store_env), "tests")
+    home = tmp_path_factory.mktemp("session-home")
+    settings = make_settings(home, LAKEHOUSE_DRIVER_JAVA_OPTIONS=LONG_LIVED_JAVA_OPTIONS, **object_store_env)
+    session = build_spark_session(settings, "tests")
     for key, value in INTERPRETED.items():
         session.conf.set(key, value)
     yield session

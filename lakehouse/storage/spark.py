@@ -23,9 +23,9 @@ from lakehouse.settings import PROJECT_ROOT, Settings
 from lakehouse.storage.java import check_java, maven_central_jar
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
-# The JIT's quick compiler only: half the CPU for a job of a minute or two on small data, slower for a
-# long-running stream (docs/operations.md, "Short jobs").
-QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1"
+# The JIT's quick compiler only, and the serial garbage collector: half the CPU for a job of a minute
+# or two on small data, slower for a long-running stream (docs/operations.md, "Short jobs").
+QUICK_START_JAVA_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 
 
 def spark_packages() -> list[str]:
