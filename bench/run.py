@@ -269,14 +269,17 @@ def headline(results: dict) -> list[dict]:
 
 
 def table(rows: list[dict]) -> str:
-    def number(value):
-        return "" if value is None else f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+    def number(value, unit: str = "") -> str:
+        if value is None:
+            return ""
+        shown = f"{value:,.2f}" if isinstance(value, float) else f"{value:,}"
+        return f"{shown} {unit}".strip()
 
     lines = ["| figure | lakehouse | baseline | ratio | target |", "| --- | --- | --- | --- | --- |"]
     for row in rows:
         lines.append(
-            f"| {row['figure']} | {number(row['value'])} {row['unit']} | {number(row['baseline'])} "
-            f"{row['unit']} | {number(row['ratio'])} | {row['target']} |"
+            f"| {row['figure']} | {number(row['value'], row['unit'])} | {number(row['baseline'], row['unit'])} "
+            f"| {number(row['ratio'])} | {row['target']} |"
         )
     return "\n".join(lines)
 

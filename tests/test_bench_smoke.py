@@ -125,3 +125,18 @@ def test_the_process_suites_run_commands_the_cli_and_the_backfill_dag_accept():
     conf, settings = json.loads(commands["airflow_hourly_chunks"][-1]), Settings.from_env({"LAKEHOUSE_HOME": "/tmp/b"})
     assert set(conf) == set(backfill_param_schemas(settings))  # the DAG's params
     validate_backfill_request(conf, settings, data.start + DAY)
+
+
+def test_the_dag_parse_figure_stands_alone_against_its_goal():
+    from bench.run import headline, table
+
+    def seconds(value):
+        return {"median": value, "min": value, "max": value, "runs": 1}
+
+    jobs = {"one_job": {"seconds": seconds(10.0)}, "airflow_hourly_chunks": {"seconds": seconds(30.0)}}
+    results = {"orchestration": {"hours": 1, "jobs": jobs, "dag_parse_seconds": seconds(0.25)}}
+
+    [parse] = [row for row in headline(results) if row["figure"].startswith("parsing every DAG file")]
+
+    assert (parse["value"], parse["baseline"], parse["ratio"], parse["target"]) == (0.25, None, None, "< 1 s")
+    assert "| parsing every DAG file, as Airflow's dag-processor does | 0.25 s |  |  | < 1 s |" in table([parse])
