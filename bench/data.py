@@ -152,7 +152,7 @@ def ensure_tables(spark, data: DataSet) -> None:
     if _fresh_tables(data, "tables"):
         return
     settings, pipeline = data.settings(), get_pipeline(PIPELINE)
-    tables = ensure_pipeline_tables(spark, settings, pipeline)
+    tables = ensure_pipeline_tables(settings, pipeline)
     parsed = tx.parse_events(read_log(spark, settings, pipeline.topic), pipeline)
     events = tx.first_copies(tx.valid_events(parsed, pipeline), pipeline).withColumns(
         {

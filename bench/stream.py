@@ -178,7 +178,7 @@ def _hold_speed_rows(spark, data: DataSet, home: Path, days: int) -> int:
     The drained batches then change windows held here, as a stream running for ``days`` days would.
     """
     settings, pipeline = settings_for(home), get_pipeline(PIPELINE)
-    speed = ensure_pipeline_tables(spark, settings, pipeline).speed
+    speed = ensure_pipeline_tables(settings, pipeline).speed
     keys = (
         spark.read.format("delta")
         .load(pipeline_tables(pipeline).batch.uri(data.settings()))

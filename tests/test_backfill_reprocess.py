@@ -193,7 +193,7 @@ def test_bookkeeping_tables_created_before_their_newer_columns_gain_them(spark, 
     newer = {BATCH_COVERAGE: ("input_fingerprint",), BACKFILL_RUNS: ("chunks_skipped", "label")}
     for table, added in newer.items():
         older = dataclasses.replace(table, columns=T.StructType([f for f in table.columns if f.name not in added]))
-        ensure_table(spark, older, settings)
+        ensure_table(older, settings)
         literal_frame(
             spark,
             older.columns,

@@ -12,7 +12,7 @@ from lakehouse.storage.spark import DELTA_LOGS_KEPT
 
 
 def test_maintain_compacts_and_vacuums_a_small_table_in_a_few_hundred_tasks_at_most(spark, settings):
-    ensure_table(spark, BACKFILL_RUNS, settings)
+    ensure_table(BACKFILL_RUNS, settings)
     uri = BACKFILL_RUNS.uri(settings)
     for run in range(3):
         row = tuple(f"run-{run}" if field.name == "run_id" else None for field in BACKFILL_RUNS.columns)

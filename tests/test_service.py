@@ -39,7 +39,7 @@ W1, W2, W3, W4 = (datetime(2026, 3, 2, 8, minute) for minute in range(4))
 
 def _gold_rows(spark, settings):
     """Speed: two windows, then a third in a second version; batch: the first window, recomputed."""
-    tables = ensure_pipeline_tables(spark, settings, PIPELINE)
+    tables = ensure_pipeline_tables(settings, PIPELINE)
     speed = [(W1, W2, "B1", "car", 3, Decimal("7.50"), 0, W2), (W2, W3, "B2", "truck", 1, Decimal("9.00"), 0, W3)]
     later = [(W3, W4, "B1", "car", 2, Decimal("5.00"), 1, W4)]
     batch = [(W1, W2, "B1", "car", 4, Decimal("10.00"), "run-1", W4)]
@@ -195,7 +195,7 @@ def test_time_travel_and_the_change_feed_through_both_endpoints(service):
 
 def test_a_table_a_job_creates_later_is_registered_within_seconds(spark, service):
     env, settings, _ = service
-    ensure_table(spark, DATA_QUALITY, settings)
+    ensure_table(DATA_QUALITY, settings)
 
     deadline = time.monotonic() + 60
     while DATA_QUALITY.name not in lakehouse(env, "sql", "SHOW TABLES IN audit", "--format", "csv").stdout:

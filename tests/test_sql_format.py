@@ -108,7 +108,7 @@ def test_json_of_no_rows_is_an_empty_array():
 def progress_home(spark, tmp_path_factory) -> Settings:
     """ops.stream_progress with 0 rows at version 0 (creation), 1 row at version 1, 3 rows at version 2."""
     settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path_factory.mktemp("sql-home"))})
-    ensure_table(spark, STREAM_PROGRESS, settings)
+    ensure_table(STREAM_PROGRESS, settings)
     started = datetime(2026, 1, 5, 8, 0)
     batch = [
         ("toll_traffic", "app-1", n, started, 100, 10, 0, 0, 10, 0, None, started, 2, [f"file-{n}.jsonl"])

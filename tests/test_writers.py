@@ -34,7 +34,7 @@ def hour(h: int) -> datetime:
 def _speed_table(spark, home, hours: range) -> str:
     """``gold.team_scores__speed`` holding two teams' hourly windows, as the catalog creates it."""
     settings = make_settings(home)
-    ensure_table(spark, TABLES.speed, settings)
+    ensure_table(TABLES.speed, settings)
     uri = TABLES.speed.uri(settings)
     rows = [(hour(h), hour(h + 1), team, 10 * h) for h in hours for team in ("red", "blue")]
     inline_frame(spark, GOLD, rows).write.format("delta").mode("append").save(uri)
@@ -100,7 +100,7 @@ def test_a_micro_batch_upsert_rewrites_only_the_day_of_the_windows_it_changes(sp
 
 def test_a_replacement_of_a_range_writes_the_window_date_of_its_rows(spark, tmp_path):
     settings = make_settings(tmp_path)
-    ensure_table(spark, TABLES.batch, settings)
+    ensure_table(TABLES.batch, settings)
     uri = TABLES.batch.uri(settings)
     rows = inline_frame(
         spark,
@@ -384,36 +384,75 @@ def test_table_version_is_the_latest_commit_even_one_made_outside_this_jvm(spark
         table_version(spark, str(tmp_path / "missing"))
 
 
-def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_again(spark, tmp_path, monkeypatch):
-    """A job killed while creating a table leaves a ``_delta_log`` folder with no commit: Delta then
-    refuses to create a table there ("not empty and also not a Delta table"), and would for every
-    job after. The next job clears what the killed one left, once no other job's commit comes."""
+def test_a_table_created_through_delta_rs_is_the_table_spark_would_have_created(spark, tmp_path):
+    """Columns, generated column, partitions and properties as Spark reads them, and Spark's own
+    write to it computes the generated column (the replacement test above writes none)."""
+    from lakehouse.storage.catalog import CHANGE_DATA_FEED, CHECKPOINT_EVERY_10_COMMITS
+
+    settings = make_settings(tmp_path)
+    ensure_table(TABLES.speed, settings)
+    uri = TABLES.speed.uri(settings)
+    detail = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").first()
+    assert detail["partitionColumns"] == ["window_date"]
+    assert detail["properties"] == {**CHECKPOINT_EVERY_10_COMMITS, **CHANGE_DATA_FEED}
+    table = spark.read.format("delta").load(uri)
+    assert [(f.name, f.dataType) for f in table.schema.fields] == [
+        *((f.name, f.dataType) for f in TABLES.speed.columns.fields),
+        *((name, kind) for name, kind, _ in TABLES.speed.generated),
+    ]
+    inline_frame(spark, GOLD, [(hour(30), hour(31), "red", 5)]).write.format("delta").mode("append").save(uri)
+    assert _speed_rows(spark, uri).first()["window_date"] == (DAY + timedelta(days=1)).date()
+    assert spark.sql(f"SELECT * FROM table_changes('delta.`{uri}`', 1)").count() == 1
+
+
+def test_a_table_whose_creation_was_killed_before_its_first_commit_is_created_again(tmp_path):
+    """A job killed while Spark created a table left a ``_delta_log`` folder with no commit (on which
+    Spark's CREATE TABLE IF NOT EXISTS did nothing at all): the table is created there."""
+    from deltalake import DeltaTable
+
     from lakehouse.storage import catalog
 
     settings = make_settings(tmp_path / "home")
     location = local_path(catalog.BACKFILL_RUNS.uri(settings))
     (location / "_delta_log" / "_staged_commits").mkdir(parents=True)
     (location / "_delta_log" / ".00000000000000000000.json.3f1c.tmp").write_text('{"commitInfo":')
-    monkeypatch.setattr(catalog, "CREATION_WAIT_S", 0.5)
-    catalog.ensure_table(spark, catalog.BACKFILL_RUNS, settings)
-    assert catalog.table_in_storage(catalog.BACKFILL_RUNS.uri(settings))
-    assert spark.read.format("delta").load(catalog.BACKFILL_RUNS.uri(settings)).count() == 0
+    catalog.ensure_table(catalog.BACKFILL_RUNS, settings)
+    assert DeltaTable(str(location)).version() == 0
+    assert DeltaTable(str(location)).to_pyarrow_table().num_rows == 0
 
 
-def test_a_creation_that_fails_for_another_reason_is_raised_without_waiting_for_a_racing_job(
-    spark, tmp_path, monkeypatch
-):
+def test_a_job_that_loses_the_race_to_create_a_table_finds_the_winners(tmp_path, monkeypatch):
+    """Two jobs both find no table and both create it: one commit 0 lands, and the other job goes on
+    with that table instead of failing."""
+    from deltalake import DeltaTable
+
+    from lakehouse.storage import catalog
+
+    settings = make_settings(tmp_path / "home")
+    catalog.ensure_table(catalog.BACKFILL_RUNS, settings)  # the winner
+    location = local_path(catalog.BACKFILL_RUNS.uri(settings))
+    winner = DeltaTable(str(location)).metadata().id
+    looks, in_storage = [], catalog.table_in_storage
+
+    def late_look(*args):  # the loser's first look came before the winner's commit landed
+        looks.append(args)
+        return len(looks) > 1 and in_storage(*args)
+
+    monkeypatch.setattr(catalog, "table_in_storage", late_look)
+    catalog.ensure_table(catalog.BACKFILL_RUNS, settings)
+
+    assert len(looks) == 2, "the loser did not look again after its creation failed"
+    assert (DeltaTable(str(location)).version(), DeltaTable(str(location)).metadata().id) == (0, winner)
+
+
+def test_a_location_holding_something_else_is_a_one_line_error(tmp_path):
+    from lakehouse.errors import LakehouseError
     from lakehouse.storage import catalog
 
     settings = make_settings(tmp_path / "home")
     location = local_path(catalog.BACKFILL_RUNS.uri(settings))
     location.parent.mkdir(parents=True)
     location.write_text("a file where the table's folder should be")
-
-    def waited(uri):
-        raise AssertionError(f"waited for a job creating {uri}")
-
-    monkeypatch.setattr(catalog, "_created_meanwhile", waited)
-    with pytest.raises(Exception) as raised:
-        catalog.ensure_table(spark, catalog.BACKFILL_RUNS, settings)
-    assert not isinstance(raised.value, AssertionError), raised.value
+    with pytest.raises(LakehouseError, match="could not be created: .*Not a directory") as raised:
+        catalog.ensure_table(catalog.BACKFILL_RUNS, settings)
+    assert "\n" not in str(raised.value) and "\x1b" not in str(raised.value), str(raised.value)

@@ -99,7 +99,7 @@ def repair(spark: SparkSession, settings: Settings, pipeline: Pipeline, request:
         }
         for window in changed
     ]
-    ensure_table(spark, MANUAL_CHANGES, settings)
+    ensure_table(MANUAL_CHANGES, settings)
     append_rows(MANUAL_CHANGES.uri(settings), MANUAL_CHANGES.arrow_schema, rows, settings)
     return {"change_id": change_id, "table": table.qualified_name, "rows_changed": len(rows), "version": after}
 

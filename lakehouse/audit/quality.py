@@ -309,7 +309,7 @@ def record_quality(
         run_id: the audit run the outcomes belong to.
         quality: the outcome of every suite.
     """
-    ensure_table(spark, DATA_QUALITY, settings)
+    ensure_table(DATA_QUALITY, settings)
     now = datetime.now(UTC)
     rows = [
         {

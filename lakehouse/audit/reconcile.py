@@ -492,7 +492,7 @@ def append_audit_rows(spark: SparkSession, settings: Settings, run: dict, differ
         differences: its ``audit.reconciliation_differences`` rows (those that did not match).
     """
     for table in (RECONCILIATIONS, DIFFERENCES):
-        ensure_table(spark, table, settings)
+        ensure_table(table, settings)
     # append_rows merges schemas: a table made before a column existed gains it on the first write.
     if differences:
         append_rows(DIFFERENCES.uri(settings), DIFFERENCES.arrow_schema, differences, settings)

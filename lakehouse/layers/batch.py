@@ -157,7 +157,7 @@ class BatchLayer:
         self.spark = spark
         self.settings = settings
         self.pipeline = pipeline
-        self.tables = ensure_pipeline_tables(spark, settings, pipeline)
+        self.tables = ensure_pipeline_tables(settings, pipeline)
         self._chunks = ChunkWriter(spark, settings, pipeline, self.tables)
 
     def backfill(

@@ -144,9 +144,9 @@ def correction_scope(late_windows: DataFrame, pipeline: Pipeline) -> DataFrame:
 class CorrectionRun:
     def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline):
         self.spark, self.settings, self.pipeline = spark, settings, pipeline
-        self.tables = ensure_pipeline_tables(spark, settings, pipeline)
+        self.tables = ensure_pipeline_tables(settings, pipeline)
         for table in (CORRECTIONS, CORRECTION_RUNS):
-            ensure_table(spark, table, settings)
+            ensure_table(table, settings)
 
     def run(self) -> CorrectionResult:
         result = self._plan()

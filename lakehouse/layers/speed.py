@@ -154,7 +154,7 @@ class SpeedLayer:
         self.spark = spark
         self.settings = settings
         self.pipeline = pipeline
-        self.tables = ensure_pipeline_tables(spark, settings, pipeline)
+        self.tables = ensure_pipeline_tables(settings, pipeline)
         self.watermark_delay = settings.watermark_delay or pipeline.watermark_delay
         self.allowed_lateness = settings.allowed_lateness or pipeline.allowed_lateness
         self._query_id: str | None = query_id

@@ -259,6 +259,7 @@ def _configured_builder(builder, settings: Settings, app_name: str):
 
 
 WRITE_TOKEN_CONF = "spark.lakehouse.writeToken"
+WRITE_CHECK_VIEW = "lakehouse_write_check"
 
 
 def connect_session(settings: Settings):
@@ -279,6 +280,11 @@ def connect_session(settings: Settings):
     spark = SparkSession.builder.remote(settings.spark_remote).getOrCreate()
     for key, value in {**session_sql_confs(settings), WRITE_TOKEN_CONF: token}.items():
         spark.conf.set(key, value)
+    # A job learns at once whether the service takes its token, before it writes anything, even
+    # the tables it creates through delta-rs: a temporary view is a command the read-only rule
+    # refuses without the token, and changes nothing a job or an analyst could see.
+    spark.sql(f"CREATE OR REPLACE TEMPORARY VIEW {WRITE_CHECK_VIEW} AS SELECT 1")
+    spark.catalog.dropTempView(WRITE_CHECK_VIEW)
     return spark
 
 
