@@ -473,7 +473,7 @@ def ensure_table(table: Table, settings: Settings) -> None:
         if not table_in_storage(uri, settings):
             _create(table, uri, settings)
     except (DeltaError, OSError) as error:
-        if not _readable_table_at(uri, settings):  # not a racing job's commit: something else is there
+        if not _table_found_at(uri, settings):  # not a racing job's commit: something else is there
             raise LakehouseError(f"the table at {uri} could not be created: {_last_cause(error)}") from error
 
 
@@ -499,7 +499,7 @@ def _last_cause(error: Exception) -> str:
     return [line for line in lines if line][-1] if any(lines) else type(error).__name__
 
 
-def _readable_table_at(uri: str, settings: Settings) -> bool:
+def _table_found_at(uri: str, settings: Settings) -> bool:
     try:
         return table_in_storage(uri, settings)
     except OSError:  # a file where the table's folder should be, say
