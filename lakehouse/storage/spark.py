@@ -313,9 +313,7 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
     builder = _configured_builder(SparkSession.builder, settings, app_name)
     if launched_by_spark_submit():
         # spark-submit started the JVM before Python: its --master and --jars/--packages rule.
-        spark = builder.getOrCreate()
-        spark.sparkContext.setLogLevel("ERROR")
-        return spark
+        return _ready(builder.getOrCreate())
     builder = builder.master(settings.spark_master)
     cached = jar_cache.cached_jars()
     builder = builder.config("spark.jars", ",".join([*(cached or []), *platform_jars(settings)]))
@@ -338,7 +336,15 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
         ) from error
     if not cached:
         jar_cache.remember_resolved_jars()
+    return _ready(spark)
+
+
+def _ready(spark):
+    """A started local session, quiet, whose Python side resolves each JVM name once."""
+    from lakehouse.storage.jvm_names import resolve_jvm_names_once
+
     spark.sparkContext.setLogLevel("ERROR")
+    resolve_jvm_names_once(spark)
     return spark
 
 
