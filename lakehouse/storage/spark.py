@@ -37,16 +37,24 @@ def spark_packages() -> list[str]:
     return [f"io.delta:delta-spark_{spark_minor}_2.13:{delta_version}"]
 
 
-# The platform's own JVM classes (the read-only rule of lakehouse.serving), compiled from their Java
-# source by ``make setup`` (or by the first session that needs them) into the ignored .cache/.
-EXTENSIONS_SOURCE = PROJECT_ROOT / "lakehouse" / "serving" / "java"
+# The platform's own JVM classes (the read-only rule of lakehouse.serving, the local file system of
+# FORK_FREE_FILE_CONTEXT), compiled from their Java source by ``make setup`` (or by the first session
+# that needs them) into the ignored .cache/.
+EXTENSIONS_SOURCES = (PROJECT_ROOT / "lakehouse" / "serving" / "java", PROJECT_ROOT / "lakehouse" / "storage" / "java")
 EXTENSIONS_JAR = PROJECT_ROOT / ".cache" / "jvm" / "lakehouse-extensions.jar"
 SESSION_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,lakehouse.serving.ReadOnlyExtension"
+# Hadoop's local file system starts a chmod or readlink process for each file it creates or renames
+# when its native library is missing, as it is from pyspark (lakehouse/storage/java, docs/design.md
+# "Performance notes"). A local session uses the platform's for Hadoop's FileContext, through which
+# Delta commits and Spark writes its checkpoints. Set once the session runs: spark-submit opens local
+# files before the platform's JAR is loaded. Hadoop's FileSystem (data files) stays Hadoop's: it is
+# cached from before that moment. A cluster's executors keep Hadoop's throughout.
+FORK_FREE_FILE_CONTEXT = ("fs.AbstractFileSystem.file.impl", "lakehouse.storage.ForkFreeLocalFileSystem$Context")
 
 
 def extensions_jar() -> str:
     """The platform's JAR, compiled again whenever a source file is newer than it."""
-    sources = sorted(EXTENSIONS_SOURCE.rglob("*.java"))
+    sources = sorted(source for folder in EXTENSIONS_SOURCES for source in folder.rglob("*.java"))
     if EXTENSIONS_JAR.is_file() and all(s.stat().st_mtime <= EXTENSIONS_JAR.stat().st_mtime for s in sources):
         return str(EXTENSIONS_JAR)
     javac, jar = shutil.which("javac"), shutil.which("jar")
@@ -340,11 +348,14 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
 
 
 def _ready(spark):
-    """A started local session, quiet, whose Python side resolves each JVM name once."""
+    """A started local session, quiet, whose Python side resolves each JVM name once, and which
+    writes local commits and checkpoints without starting processes (FORK_FREE_FILE_CONTEXT)."""
     from lakehouse.storage.jvm_names import resolve_jvm_names_once
 
     spark.sparkContext.setLogLevel("ERROR")
     resolve_jvm_names_once(spark)
+    if spark.sparkContext.master.startswith("local"):
+        spark.sparkContext._jsc.hadoopConfiguration().set(*FORK_FREE_FILE_CONTEXT)
     return spark
 
 
