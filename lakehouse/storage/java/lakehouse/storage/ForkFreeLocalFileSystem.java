@@ -11,14 +11,14 @@ import org.apache.hadoop.fs.DelegateToFileSystem;
 import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FsConstants;
 import org.apache.hadoop.fs.FsServerDefaults;
-import org.apache.hadoop.fs.LocalFileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.RawLocalFileSystem;
 import org.apache.hadoop.fs.local.LocalConfigKeys;
 import org.apache.hadoop.fs.permission.FsPermission;
 
 /**
- * Hadoop's local file system, checksums included, without a process started per file.
+ * Hadoop's local file system for its FileContext, checksums included, without a process started per
+ * file.
  *
  * <p>Without Hadoop's native library (pyspark ships none), the local file system runs {@code chmod}
  * for every file it creates and {@code readlink} twice for every rename: a Delta commit, a streaming
@@ -27,13 +27,11 @@ import org.apache.hadoop.fs.permission.FsPermission;
  * Everything else is Hadoop's code: the rename that refuses to replace a file (Delta's commits rely
  * on it), the checksum files, and real symbolic links, which still go through Hadoop's path.
  */
-public class ForkFreeLocalFileSystem extends LocalFileSystem {
-  public ForkFreeLocalFileSystem() {
-    super(new Raw());
-  }
+public final class ForkFreeLocalFileSystem {
+  private ForkFreeLocalFileSystem() {}
 
   /** The file system under the checksums: permissions and link checks through java.nio. */
-  public static class Raw extends RawLocalFileSystem {
+  private static final class Raw extends RawLocalFileSystem {
     @Override
     public void setPermission(Path path, FsPermission permission) throws IOException {
       if (permission.getStickyBit()) {
@@ -58,18 +56,18 @@ public class ForkFreeLocalFileSystem extends LocalFileSystem {
   }
 
   /**
-   * The same, for Hadoop's FileContext (Delta's commits and Spark's checkpoints go through it). Like
-   * Hadoop's own, it serves the one local file system whatever URI it is asked for.
+   * What Hadoop's FileContext gets for {@code file:} (Delta's commits and Spark's checkpoints go
+   * through it). Like Hadoop's own, it serves the one local file system whatever URI it is asked for.
    */
-  public static class Context extends ChecksumFs {
+  public static final class Context extends ChecksumFs {
     public Context(URI uri, Configuration conf) throws IOException, URISyntaxException {
       super(new RawContext(conf));
     }
   }
 
   /** FileContext's view of {@link Raw}. */
-  public static class RawContext extends DelegateToFileSystem {
-    public RawContext(Configuration conf) throws IOException, URISyntaxException {
+  private static final class RawContext extends DelegateToFileSystem {
+    RawContext(Configuration conf) throws IOException, URISyntaxException {
       super(FsConstants.LOCAL_FS_URI, new Raw(), conf, FsConstants.LOCAL_FS_URI.getScheme(), false);
     }
 
