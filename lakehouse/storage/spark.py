@@ -48,7 +48,8 @@ SESSION_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,lakehouse.serving.
 # "Performance notes"). A local session uses the platform's for Hadoop's FileContext, through which
 # Delta commits and Spark writes its checkpoints. Set once the session runs: spark-submit opens local
 # files before the platform's JAR is loaded. Hadoop's FileSystem (data files) stays Hadoop's: it is
-# cached from before that moment. A cluster's executors keep Hadoop's throughout.
+# cached from before that moment. A session on a cluster keeps Hadoop's throughout: its executors
+# would need the class too, which is not tried.
 FORK_FREE_FILE_CONTEXT = ("fs.AbstractFileSystem.file.impl", "lakehouse.storage.ForkFreeLocalFileSystem$Context")
 
 
