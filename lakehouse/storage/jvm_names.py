@@ -13,25 +13,28 @@ from __future__ import annotations
 from py4j.java_gateway import JavaClass, JavaMember, JVMView
 
 
+def _kept(owner, name: str, found):
+    """Keep ``found`` on ``owner`` when it is a class or a static method, which cannot change while
+    the JVM runs; a static field's value may, and packages stay lazy: those are asked each time."""
+    if isinstance(found, JavaClass):
+        found.__class__ = _StaticsResolvedOnce
+    if isinstance(found, JavaClass | JavaMember):
+        owner.__dict__[name] = found
+    return found
+
+
 class _StaticsResolvedOnce(JavaClass):
     """A Java class whose static methods and nested classes are looked up once."""
 
     def __getattr__(self, name: str):
-        found = super().__getattr__(name)
-        if isinstance(found, JavaMember | JavaClass):  # a static field's value may change: asked each time
-            self.__dict__[name] = found
-        return found
+        return _kept(self, name, super().__getattr__(name))
 
 
 class _ClassesResolvedOnce(JVMView):
-    """The session's view of the JVM, keeping each class it resolved (packages stay lazy)."""
+    """The session's view of the JVM, keeping each class it resolved."""
 
     def __getattr__(self, name: str):
-        found = super().__getattr__(name)
-        if isinstance(found, JavaClass):
-            found.__class__ = _StaticsResolvedOnce
-            self.__dict__[name] = found
-        return found
+        return _kept(self, name, super().__getattr__(name))
 
 
 def resolve_jvm_names_once(spark) -> None:
