@@ -105,8 +105,9 @@ def _vehicles(spark, data: DataSet, start, end) -> int:
 
 
 def orchestration(
-    spark, data: DataSet, served: SharedService, runs: int, hours: int, spark_master: str = "local[2]"
-) -> dict:
+    spark, data: DataSet, served: SharedService, runs: int, hours: int, sides: tuple[str, ...] = (),
+    spark_master: str = "local[2]",
+) -> dict:  # fmt: skip
     """Seconds for ``hours`` hourly chunks as Airflow tasks (spark-submit each, or through the Spark
     service) vs one job over the same range.
 
@@ -116,13 +117,15 @@ def orchestration(
         served: the run's Spark service on that home.
         runs: timed runs of each side.
         hours: the hourly chunks (and the one job's range).
+        sides: the Airflow sides to time (all when empty); one job, the baseline, always runs.
         spark_master: where spark-submit runs each chunk.
     """
     airflow_home = scratch_home("airflow")
     env = airflow_env(airflow_home, data, spark_master)
     _run([str(BIN / "airflow"), "db", "migrate"], env)  # set-up, not timed
     start, end = data.start, data.start + timedelta(hours=hours)
-    commands = _commands(start, end, hours)
+    commands = {name: command for name, command in _commands(start, end, hours).items()
+                if not sides or name in sides or name == "one_job"}  # fmt: skip
     seconds: dict[str, list[float]] = {name: [] for name in commands}
     vehicles: dict[str, int] = {}
     remote = {**env, "LAKEHOUSE_SPARK_REMOTE": served.connect_url()}  # started once, not timed

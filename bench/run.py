@@ -61,6 +61,7 @@ class Plan:
     recovery_minutes: float = 10.0  # of log left unread
     orchestration_hours: int = 24  # hourly chunks as Airflow tasks vs one job
     backfill_jobs: tuple[str, ...] = ()  # all of them
+    orchestration_sides: tuple[str, ...] = ()  # all of them
     speed_held_days: tuple[int, int] = (1, 30)  # days of windows in __speed while the stream runs
     speed_growth_batches: int = 4
     sql_points: int = 20  # one-window lookups on the serving view, and aggregates over its whole day
@@ -77,7 +78,8 @@ class Plan:
             cold_runs=runs,
             correction_events_per_day=int(env.get("BENCH_CORRECTION_EVENTS_PER_DAY", "10000")),
             orchestration_hours=int(env.get("BENCH_ORCHESTRATION_HOURS", "24")),
-            backfill_jobs=tuple(job for job in env.get("BENCH_BACKFILL_JOBS", "").split(",") if job),
+            backfill_jobs=_subset(env, "BENCH_BACKFILL_JOBS"),
+            orchestration_sides=_subset(env, "BENCH_ORCHESTRATION_SIDES"),
         )
 
     @classmethod
@@ -105,6 +107,11 @@ class Plan:
             sql_aggregates=1,
             sql_cli_queries=1,  # a JVM per query: the aggregate only
         )
+
+
+def _subset(env, name: str) -> tuple[str, ...]:
+    """The comma-separated names an environment variable picks; none means all."""
+    return tuple(item for item in env.get(name, "").split(",") if item)
 
 
 def machine() -> dict:
@@ -211,8 +218,9 @@ def _batch_figures(results: dict, add) -> None:
     if "orchestration" in results:
         jobs, hours = results["orchestration"]["jobs"], results["orchestration"]["hours"]
         one_job = jobs["one_job"]["seconds"]["median"]
-        add(f"Airflow backfill of {hours} hourly chunks vs one job (orchestration)",
-            jobs["airflow_hourly_chunks"]["seconds"]["median"], one_job)  # fmt: skip
+        if "airflow_hourly_chunks" in jobs:  # BENCH_ORCHESTRATION_SIDES may have run a subset
+            add(f"Airflow backfill of {hours} hourly chunks vs one job (orchestration)",
+                jobs["airflow_hourly_chunks"]["seconds"]["median"], one_job)  # fmt: skip
         if "airflow_hourly_chunks_through_service" in jobs:
             add(f"Airflow backfill of {hours} hourly chunks through the Spark service vs one job",
                 jobs["airflow_hourly_chunks_through_service"]["seconds"]["median"], one_job, "<= 2")  # fmt: skip
@@ -305,7 +313,9 @@ def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: 
         "speed_growth": lambda: stream.speed_growth(
             spark, data, plan.runs, plan.speed_held_days, plan.speed_growth_batches
         ),
-        "orchestration": lambda: orchestration.orchestration(spark, data, served, plan.runs, plan.orchestration_hours),
+        "orchestration": lambda: orchestration.orchestration(
+            spark, data, served, plan.runs, plan.orchestration_hours, plan.orchestration_sides
+        ),
         "throughput": lambda: stream.throughput(
             spark, data, plan.runs, plan.trigger, plan.drain_sizes, plan.drain_batches
         ),

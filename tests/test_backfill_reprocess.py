@@ -221,3 +221,30 @@ def test_bookkeeping_tables_created_before_their_newer_columns_gain_them(spark, 
         (run.run_id, "succeeded", END, 2, 0, "upgrade", run.events_read),
     ]
     assert run.events_read > 0
+
+
+def test_a_chunk_too_large_for_the_driver_is_written_by_spark_with_the_same_rows_and_counts(
+    spark, settings, monkeypatch
+):
+    """Small chunks reach the driver as Arrow and delta-rs replaces their windows; a chunk over
+    DRIVER_CHUNK_ROWS is written by Spark. Both leave the same rows, counts and fingerprints."""
+    generate(settings, CLEAN_LOG)
+    layer = BatchLayer(spark, settings, PIPELINE)
+    batch_uri = pipeline_tables(PIPELINE).batch.uri(settings)
+    values = ["window_start", "window_end", "bridge_id", "vehicle_type", "vehicles", "revenue"]
+
+    def backfilled() -> tuple[tuple, list, list, str]:
+        run = layer.backfill(START, END, source="log", chunk="2m", reprocess="redo")
+        rows = sorted(tuple(r) for r in spark.read.format("delta").load(batch_uri).select(*values).collect())
+        coverage = spark.read.format("delta").load(BATCH_COVERAGE.uri(settings)).where(f"run_id = '{run.run_id}'")
+        fingerprints = sorted((c.range_start, c.input_fingerprint) for c in coverage.collect())
+        predicate = spark.sql(f"DESCRIBE HISTORY delta.`{batch_uri}` LIMIT 1").first()["operationParameters"]
+        return (run.chunks, run.rows_written, run.events_used), rows, fingerprints, predicate["predicate"]
+
+    counts, rows, fingerprints, predicate = backfilled()
+    assert counts[1] > 3 * 5 and counts[2] == 400, counts  # every chunk holds more than 5 rows
+    assert predicate.startswith("window_start >= "), predicate  # delta-rs, the chunk's windows only
+
+    monkeypatch.setattr(batch, "DRIVER_CHUNK_ROWS", 5)
+    assert backfilled()[:3] == (counts, rows, fingerprints)
+    assert backfilled()[3].startswith("window_date >= DATE'")  # Spark's replaceWhere, whole days

@@ -11,11 +11,11 @@ from pyspark.sql import functions as F
 from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.layers.batch import chunk_replacement
+from lakehouse.layers.batch import chunk_predicate, chunk_replacement
 from lakehouse.layers.speed import window_dates_of
 from lakehouse.settings import local_path
 from lakehouse.storage.catalog import ensure_table, pipeline_tables
-from lakehouse.storage.writers import append_stamped_once, replace_where, upsert_once
+from lakehouse.storage.writers import append_stamped_once, replace_rows, replace_where, upsert_once
 from tests.conftest import make_settings
 from tests.frames import inline_frame
 
@@ -333,6 +333,60 @@ def test_a_chunk_write_replaces_exactly_its_windows_by_whole_days(spark, tmp_pat
     last = spark.sql(f"DESCRIBE HISTORY delta.`{layer.tables.batch.uri(layer.settings)}` LIMIT 1").first()
     assert last["operationParameters"]["predicate"].startswith("window_date >= DATE'")
     assert last["operationMetrics"]["numAddedChangeFiles"] == "0"
+
+
+@pytest.mark.parametrize("chunk", [(hour(20), hour(26)), (hour(24), hour(48))], ids=["across-midnight", "whole-day"])
+def test_a_chunk_replaced_through_delta_rs_changes_its_windows_only_and_feeds_the_change_feed(spark, tmp_path, chunk):
+    layer = _batch_layer_holding_two_days(spark, tmp_path)
+    uri = layer.tables.batch.uri(layer.settings)
+    before, version = _batch_rows(spark, layer), _version(spark, uri)
+    first, end = chunk
+    hours = range(int((first - DAY).total_seconds() // 3600), int((end - DAY).total_seconds() // 3600))
+    new = inline_frame(spark, BATCH, [(hour(h), hour(h + 1), "red", 1000 + h, "new", hour(61)) for h in hours])
+
+    replace_rows(new.toArrow(), uri, chunk_predicate(chunk), layer.settings)
+
+    expected = {key: value for key, value in before.items() if not first <= key[0] < end}
+    expected.update({(hour(h), "red"): (1000 + h, "new") for h in hours})
+    assert _batch_rows(spark, layer) == expected
+    feed = spark.read.format("delta").option("readChangeFeed", "true").option("startingVersion", version + 1).load(uri)
+    changes = sorted((r.window_start, r.team, r._change_type) for r in feed.collect())
+    old_rows = [(hour(h), team, "delete") for h in hours for team in ("red", "blue")]
+    assert changes == sorted([*old_rows, *((hour(h), "red", "insert") for h in hours)])
+
+
+def test_a_delta_rs_replacement_that_loses_its_commit_to_a_concurrent_compaction_runs_again(
+    spark, tmp_path, caplog, monkeypatch
+):
+    import deltalake
+    from delta.tables import DeltaTable
+
+    layer = _batch_layer_holding_two_days(spark, tmp_path)
+    uri = layer.tables.batch.uri(layer.settings)
+    extra = inline_frame(spark, BATCH, [(hour(3), hour(4), "green", 3, "old", hour(60))])
+    extra.write.format("delta").mode("append").save(uri)  # a second file in the first day, to compact
+    compactions, write = [], deltalake.write_deltalake
+
+    def compacted_meanwhile(table, *args, **kwargs):
+        if not compactions:  # the snapshot the write reads is open; it has not committed yet
+            compactions.append(DeltaTable.forPath(spark, uri).optimize().executeCompaction())
+        return write(table, *args, **kwargs)
+
+    monkeypatch.setattr(deltalake, "write_deltalake", compacted_meanwhile)
+    new = inline_frame(spark, BATCH, [(hour(0), hour(1), "red", 99, "new", hour(61))])
+    replace_rows(new.toArrow(), uri, chunk_predicate((hour(0), hour(1))), layer.settings)
+
+    assert any("lost a commit race" in record.getMessage() for record in caplog.records), (
+        "the compaction did not commit inside the write: the test proved nothing"
+    )
+    rows = _batch_rows(spark, layer)
+    assert rows[(hour(0), "red")] == (99, "new") and (hour(0), "blue") not in rows
+    assert rows[(hour(3), "green")] == (3, "old") and len(rows) == 48 * 2 - 1 + 1
+    assert _last_operations(spark, uri) == ["OPTIMIZE", "WRITE"]
+
+
+def _version(spark, uri: str) -> int:
+    return spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()["version"]
 
 
 def test_a_change_to_a_kept_row_that_commits_during_a_chunk_write_is_not_undone(spark, tmp_path, caplog):

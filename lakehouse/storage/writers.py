@@ -200,6 +200,34 @@ def upsert_once(
     retry_on_conflict(execute, f"MERGE into {uri}", conflicts=DELTA_RS_CONFLICTS)
 
 
+def replace_rows(rows, uri: str, predicate: str, settings: Settings | None = None) -> None:
+    """Atomically replace exactly the rows matching ``predicate`` with ``rows``: an overwrite through
+    delta-rs, in the driver, with no Spark job.
+
+    delta-rs rewrites the files holding matched rows without them, writes the change feed (the
+    deletes and the inserts), computes generated columns, and refuses a row of ``rows`` that does not
+    match ``predicate``. The matched rows are read in the write's own transaction, so a commit that
+    changed them first fails the write, and it runs again on the new snapshot.
+
+    Args:
+        rows: the new rows, an Arrow table, each matching ``predicate``.
+        uri: the table's location.
+        predicate: the rows replaced, in delta-rs's SQL (timestamps as ISO-8601 strings).
+        settings: where the table's store is (None: this process's settings).
+    """
+    from deltalake import DeltaTable, write_deltalake
+
+    from lakehouse.storage.ops_tables import as_table_types, delta_rs_location
+
+    location, options = delta_rs_location(uri, settings)
+
+    def execute() -> None:
+        table = DeltaTable(location, storage_options=options)  # per attempt: the latest snapshot
+        write_deltalake(table, as_table_types(rows, table), mode="overwrite", predicate=predicate)
+
+    retry_on_conflict(execute, f"replace {predicate} in {uri}", conflicts=DELTA_RS_CONFLICTS)
+
+
 def replace_where(rows: DataFrame, uri: str, condition: str) -> None:
     """Atomically replace exactly the rows matching ``condition`` with ``rows``."""
     writer = rows.write.format("delta").mode("overwrite").option("replaceWhere", condition)
