@@ -32,7 +32,7 @@ from lakehouse.dataflow.fingerprints import (
 )
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
-from lakehouse.eventtime import is_on_boundary, parse_duration, parse_instant
+from lakehouse.eventtime import format_instant, is_on_boundary, parse_duration, parse_instant
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import (
     BACKFILL_RUNS,
@@ -395,15 +395,10 @@ def in_bronze_span(pipeline: Pipeline, first_event: datetime, last_event: dateti
 
 
 def chunk_predicate(chunk: Chunk) -> str:
-    """The windows starting in ``chunk``, as a delta-rs condition. delta-rs skips the files whose
-    statistics put every ``window_start`` outside it, so the other days' files are not read."""
+    """The windows starting in ``chunk`` (naive UTC), as a delta-rs condition. delta-rs skips the
+    files whose statistics put every ``window_start`` outside it, so the other days' files are not read."""
     chunk_start, chunk_end = chunk
-    return f"window_start >= '{utc_iso(chunk_start)}' AND window_start < '{utc_iso(chunk_end)}'"
-
-
-def utc_iso(moment: datetime) -> str:
-    """``moment`` in ISO-8601 with its offset; a naive one is UTC, as the session's time zone is."""
-    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+    return f"window_start >= '{format_instant(chunk_start)}' AND window_start < '{format_instant(chunk_end)}'"
 
 
 def chunk_replacement(spark: SparkSession, batch_uri: str, rows: DataFrame, chunk: Chunk) -> tuple[DataFrame, str, str]:
