@@ -381,6 +381,7 @@ def test_a_delta_rs_replacement_that_loses_its_commit_to_a_concurrent_compaction
     )
     rows = _batch_rows(spark, layer)
     assert rows[(hour(0), "red")] == (99, "new") and (hour(0), "blue") not in rows
+    # Two teams over two days; 00:00 lost blue, and 03:00 gained green.
     assert rows[(hour(3), "green")] == (3, "old") and len(rows) == 48 * 2 - 1 + 1
     assert _last_operations(spark, uri) == ["OPTIMIZE", "WRITE"]
 
