@@ -29,7 +29,8 @@ from lakehouse.vocabulary import Fate
 
 @dataclasses.dataclass(frozen=True)
 class CommittedBatch:
-    """The last batch that committed every write in this process, and the max event time through it.
+    """The last batch that committed every write in this process: the max event time through it,
+    and how many lines it read.
 
     The batch after it cannot have been attempted before (Spark runs a batch again only after a
     restart, and then first), so its appends need not look for an earlier attempt's rows, and it need
@@ -38,6 +39,7 @@ class CommittedBatch:
     app_id: str
     batch_id: int
     max_event_time: datetime | None
+    input_rows: int
 
     def precedes(self, app_id: str, batch_id: int) -> bool:
         return (self.app_id, self.batch_id) == (app_id, batch_id - 1)

@@ -90,16 +90,20 @@ MICRO_BATCH_CONFS = {
 }
 
 
-# Generated code pays for itself from about this many rows a batch: a backlog after an outage, 30,000
-# events in one batch, drained in about the same time either way (8.1/7.0 s interpreted, 9.1/6.9 s
-# generated), 120,000 faster generated (12.9/12.0 s against 12.5/9.6 s).
-GENERATED_CODE_FROM_ROWS = 30_000
+# Generated code pays for itself from about this many rows a batch. Measured once the parse's
+# generated method could be compiled (docs/design.md, "Performance notes"), 3 drains of 4 batches each
+# way, alternating in one JVM (medians): at 5,000 events a batch interpreted 6.6 s against 7.0-7.5 s,
+# at 10,000 a wash (7.8 against 8.2 s), at 15,000 9.3 against 8.8 s, at 20,000 11.2 against 8.2 s.
+# Before that compile, the crossing was at about 30,000.
+GENERATED_CODE_FROM_ROWS = 10_000
 GENERATED_CODE = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
 
-def code_generation_for(input_rows: int) -> dict[str, str]:
-    """The confs that turn generated code back on for a large batch ({} for the usual small one)."""
-    return GENERATED_CODE if input_rows >= GENERATED_CODE_FROM_ROWS else {}
+def code_generation_for(input_rows: int | None) -> dict[str, str]:
+    """The confs that turn generated code back on for a large batch ({} for the usual small one).
+    ``None``, a batch of unknown size, counts as large: the first batch after a start is the backlog
+    an outage left, when there is one."""
+    return GENERATED_CODE if input_rows is None or input_rows >= GENERATED_CODE_FROM_ROWS else {}
 
 
 # For the planning of the dedupe read of bronze only (see _label_and_write).
@@ -213,7 +217,11 @@ class SpeedLayer:
     def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
         started = time.time()
         last_committed, self._last_committed = self._last_committed, None
-        parsed, summary = self._parse(raw)
+        # The parse runs before the batch's size is known: it is planned for the size of the batch
+        # before it, as a stream's batches are alike (a drain's, a steady load's).
+        expected_rows = last_committed.input_rows if last_committed else None
+        with session_confs(raw.sparkSession, code_generation_for(expected_rows)):
+            parsed, summary = self._parse(raw)
         try:
             batch = self._micro_batch(raw.sparkSession, parsed, summary, batch_id, last_committed)
             with session_confs(batch.spark, code_generation_for(batch.summary["input_rows"])):
@@ -231,7 +239,7 @@ class SpeedLayer:
             first_attempt=batch.first_attempt,
             settings=self.settings,
         )
-        self._last_committed = CommittedBatch(batch.app_id, batch_id, batch.max_event_time)
+        self._last_committed = CommittedBatch(batch.app_id, batch_id, batch.max_event_time, batch.summary["input_rows"])
         # Only a batch that committed everything hands its state on; after a failure the next
         # attempt reads the pane log again.
         self._pane_state = CarriedPaneState(batch.app_id, batch_id + 1, next_state)
