@@ -15,10 +15,11 @@ row appears. Freshness = first seen - written to the log.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import statistics
+import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -36,6 +37,7 @@ from lakehouse.dataflow.transforms import interval
 from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import SpeedLayer
+from lakehouse.settings import PROJECT_ROOT
 from lakehouse.storage.catalog import ensure_pipeline_tables, pipeline_tables, register_tables, table_exists
 from lakehouse.storage.log import LogWriter, log_glob
 
@@ -270,12 +272,7 @@ def _freshness_once(
     written: dict[str, float] = {}
     seen: dict[str, float] = {}
 
-    def load() -> None:
-        events = max(1, round(rate))
-        config = GeneratorConfig(events=int(rate * seconds), seed=5, start=datetime.now(UTC), rate=rate,
-                                 wall_rate=rate, events_per_file=events, late_fraction=0.0)  # fmt: skip
-        with contextlib.suppress(_Stopped):
-            generate(settings, config, PIPELINE, on_file=lambda *_: _stop_if(stop))
+    load = _start_load(home, rate, seconds)
 
     def probes() -> None:
         writer, sequence = LogWriter(settings, PIPELINE), 0
@@ -285,14 +282,14 @@ def _freshness_once(
             written[f"probe-{sequence:05d}"] = time.time()
             sequence += 1
 
-    threads = [threading.Thread(target=target, daemon=True) for target in (load, probes)]
-    for thread in threads:
-        thread.start()
+    prober = threading.Thread(target=probes, daemon=True)
+    prober.start()
     deadline = time.time() + seconds
     while time.time() < deadline + grace:
         _raise_if_stopped(query, job)
         if time.time() >= deadline:
             stop.set()
+            load.terminate()
             if set(written) <= set(seen):
                 break
         # The bare job's table appears with its first batch; querying it before only fills the log.
@@ -301,8 +298,9 @@ def _freshness_once(
                 seen.setdefault(row[0], time.time())
         time.sleep(0.5)
     stop.set()
-    for thread in threads:
-        thread.join(timeout=30)
+    load.terminate()
+    load.wait(timeout=30)
+    prober.join(timeout=30)
     batch_seconds = [seconds for _, seconds in batches_read(query)]
     _stop_between_batches(query)
     delays = [seen[name] - at for name, at in written.items() if name in seen]
@@ -323,13 +321,23 @@ def _stop_between_batches(query, patience: float = 120) -> None:
     query.stop()
 
 
-class _Stopped(Exception):
-    """Ends the load writer early: the generator has no other way to be interrupted."""
+def _start_load(home: Path, rate: float, seconds: float) -> subprocess.Popen:
+    """The load: a file of ``rate`` events written every second, event time now, by a producer in a
+    process of its own, as producers are. (Run in a thread of the bench's process, it held the
+    interpreter's lock for most of each second at 8,800 events/s, and every job whose
+    ``foreachBatch`` runs Python waited on it.) It ends when terminated, or after ``seconds``."""
+    arguments = json.dumps([str(home), rate, seconds])
+    return subprocess.Popen([sys.executable, "-c", LOAD_WRITER, arguments], cwd=PROJECT_ROOT)
 
 
-def _stop_if(stop: threading.Event) -> None:
-    if stop.is_set():
-        raise _Stopped()
+LOAD_WRITER = "import json, sys; from bench.stream import write_load; write_load(*json.loads(sys.argv[1]))"
+
+
+def write_load(home: str, rate: float, seconds: float) -> None:
+    """The load's producer (``_start_load``)."""
+    config = GeneratorConfig(events=int(rate * seconds), seed=5, start=datetime.now(UTC), rate=rate,
+                             wall_rate=rate, events_per_file=max(1, round(rate)), late_fraction=0.0)  # fmt: skip
+    generate(settings_for(Path(home)), config, PIPELINE)
 
 
 def freshness(spark, rate: float, seconds: float, trigger: str, probe_every: float, grace: float) -> dict:

@@ -25,13 +25,14 @@ from pyspark.sql import functions as F
 
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.layers.speed import run_speed_layer
+from lakehouse.layers import speed
+from lakehouse.layers.speed import SpeedLayer, run_speed_layer
 from lakehouse.serving.status import pipeline_status
 from lakehouse.settings import local_path
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
 from lakehouse.storage.log import partition_dir
 from lakehouse.storage.ops_tables import arrow_at
-from tests.conftest import INTERPRETED
+from tests.conftest import INTERPRETED, make_settings
 from tests.frames import inline_frame
 from tests.oracle import FIELDS, classify
 from tests.test_transforms import VALID
@@ -230,6 +231,31 @@ def test_hostile_files_through_the_stream_give_every_line_one_fate(spark, settin
         ("latin1.jsonl", "missing_field:bridge_id"),
     ]
     assert '{"event_id": "caf\ufffd"}' in {row.raw for row in quarantine}
+
+
+@pytest.mark.parametrize("through", ["driver", "spark"])
+def test_quarantined_lines_are_appended_once_through_the_driver_or_through_spark(spark, tmp_path, monkeypatch, through):
+    """A batch's quarantined lines go to the driver and through delta-rs, or, when they are too many
+    bytes for it, through Spark: either way the same rows, appended once however often the batch is
+    replayed (a restarted stream runs its last batch again)."""
+    if through == "spark":
+        monkeypatch.setattr(speed, "QUARANTINE_TO_DRIVER_BYTES", 0)
+    settings = make_settings(tmp_path)
+    bad = ['{"event_id": "caf\ufffd"}', "\x00\x01 not json", _toll('"12.34"'), "x" * 5_000]
+    lines = [_event(event_id="e-1"), *bad, _event(event_id="e-2")]
+    frame = spark.createDataFrame([(line, "file:/log/000.jsonl") for line in lines], "value string, source_file string")
+    query_id = f"quarantine-{through}"
+    SpeedLayer(spark, settings, PIPELINE, query_id=query_id).process_batch(frame, 0)
+    SpeedLayer(spark, settings, PIPELINE, query_id=query_id).process_batch(frame, 0)  # replayed after a restart
+
+    uri = pipeline_tables(PIPELINE).quarantine.uri(settings)
+    quarantine = spark.read.format("delta").load(uri)
+    assert sorted(row.raw for row in quarantine.collect()) == sorted(bad)
+    assert {tuple(row) for row in quarantine.select("app_id", "batch_id", "source_file").collect()} == {
+        (f"speed:{PIPELINE.name}:{query_id}", 0, "file:/log/000.jsonl")
+    }
+    writer = spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()["engineInfo"] or "delta-rs"
+    assert writer.startswith("Apache-Spark") == (through == "spark"), writer
 
 
 def _cut_off_file(settings, event_ids: tuple[str, str]) -> tuple[Path, bytes]:

@@ -69,7 +69,9 @@ class MicroBatch:
     batch_id: int
     first_attempt: bool  # False when an earlier attempt may have written some of its rows
     parsed: DataFrame
-    summary: dict  # input_rows, quarantined, min/max_event_time of valid records, source_files (units read)
+    summary: (
+        dict  # input_rows, quarantined (lines, bytes), min/max_event_time of valid records, source_files (units read)
+    )
     watermark: datetime | None  # from batches before this one only
     max_event_time: datetime | None  # through this batch: what the on-time watermark follows
 
@@ -89,6 +91,9 @@ def summarise(parsed: DataFrame, pipeline: Pipeline) -> dict:
         parsed.agg(
             F.count(F.lit(1)).alias("input_rows"),
             F.count("reason").alias("quarantined"),
+            F.coalesce(F.sum(F.when(F.col("reason").isNotNull(), F.octet_length("value"))), F.lit(0)).alias(
+                "quarantined_bytes"
+            ),
             F.min(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("min_event_time"),
             F.max(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("max_event_time"),
             F.sort_array(F.collect_set(kafka_log.source_unit(F.col("source_file")))).alias("source_files"),

@@ -106,6 +106,10 @@ def code_generation_for(input_rows: int | None) -> dict[str, str]:
     return GENERATED_CODE if input_rows is None or input_rows >= GENERATED_CODE_FROM_ROWS else {}
 
 
+# A batch's quarantined lines are appended through the driver while they total at most this much
+# (BatchWriter._append_quarantine).
+QUARANTINE_TO_DRIVER_BYTES = 8 * 1024 * 1024
+
 # For the planning of the dedupe read of bronze only (see _label_and_write).
 BRONZE_SKIPPING = {"spark.databricks.delta.stats.skipping": "true"}
 
@@ -354,21 +358,29 @@ class BatchWriter:
                 batch.first_attempt,
             )
         if batch.summary["quarantined"]:
-            quarantined = tx.quarantined_records(batch.parsed).withColumns(
-                {**batch.stamp(), "quarantined_at": F.current_timestamp()}
-            )
-            append_stamped_once(
-                quarantined.select(tables.quarantine.columns.fieldNames()),
-                tables.quarantine.uri(settings),
-                batch.app_id,
-                batch.batch_id,
-                first_attempt=batch.first_attempt,
-            )
+            self._append_quarantine(batch)
         if wrote_bronze:
             return dict(counted.get)
         if batch.summary["input_rows"] == batch.summary["quarantined"]:  # no valid event: nothing to count
             return {str(fate): 0 for fate in ACCEPTED_FATES}
         return count_fates(fates)
+
+    def _append_quarantine(self, batch: MicroBatch) -> None:
+        """Append the batch's quarantined lines, once. The usual few hundred reach the driver as Arrow
+        and delta-rs appends them: Spark's append of a few rows costs a write job and a commit, 0.19 s
+        of a 2.2 s batch. Lines over ``QUARANTINE_TO_DRIVER_BYTES`` in all (a flood of bad input)
+        stay in Spark."""
+        settings, quarantine = self.settings, self.tables.quarantine
+        rows = (
+            tx.quarantined_records(batch.parsed)
+            .withColumns({**batch.stamp(), "quarantined_at": F.current_timestamp()})
+            .select(quarantine.columns.fieldNames())
+        )
+        uri, stamp = quarantine.uri(settings), (batch.app_id, batch.batch_id)
+        if batch.summary["quarantined_bytes"] <= QUARANTINE_TO_DRIVER_BYTES:
+            append_arrow_stamped_once(uri, rows.toArrow(), *stamp, batch.first_attempt, settings)
+        else:
+            append_stamped_once(rows, uri, *stamp, first_attempt=batch.first_attempt)
 
     def emit_panes(
         self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int], carried: CarriedPaneState | None
