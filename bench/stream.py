@@ -137,8 +137,9 @@ def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, 
     # One drain of each job first, not measured: the JVM's JIT compiles Spark's and Delta's code
     # paths during the first drains it runs, and the job that came first paid for all of them (its
     # first drain of 4 files per trigger 14-17 s, against 8-9 s warm, in one JVM). And the order
-    # turns each run: a job run after the bare stream drained slower (the speed layer, 4 files per
-    # trigger, 1.15-1.19x the hand-written job after it, 0.99-1.05x after the hand-written job).
+    # turns each run: a job run right after the bare stream drained slower (the speed layer, at 4
+    # files per trigger, took 1.15-1.19x the hand-written job's time when it ran after the bare
+    # stream, and 0.99-1.05x when it ran after the hand-written job).
     for job in JOBS:
         drain(spark, data, job, sizes[0], batches)
     for run in range(runs):
@@ -330,9 +331,9 @@ def _stop_between_batches(query, patience: float = 120) -> None:
 
 def _start_load(home: Path, rate: float, seconds: float) -> subprocess.Popen:
     """The load: a file of ``rate`` events written every second, event time now, by a producer in a
-    process of its own, as producers are. (Run in a thread of the bench's process, it held the
-    interpreter's lock for most of each second at 8,800 events/s, and every job whose
-    ``foreachBatch`` runs Python waited on it.) It ends when terminated, or after ``seconds``."""
+    process of its own, as producers are. (Run in a thread of the bench's process, it shared the
+    interpreter's lock with the jobs' ``foreachBatch`` functions, which a producer never does.) It
+    ends when terminated, or after ``seconds``."""
     arguments = json.dumps([str(home), rate, seconds])
     return subprocess.Popen([sys.executable, "-c", LOAD_WRITER, arguments], cwd=PROJECT_ROOT)
 

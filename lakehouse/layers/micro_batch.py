@@ -69,9 +69,7 @@ class MicroBatch:
     batch_id: int
     first_attempt: bool  # False when an earlier attempt may have written some of its rows
     parsed: DataFrame
-    summary: (
-        dict  # input_rows, quarantined (lines, bytes), min/max_event_time of valid records, source_files (units read)
-    )
+    summary: dict  # input_rows, quarantined(_bytes), min/max_event_time of valid records, source_files
     watermark: datetime | None  # from batches before this one only
     max_event_time: datetime | None  # through this batch: what the on-time watermark follows
 
