@@ -30,7 +30,7 @@ from lakehouse.vocabulary import Fate
 @dataclasses.dataclass(frozen=True)
 class CommittedBatch:
     """The last batch that committed every write in this process: the max event time through it,
-    and how many lines it read.
+    and how many bytes of lines it read.
 
     The batch after it cannot have been attempted before (Spark runs a batch again only after a
     restart, and then first), so its appends need not look for an earlier attempt's rows, and it need
@@ -39,7 +39,7 @@ class CommittedBatch:
     app_id: str
     batch_id: int
     max_event_time: datetime | None
-    input_rows: int
+    input_bytes: int
 
     def precedes(self, app_id: str, batch_id: int) -> bool:
         return (self.app_id, self.batch_id) == (app_id, batch_id - 1)
@@ -69,7 +69,7 @@ class MicroBatch:
     batch_id: int
     first_attempt: bool  # False when an earlier attempt may have written some of its rows
     parsed: DataFrame
-    summary: dict  # input_rows, quarantined(_bytes), min/max_event_time of valid records, source_files
+    summary: dict  # input_rows/_bytes, quarantined(_bytes), min/max_event_time of valid records, source_files
     watermark: datetime | None  # from batches before this one only
     max_event_time: datetime | None  # through this batch: what the on-time watermark follows
 
@@ -88,6 +88,7 @@ def summarise(parsed: DataFrame, pipeline: Pipeline) -> dict:
     summary = (
         parsed.agg(
             F.count(F.lit(1)).alias("input_rows"),
+            F.coalesce(F.sum(F.octet_length("value")), F.lit(0)).alias("input_bytes"),
             F.count("reason").alias("quarantined"),
             F.coalesce(F.sum(F.when(F.col("reason").isNotNull(), F.octet_length("value"))), F.lit(0)).alias(
                 "quarantined_bytes"

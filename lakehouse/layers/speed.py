@@ -96,14 +96,25 @@ MICRO_BATCH_CONFS = {
 # at 10,000 a wash (7.8 against 8.2 s), at 15,000 9.3 against 8.8 s, at 20,000 11.2 against 8.2 s.
 # Before that compile, the crossing was at about 30,000.
 GENERATED_CODE_FROM_ROWS = 10_000
+# The parse runs before a batch's lines are counted, so it goes by the bytes the batch reads: the
+# same crossing, at the toll traffic's lines of about 260 bytes.
+GENERATED_CODE_FROM_BYTES = GENERATED_CODE_FROM_ROWS * 256
 GENERATED_CODE = {"spark.sql.codegen.wholeStage": "true", "spark.sql.codegen.factoryMode": "FALLBACK"}
 
 
-def code_generation_for(input_rows: int | None) -> dict[str, str]:
-    """The confs that turn generated code back on for a large batch ({} for the usual small one).
-    ``None``, a batch of unknown size, counts as small: a stream's first batch compiling its parse
-    took seconds, enough to make a calm stream look behind (tests/test_backpressure.py)."""
-    return GENERATED_CODE if input_rows is not None and input_rows >= GENERATED_CODE_FROM_ROWS else {}
+def code_generation_for(input_rows: int | None = None, input_bytes: int | None = None) -> dict[str, str]:
+    """The confs that turn generated code back on for a large batch ({} for the usual small one), by
+    its rows or, before they are counted, its bytes. A size not known (None) counts as small: a
+    calm stream's first batch compiling its parse took seconds, enough to make the stream look
+    behind (tests/test_backpressure.py)."""
+    large = (input_rows or 0) >= GENERATED_CODE_FROM_ROWS or (input_bytes or 0) >= GENERATED_CODE_FROM_BYTES
+    return GENERATED_CODE if large else {}
+
+
+def planned_bytes(frame: DataFrame) -> int:
+    """Spark's estimate of the bytes a frame reads, made when it plans it: for a batch of log files,
+    the files' sizes (no job runs)."""
+    return int(str(frame._jdf.queryExecution().optimizedPlan().stats().sizeInBytes()))
 
 
 # A batch's quarantined lines are appended through the driver while they total at most this much
@@ -221,10 +232,7 @@ class SpeedLayer:
     def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
         started = time.time()
         last_committed, self._last_committed = self._last_committed, None
-        # The parse runs before the batch's size is known: it is planned for the size of the batch
-        # before it, as a stream's batches are alike (a drain's, a steady load's).
-        expected_rows = last_committed.input_rows if last_committed else None
-        with session_confs(raw.sparkSession, code_generation_for(expected_rows)):
+        with session_confs(raw.sparkSession, code_generation_for(input_bytes=self._input_bytes(raw, last_committed))):
             parsed, summary = self._parse(raw)
         try:
             batch = self._micro_batch(raw.sparkSession, parsed, summary, batch_id, last_committed)
@@ -243,10 +251,20 @@ class SpeedLayer:
             first_attempt=batch.first_attempt,
             settings=self.settings,
         )
-        self._last_committed = CommittedBatch(batch.app_id, batch_id, batch.max_event_time, batch.summary["input_rows"])
+        self._last_committed = CommittedBatch(
+            batch.app_id, batch_id, batch.max_event_time, batch.summary["input_bytes"]
+        )
         # Only a batch that committed everything hands its state on; after a failure the next
         # attempt reads the pane log again.
         self._pane_state = CarriedPaneState(batch.app_id, batch_id + 1, next_state)
+
+    def _input_bytes(self, raw: DataFrame, last_committed: CommittedBatch | None) -> int | None:
+        """The bytes a batch reads, known before its parse: the sizes of its log files. Spark does
+        not size a batch of Kafka records; there it is the batch before's (a stream's batches are
+        alike), and none after a start."""
+        if not self.settings.kafka_bootstrap:
+            return planned_bytes(raw)
+        return last_committed.input_bytes if last_committed else None
 
     def _parse(self, raw: DataFrame) -> tuple[DataFrame, dict]:
         """The batch's lines parsed (cached) and summed up; read again whole if a file in it was
