@@ -207,14 +207,7 @@ def _batch_figures(results: dict, add) -> None:
         median = {name: figure["seconds"]["median"] for name, figure in results["growth"].items()}
         add("backfill 1 day vs 1 hour (linear: 24)", median["backfill_1d"], median["backfill_1h"], "~24")
         add("audit 1 day vs 1 hour (linear: 24)", median["audit_1d"], median["audit_1h"], "~24")
-    if "speed_growth" in results:
-        (few, held_few), (many, held_many) = results["speed_growth"].items()
-        add(
-            f"speed micro-batch, __speed holding {many} vs {few} of windows",
-            held_many["seconds"]["median"],
-            held_few["seconds"]["median"],
-            "~1",
-        )
+    _speed_growth_figures(results, add)
     if "orchestration" in results:
         jobs, hours = results["orchestration"]["jobs"], results["orchestration"]["hours"]
         one_job = jobs["one_job"]["seconds"]["median"]
@@ -230,6 +223,28 @@ def _batch_figures(results: dict, add) -> None:
     if "correction" in results:
         median = {name: figure["seconds"]["median"] for name, figure in results["correction"].items()}
         add("correction of 100 windows, 10 days vs 1 day held", median["10d"], median["1d"], "~1")
+
+
+def _speed_growth_figures(results: dict, add) -> None:
+    """The speed layer with few and many days of windows in ``__speed``: time, memory, state."""
+    if "speed_growth" not in results:
+        return
+    (few, held_few), (many, held_many) = results["speed_growth"].items()
+    add(
+        f"speed micro-batch, __speed holding {many} vs {few} of windows",
+        held_many["seconds"]["median"],
+        held_few["seconds"]["median"],
+        "~1",
+    )
+    add(
+        f"speed layer peak RSS (driver, Python and JVM), __speed holding {many} vs {few}",
+        held_many["peak_rss_mib"]["median"],
+        held_few["peak_rss_mib"]["median"],
+        "<= 1.1",
+        "MiB",
+    )
+    add(f"pane state carried, __speed holding {many} vs {few}",
+        held_many["pane_state_rows"], held_few["pane_state_rows"], "<= 1.1", "rows")  # fmt: skip
 
 
 def _sql_figures(results: dict, add) -> None:

@@ -32,13 +32,21 @@ from pyspark.sql import functions as F
 from bench import baselines
 from bench.data import PIPELINE, DataSet, link_log_files, scratch_home, settings_for
 from bench.measure import PeakMemory, percentile, summary
+from lakehouse.dataflow.panes import latest_panes
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.dataflow.transforms import interval
 from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.layers.micro_batch import live_windows
 from lakehouse.layers.speed import SpeedLayer
 from lakehouse.settings import PROJECT_ROOT
-from lakehouse.storage.catalog import ensure_pipeline_tables, pipeline_tables, register_tables, table_exists
+from lakehouse.storage.catalog import (
+    STREAM_PROGRESS,
+    ensure_pipeline_tables,
+    pipeline_tables,
+    register_tables,
+    table_exists,
+)
 from lakehouse.storage.log import LogWriter, log_glob
 
 # The speed layer; the hand-written lambda job doing the same durable work (the goal is set against
@@ -222,33 +230,55 @@ def _hold_speed_rows(spark, data: DataSet, home: Path, days: int) -> int:
 
 
 def speed_growth(spark, data: DataSet, runs: int, held_days: tuple[int, int], batches: int) -> dict:
-    """Micro-batch duration of the speed layer while ``__speed`` holds a few vs many days of windows:
-    a stream that runs for weeks must not slow down as its table grows (should be flat)."""
+    """The speed layer while ``__speed`` holds a few vs many days of windows: a stream that runs for
+    weeks must not slow down or grow as its table grows (should be flat). Per held days: the
+    micro-batch's median seconds, the peak RSS of the driver (Python and JVM) during the drain, and
+    the pane state the stream carries at its end."""
     seconds: dict[str, list[float]] = {f"{days}d": [] for days in held_days}
-    held: dict[str, int] = {}
-    copied: dict[str, int] = {}
-    for _ in range(runs):
-        for days in held_days:
+    rss: dict[str, list[float]] = {f"{days}d": [] for days in held_days}
+    held, copied, state_rows = {}, {}, {}
+    # One drain first, not measured: the JVM's heap and code cache grow to their working size in the
+    # first drains it runs, and the first measured drain's peak RSS would carry that growth. Then
+    # the order turns each run, so neither size is always the later one.
+    drain(spark, data, "lakehouse", 1, batches)
+    for run in range(runs):
+        for days in held_days if run % 2 == 0 else held_days[::-1]:
             homes: list[Path] = []
 
             def hold(home: Path, days=days, homes=homes) -> None:
                 homes.append(home)
                 held[f"{days}d"] = _hold_speed_rows(spark, data, home, days)
 
-            points = drain(spark, data, "lakehouse", 1, batches, prepare=hold)
+            with PeakMemory(os.getpid()) as peak:
+                points = drain(spark, data, "lakehouse", 1, batches, prepare=hold)
             seconds[f"{days}d"].append(statistics.median(duration for _, duration in points))
+            rss[f"{days}d"].append(peak.python_bytes / 2**20 + peak.jvm_bytes / 2**20)
             speed_uri = pipeline_tables(get_pipeline(PIPELINE)).speed.uri(settings_for(homes[0]))
             last_merge = spark.sql(f"DESCRIBE HISTORY delta.`{speed_uri}` LIMIT 1").first()["operationMetrics"]
             copied[f"{days}d"] = int(last_merge.get("numTargetRowsCopied", 0))
+            state_rows[f"{days}d"] = pane_state_rows(spark, settings_for(homes[0]))
     return {
         name: {
             "seconds": summary(values),
+            "peak_rss_mib": summary(rss[name]),
+            "pane_state_rows": state_rows[name],
             "rows_held": held[name],
             "rows_copied_by_last_merge": copied[name],
             "batches_per_drain": batches,
         }
         for name, values in seconds.items()
     }
+
+
+def pane_state_rows(spark, settings) -> int:
+    """The rows of the pane state a stream carries after its last batch, as a restart would load it
+    (``pane_state_before``): the latest pane of each live window and key in the pane log, at the
+    last batch's watermark, whatever ``__speed`` holds."""
+    pipeline = get_pipeline(PIPELINE)
+    progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(settings))
+    watermark = progress.orderBy(F.col("batch_id").desc()).first()["watermark"]
+    panes = spark.read.format("delta").load(pipeline_tables(pipeline).panes.uri(settings))
+    return latest_panes(live_windows(panes, watermark, pipeline), pipeline).count()
 
 
 def _probe_line(sequence: int) -> str:
