@@ -9,8 +9,8 @@ from lakehouse.layers.speed import (
     GENERATED_CODE_FROM_BYTES,
     GENERATED_CODE_FROM_ROWS,
     MICRO_BATCH_CONFS,
-    _lines,
     code_generation_for,
+    log_lines,
     planned_bytes,
 )
 
@@ -34,7 +34,7 @@ def test_a_batch_of_log_files_is_sized_by_its_files_before_it_is_read(spark, tmp
     sizes = sum(path.stat().st_size for path in tmp_path.iterdir())
     sized = []
     query = (
-        _lines(spark.readStream.format("text").load(str(tmp_path)))
+        log_lines(spark.readStream.format("text").load(str(tmp_path)))
         .writeStream.foreachBatch(lambda batch, _: sized.append(planned_bytes(batch)))
         .trigger(availableNow=True)
         .start()

@@ -137,10 +137,10 @@ def log_stream(spark: SparkSession, settings: Settings, pipeline: Pipeline) -> D
         reader = reader.option("maxFilesPerTrigger", settings.max_files_per_trigger)
     elif max_bytes:
         reader = reader.option("maxBytesPerTrigger", max_bytes)
-    return _lines(reader.load(log_glob(settings, pipeline.topic)))
+    return log_lines(reader.load(log_glob(settings, pipeline.topic)))
 
 
-def _lines(text: DataFrame) -> DataFrame:
+def log_lines(text: DataFrame) -> DataFrame:
     """Spark's text source as the speed layer reads it: each line, and the file it came from."""
     return text.select("value", F.col("_metadata.file_path").alias("source_file"))
 
@@ -156,7 +156,7 @@ def whole_files(spark: SparkSession, files: list[str], settings: Settings) -> Da
     if not waited:
         return None
     print(f"held back a micro-batch for files with no final newline yet: {', '.join(waited)}", file=sys.stderr)
-    return _lines(spark.read.format("text").load(files))
+    return log_lines(spark.read.format("text").load(files))
 
 
 class SpeedLayer:
@@ -259,9 +259,9 @@ class SpeedLayer:
         self._pane_state = CarriedPaneState(batch.app_id, batch_id + 1, next_state)
 
     def _input_bytes(self, raw: DataFrame, last_committed: CommittedBatch | None) -> int | None:
-        """The bytes a batch reads, known before its parse: the sizes of its log files. Spark does
-        not size a batch of Kafka records; there it is the batch before's (a stream's batches are
-        alike), and none after a start."""
+        """The bytes a batch reads, known before its parse: the sizes of its log files. On Kafka,
+        Spark's estimate was not checked against the records' size; there it is the batch before's
+        (a stream's batches are alike), and none after a start."""
         if not self.settings.kafka_bootstrap:
             return planned_bytes(raw)
         return last_committed.input_bytes if last_committed else None
