@@ -265,10 +265,10 @@ def closed_by(watermark: datetime | None, window_end: Column | None = None) -> C
 
 def seen_in(seen_event_ids: DataFrame, events: DataFrame, pipeline: Pipeline) -> DataFrame:
     """The seen ids that ``events`` hold. The seen ids are the many side (bronze within the dedupe
-    horizon: every event of the last hours), the events the few (a micro-batch): the scan of the
-    seen ids is probed against the events' ids, sent to each task, and only the hits go on, sent
-    on in turn. Joined the other way round, Spark sent every seen id, collected to the driver, to
-    each task, for every batch."""
+    horizon, an hour of events either side of the batch's), the events the few (a micro-batch):
+    the scan of the seen ids is probed against the events' ids, sent to each task, and only the
+    hits go on, sent on in turn. Joined the other way round, Spark sent every seen id, collected
+    to the driver, to each task, for every batch."""
     batch_ids = F.broadcast(events.select(pipeline.event_id))
     return F.broadcast(seen_event_ids.join(batch_ids, on=pipeline.event_id, how="left_semi"))
 
