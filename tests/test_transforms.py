@@ -337,11 +337,12 @@ def test_event_id_seen_in_an_earlier_batch_is_a_duplicate(spark):
     assertDataFrameEqual(fates(spark, rows, seen=["e-1"]), expected)
 
 
-def test_the_seen_ids_are_probed_against_the_batch_and_never_sent_whole(spark):
-    # Bronze within the horizon holds millions of ids, a batch thousands: the scan of the seen ids
-    # is the probe side of a semi join built on the batch's ids; only its hits are broadcast.
+def test_seen_ids_probed_against_the_batch_are_never_sent_whole(spark):
+    # Bronze within the horizon can hold millions of ids, a batch thousands: the scan of the seen
+    # ids is the probe side of a semi join built on the batch's ids; only its hits are broadcast.
+    events = inline_frame(spark, WINDOWED, [("e-1", "f1.jsonl", "v1", *W0)])
     seen = inline_frame(spark, SEEN, [(f"e-{n}",) for n in range(50)])
-    labelled = tx.label_fates(inline_frame(spark, WINDOWED, [("e-1", "f1.jsonl", "v1", *W0)]), seen, None, PIPELINE)
+    labelled = tx.label_fates(events, tx.seen_in(seen, events, PIPELINE), None, PIPELINE)
     plan = labelled._jdf.queryExecution().executedPlan().toString()
     assert "LeftSemi, BuildRight" in plan and "LeftOuter, BuildRight" in plan, plan
     assert labelled.first()["fate"] == "duplicate"

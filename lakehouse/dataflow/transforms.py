@@ -267,8 +267,8 @@ def seen_in(seen_event_ids: DataFrame, events: DataFrame, pipeline: Pipeline) ->
     """The seen ids that ``events`` hold. The seen ids are the many side (bronze within the dedupe
     horizon, an hour of events either side of the batch's), the events the few (a micro-batch):
     the scan of the seen ids is probed against the events' ids, sent to each task, and only the
-    hits go on, sent on in turn. Joined the other way round, Spark sent every seen id, collected
-    to the driver, to each task, for every batch."""
+    hits go on, sent on in turn. Joined as they are (``label_fates``), Spark sends every seen id,
+    collected to the driver, to each task."""
     batch_ids = F.broadcast(events.select(pipeline.event_id))
     return F.broadcast(seen_event_ids.join(batch_ids, on=pipeline.event_id, how="left_semi"))
 
@@ -288,7 +288,7 @@ def label_fates(
         watermark: the watermark this batch runs with (None: nothing is late yet).
         pipeline: the pipeline the rows belong to.
     """
-    seen = seen_in(seen_event_ids, events, pipeline).select(pipeline.event_id, F.lit(True).alias("_seen_before"))
+    seen = seen_event_ids.select(pipeline.event_id, F.lit(True).alias("_seen_before"))
     is_duplicate = F.coalesce(F.col("_seen_before"), F.lit(False)) | (F.col("copy_number") > 1)
     is_late = closed_by(watermark, first_window_end(pipeline))
     fate = F.when(is_duplicate, F.lit(Fate.DUPLICATE)).when(is_late, F.lit(Fate.LATE)).otherwise(F.lit(Fate.ON_TIME))

@@ -408,13 +408,28 @@ def table_version(spark: SparkSession, uri: str) -> int:
 
         location, options = delta_rs_location(uri)
         return DeltaTable(location, storage_options=options, without_files=True).version()
+    return _latest_snapshot(spark, uri).version()
+
+
+def table_version_and_size(spark: SparkSession, uri: str) -> tuple[int, int | None]:
+    """The Delta table's latest version and its size in bytes, as its checksum file records it
+    (None without one, or for a Spark Connect client). Read without a Spark job: the snapshot's own
+    ``sizeInBytes`` ran three, even with the checksum there."""
+    if is_remote(spark):
+        return table_version(spark, uri), None
+    snapshot = _latest_snapshot(spark, uri)
+    checksum = snapshot.checksumOpt()
+    return snapshot.version(), checksum.get().tableSizeBytes() if checksum.isDefined() else None
+
+
+def _latest_snapshot(spark: SparkSession, uri: str):
     delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
     # Scala default arguments, spelled out for Py4J: a synchronous update, no timestamp check, no catalog table.
     defaults = [getattr(delta_log, f"update$default${n}")() for n in (1, 2, 3)]
-    version = delta_log.update(*defaults).version()
-    if version < 0:
+    snapshot = delta_log.update(*defaults)
+    if snapshot.version() < 0:
         raise LakehouseError(f"{uri} is not a Delta table")
-    return version
+    return snapshot
 
 
 def table_exists(spark: SparkSession, uri: str) -> bool:
