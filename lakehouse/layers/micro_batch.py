@@ -122,7 +122,7 @@ def before_batch(app_id: str, batch_id: int, column: Callable = F.col):
     return ~((column("app_id") == app_id) & (column("batch_id") >= batch_id))
 
 
-# Up to this size of bronze (its checksum's count: about 230,000 events of the toll traffic), the
+# Up to this size of bronze (as its checksum file records it; about 230,000 toll events), the
 # ids bronze accepted are joined as they are, broadcast whole; beyond it they are probed against the
 # batch's (``seen_in``). The probe costs a Spark job a batch, 0.1-0.2 s of a batch of 100 events;
 # the broadcast grows with bronze: against 1 million seen ids a 40,000-event batch's join took
@@ -130,12 +130,15 @@ def before_batch(app_id: str, batch_id: int, column: Callable = F.col):
 BROADCAST_SEEN_IDS_UP_TO_BYTES = 16 * 1024 * 1024
 
 
-def seen_event_ids(batch: MicroBatch, events: DataFrame, bronze_uri: str, pipeline: Pipeline, horizon: timedelta):
+def seen_event_ids(
+    batch: MicroBatch, events: DataFrame, bronze_uri: str, pipeline: Pipeline, horizon: timedelta
+) -> DataFrame:
     """Ids bronze accepted before this batch, within the dedupe horizon of this batch's events: all
     of them while bronze is small, else those ``events`` hold (``BROADCAST_SEEN_IDS_UP_TO_BYTES``).
 
     Args:
-        batch: the micro-batch (its session, ids, and its valid events' min and max event time).
+        batch: the micro-batch (its session, whose micro-batch confs apply to this scan too; its ids;
+            its valid events' min and max event time).
         events: the batch's valid events.
         bronze_uri: the pipeline's bronze table.
         pipeline: the pipeline (event id and time columns).
