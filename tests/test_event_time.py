@@ -19,10 +19,12 @@ import pytest
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.layers import corrections
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.replay import read_scenario, replay, replay_result
-from lakehouse.storage.catalog import CORRECTIONS, pipeline_tables, register_tables
+from lakehouse.storage.catalog import CORRECTION_RUNS, CORRECTIONS, pipeline_tables, register_tables
+from lakehouse.storage.ops_tables import rows_at
 from tests.conftest import RESOURCES, make_settings
 
 TEAM_SCORES = get_pipeline("team_scores")
@@ -64,11 +66,34 @@ def with_allowed_lateness(spark, tmp_path_factory):
     )
 
 
+class DiedMidRun(Exception):
+    pass
+
+
+def _dies(*_):
+    raise DiedMidRun("the process died before the batch write")
+
+
 @pytest.fixture(scope="module")
 def corrected(spark, too_fast):
-    """The too-fast run after one correction run (module scope: later tests see it corrected)."""
+    """The too-fast run after a correction run that died between its log append and its batch
+    write, and the run that resumed it (module scope: later tests see it corrected)."""
     settings, _ = too_fast
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(corrections, "replace_where", _dies)
+        with pytest.raises(DiedMidRun):
+            CorrectionRun(spark, settings, TEAM_SCORES).run()
     return settings, CorrectionRun(spark, settings, TEAM_SCORES).run()
+
+
+def test_a_correction_that_died_before_its_batch_write_is_resumed_by_the_next_run(corrected):
+    settings, run = corrected
+    runs = rows_at(CORRECTION_RUNS.uri(settings), settings=settings)
+    assert run.resumed and run.sequence == 0
+    assert sorted((row["run_id"], row["status"]) for row in runs) == [
+        (run.run_id, "planned"),
+        (run.run_id, "succeeded"),
+    ]
 
 
 def test_fixed_windows_in_batch_give_the_102_totals(spark, slow_enough):

@@ -463,3 +463,17 @@ def test_event_count_is_added_after_the_gold_columns_on_request(spark):
         [(*W0, "bridge-00", "car", 2, Decimal("12.00"), 2)],
     )
     assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE, with_event_count=True), expected, rtol=0, atol=0)
+
+
+def test_the_latest_correction_run_is_the_highest_sequence_and_done_once_it_succeeded():
+    from lakehouse.layers.corrections import latest_run
+
+    assert latest_run([]) is None
+    planned = {"sequence": 0, "run_id": "a", "bronze_from_version": 0, "bronze_to_version": 4, "status": "planned"}
+    assert latest_run([planned])["done"] is False
+    assert latest_run([planned, {**planned, "status": "succeeded"}])["done"] is True
+    later = {**planned, "sequence": 1, "run_id": "b", "bronze_from_version": 5, "bronze_to_version": 9}
+    assert latest_run([{**planned, "status": "succeeded"}, planned, later])["run_id"] == "b"
+    # Two runs that raced to the same sequence: the one that finished counts.
+    raced = {**later, "run_id": "c"}
+    assert latest_run([later, raced, {**raced, "status": "succeeded"}])["run_id"] == "c"

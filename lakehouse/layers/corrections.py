@@ -35,7 +35,7 @@ from lakehouse.storage.catalog import (
     table_version,
 )
 from lakehouse.storage.dimensions import with_dimensions
-from lakehouse.storage.frames import literal_frame
+from lakehouse.storage.ops_tables import append_rows, rows_at
 from lakehouse.storage.writers import append_once, replace_where
 from lakehouse.vocabulary import CorrectionChange, Fate, FeedChange, RunStatus
 
@@ -141,6 +141,20 @@ def correction_scope(late_windows: DataFrame, pipeline: Pipeline) -> DataFrame:
     return late_windows.select("window_start").distinct()
 
 
+RUN_COLUMNS = ["sequence", "run_id", "bronze_from_version", "bronze_to_version", "status"]
+
+
+def latest_run(runs: list[dict]) -> dict | None:
+    """The pipeline's latest correction run from its rows in ops.correction_runs (a run has a row
+    when planned and another when it succeeded), with ``done`` telling whether it succeeded; None
+    before the first run. Of runs that raced to the same sequence, a finished one counts."""
+    if not runs:
+        return None
+    done = {row["run_id"] for row in runs if row["status"] == RunStatus.SUCCEEDED}
+    latest = max(runs, key=lambda row: (row["sequence"], row["run_id"] in done))
+    return {**latest, "done": latest["run_id"] in done}
+
+
 class CorrectionRun:
     def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline):
         self.spark, self.settings, self.pipeline = spark, settings, pipeline
@@ -164,17 +178,10 @@ class CorrectionRun:
     # -- plan ----------------------------------------------------------------------------------
 
     def _plan(self) -> CorrectionResult:
-        runs = (
-            self.spark.read.format("delta")
-            .load(CORRECTION_RUNS.uri(self.settings))
-            .where(F.col("pipeline") == self.pipeline.name)
+        runs = rows_at(
+            CORRECTION_RUNS.uri(self.settings), RUN_COLUMNS, [("pipeline", "=", self.pipeline.name)], self.settings
         )
-        latest = (
-            runs.groupBy("sequence", "run_id", "bronze_from_version", "bronze_to_version")
-            .agg(F.max((F.col("status") == RunStatus.SUCCEEDED).cast("int")).alias("done"))
-            .orderBy(F.col("sequence").desc())
-            .first()
-        )
+        latest = latest_run(runs)
         if latest is not None and not latest["done"]:
             return CorrectionResult(
                 latest["run_id"],
@@ -193,15 +200,15 @@ class CorrectionRun:
         return result
 
     def _record(self, result: CorrectionResult) -> None:
+        """A row of the run's life in ops.correction_runs, through delta-rs: a bookkeeping row
+        through Spark cost a job and a snapshot update (docs/design.md, "Performance notes")."""
         now = datetime.now(UTC)
         row = {
             **dataclasses.asdict(result),
             "started_at": now,
             "finished_at": now if result.status == RunStatus.SUCCEEDED else None,
         }
-        literal_frame(self.spark, CORRECTION_RUNS.columns, [row]).write.format("delta").mode("append").save(
-            CORRECTION_RUNS.uri(self.settings)
-        )
+        append_rows(CORRECTION_RUNS.uri(self.settings), CORRECTION_RUNS.arrow_schema, [row], self.settings)
 
     # -- the work -------------------------------------------------------------------------------
 
