@@ -242,16 +242,17 @@ class CorrectionRun:
         new = self._recompute(earliest, latest, scope).where(in_scope).persist()
         try:
             old = self.spark.sql(self._serving_view()).where(in_scope).join(scope, on=scope.columns, how="left_semi")
-            changed = changed_rows(old, new, late_counts, pipeline)
-            log_rows = correction_log_rows(changed, pipeline, result.run_id).persist()
+            # Cached: counted, then read by both halves of the log (its retractions and insertions).
+            changed = changed_rows(old, new, late_counts, pipeline).persist()
             try:
                 result.rows_changed = changed.count()
                 result.windows_recomputed = new.select(*window_key).count()
+                log_rows = correction_log_rows(changed, pipeline, result.run_id)
                 # The log first: if the run dies before the batch write, the resumed run computes the
                 # same old values and Delta skips this append (same txnVersion).
                 append_once(log_rows, CORRECTIONS.uri(self.settings), f"correct:{pipeline.name}", result.sequence)
             finally:
-                log_rows.unpersist()
+                changed.unpersist()
             rows = new.withColumns({"run_id": F.lit(result.run_id), "updated_at": F.current_timestamp()})
             replace_where(
                 rows.select(self.tables.batch.columns.fieldNames()),
