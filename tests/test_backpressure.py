@@ -116,7 +116,11 @@ def test_a_burst_keeps_batches_within_the_cap_falls_behind_then_recovers_and_los
     assert lags[-1][1] < worst - 5, lags  # ... then fell
     verdicts = {_naive(started): check_stream_health(capped, PIPELINE.name, started) for started, _ in lags}
     behind = [moment for moment, verdict in verdicts.items() if "falling behind" in verdict.message]
-    assert behind and all(burst_start <= moment <= _naive(worst_at) for moment in behind), verdicts
+    # Flagged while the burst pushed the lag up. Not only then: on a loaded machine three calm batches
+    # in a row can each start a little later behind their files than the one before, and the check
+    # says so (a CI run flagged such a moment outside the burst).
+    flagged = f"burst from {burst_start:%T}, worst lag at {worst_at:%T}, flagged at {[f'{m:%T}' for m in behind]}"
+    assert any(burst_start <= moment <= _naive(worst_at) for moment in behind), flagged
     assert burst_end < _naive(worst_at)  # it fell further behind until it reached the files after the burst
     assert verdicts[_naive(lags[-1][0])].ok, verdicts  # healthy once it caught up
     status = pipeline_status(capped, PIPELINE)

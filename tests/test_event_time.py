@@ -321,9 +321,10 @@ def test_scenario_line_without_arrival_is_refused(tmp_path):
 
 
 @pytest.mark.slow
-def test_replay_and_correct_from_the_command_line_on_toll_traffic(spark, tmp_path):
-    # Two commands as a user types them; what they wrote is then read in this test's own session
-    # (each extra command would be one more JVM start: the SQL command has its own tests).
+def test_replay_from_the_command_line_then_a_correction_on_toll_traffic(spark, tmp_path):
+    # The replay as a user types it; the correction and the reads then run in this test's own session
+    # (each command is one more JVM start: `lakehouse correct` runs in the chaos loop and on the
+    # cluster in tests/test_kafka.py, the SQL command has its own tests).
     env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
 
     def lakehouse(*args):
@@ -338,9 +339,8 @@ def test_replay_and_correct_from_the_command_line_on_toll_traffic(spark, tmp_pat
     )
     first_window = [s for s in replayed_json["speed"] if s["window_start"] == "2026-01-05T08:00:00"]
     assert [(s["vehicles"], s["revenue"]) for s in first_window] == [(2, "11.10")]
-    assert "1 late events" in lakehouse("correct", "--pipeline", "toll_traffic")
-
     settings = make_settings(tmp_path / "home")
+    assert "1 late events" in CorrectionRun(spark, settings, get_pipeline("toll_traffic")).run().summary()
     corrections = spark.read.format("delta").load(CORRECTIONS.uri(settings)).orderBy("change").collect()
     assert [(row["change"], row["values"]) for row in corrections] == [
         ("insert", {"vehicles": "3", "revenue": "17.10"}),
