@@ -16,7 +16,8 @@ DOC = """
 Reads `ops.stream_progress` (no Spark: a few rows through delta-rs) for each pipeline and fails
 with a message that says what is wrong when the speed layer is **stale** (no micro-batch for
 `LAKEHOUSE_STREAM_MAX_STALENESS`) or **falling behind** (its lag grew at each of the last
-`LAKEHOUSE_STREAM_LAG_BATCHES` micro-batches, by more than one trigger interval in all). Same check
+`LAKEHOUSE_STREAM_LAG_BATCHES` micro-batches, by more than one trigger interval in all, to more than
+`LAKEHOUSE_STREAM_LAG_TOLERANCE`). Same check
 on the command line: `lakehouse health`.
 """
 

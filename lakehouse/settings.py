@@ -71,6 +71,7 @@ _DURATION_FIELDS = (
     "vacuum_retention",
     "audit_replay_window",
     "stream_max_staleness",
+    "stream_lag_tolerance",
     "batch_lateness_delay",
     "sql_staleness",
 )
@@ -143,8 +144,7 @@ class Settings:
     # Extra options for the driver JVM (local mode: the only JVM); short jobs on small data may prefer
     # a quick-starting JIT (docs/operations.md, "Short jobs").
     driver_java_options: str = ""
-    # The JVM's class-data sharing archive of the jobs' classes, made by ``make setup`` (lakehouse.
-    # class_archive): Spark starts in about half the time and CPU. Empty turns it off.
+    # The class-data sharing archive ``make setup`` makes (lakehouse.class_archive); empty: none.
     class_archive: str = str(PROJECT_ROOT / ".cache" / "jvm" / "classes.jsa")
     trigger_interval: str = "5s"
     # Files per micro-batch for the speed layer (0: no limit). Bounds batch size, and with 1 makes
@@ -175,10 +175,11 @@ class Settings:
     # own 7-day safety need (see lakehouse.storage.maintenance.vacuum_retention).
     vacuum_retention: str = "7d"
     audit_replay_window: str = "7d"
-    # The speed layer is stale when its last micro-batch started longer ago than this, and
-    # falling behind when its lag grew over this many consecutive micro-batches.
+    # Stale when the last micro-batch started longer ago than this; falling behind when the lag grew
+    # over this many micro-batches in a row, past the tolerance (lakehouse.ops.health).
     stream_max_staleness: str = "15m"
     stream_lag_batches: int = 5
+    stream_lag_tolerance: str = "30s"
     # The scheduled batch layer recomputes an hour once this much lateness has had time to arrive.
     batch_lateness_delay: str = "15m"
     # --- The Spark service (lakehouse serve; docs/sql.md) ---

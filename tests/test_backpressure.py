@@ -50,6 +50,10 @@ BURST_EVENTS_PER_FILE = 25
 CALM_EVERY, BURST_EVERY = 2.0, 0.2
 BURST_SECONDS, CALM_BEFORE, CALM_AFTER, DRAIN_AT_MOST = 15.0, 6.0, 12.0, 400.0
 FILES_PER_TRIGGER = 6
+# On a quiet machine the burst pushes the lag to about 12 s and calm batches stay near 1 s; on a
+# loaded one calm batches reached 4 s, rising three batches in a row. The health check flags the
+# former, not the latter.
+LAG_TOLERANCE = "6s"
 
 
 def _stamp(moment: datetime) -> str:
@@ -95,7 +99,12 @@ def _produce_burst(writer: LogWriter, files_read: Callable[[], int]) -> tuple[da
 
 @pytest.mark.slow
 def test_a_burst_keeps_batches_within_the_cap_falls_behind_then_recovers_and_loses_nothing(spark, settings):
-    capped = settings.replace(max_files_per_trigger=FILES_PER_TRIGGER, trigger_interval="1s", stream_lag_batches=3)
+    capped = settings.replace(
+        max_files_per_trigger=FILES_PER_TRIGGER,
+        trigger_interval="1s",
+        stream_lag_batches=3,
+        stream_lag_tolerance=LAG_TOLERANCE,
+    )
     query = SpeedLayer(spark, capped, PIPELINE).start()
     try:
         burst_start, burst_end, files = _produce_burst(LogWriter(capped, PIPELINE.topic), lambda: _files_read(capped))
@@ -116,13 +125,13 @@ def test_a_burst_keeps_batches_within_the_cap_falls_behind_then_recovers_and_los
     assert lags[-1][1] < worst - 5, lags  # ... then fell
     verdicts = {_naive(started): check_stream_health(capped, PIPELINE.name, started) for started, _ in lags}
     behind = [moment for moment, verdict in verdicts.items() if "falling behind" in verdict.message]
-    # Flagged while the burst pushed the lag up. Not only then: on a loaded machine three calm batches
-    # in a row can each start a little later behind their files than the one before, and the check
-    # says so (a CI run flagged such a moment outside the burst).
+    # Flagged while the burst pushed the lag up (maybe also at a moment outside it, should a loaded
+    # machine push a calm lag past the tolerance).
     flagged = f"burst from {burst_start:%T}, worst lag at {worst_at:%T}, flagged at {[f'{m:%T}' for m in behind]}"
     assert any(burst_start <= moment <= _naive(worst_at) for moment in behind), flagged
     assert burst_end < _naive(worst_at)  # it fell further behind until it reached the files after the burst
-    assert verdicts[_naive(lags[-1][0])].ok, verdicts  # healthy once it caught up
+    last = verdicts[_naive(lags[-1][0])]
+    assert last.ok, (last.message, lags)  # healthy once it caught up
     status = pipeline_status(capped, PIPELINE)
     assert status.balanced and status.read == files * BURST_EVENTS_PER_FILE == status.fates["on_time"]
 

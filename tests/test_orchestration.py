@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime, timedelta
 
 import pytest
@@ -181,6 +182,15 @@ def test_a_lag_that_rises_by_less_than_a_trigger_interval_in_all_is_jitter_not_f
     assert assess_stream_health("toll_traffic", jitter, NOW, timedelta(minutes=15), 3, noise=timedelta(seconds=5)).ok
     verdict = assess_stream_health("toll_traffic", jitter, NOW, timedelta(minutes=15), 3, noise=timedelta(seconds=0.5))
     assert not verdict.ok and "falling behind" in verdict.message
+
+
+def test_a_lag_that_rose_at_every_batch_but_stays_within_the_tolerance_is_not_falling_behind():
+    # A busy machine: four batches in a row start later behind their files, from 0 s to 4 s.
+    busy = [progress(i, NOW - timedelta(seconds=8 - 2 * i), timedelta(seconds=1.3 * i)) for i in range(4)]
+    check = functools.partial(assess_stream_health, "toll_traffic", busy, NOW, timedelta(minutes=15), 3)
+    assert check(noise=timedelta(seconds=1), tolerance=timedelta(seconds=5)).ok
+    verdict = check(noise=timedelta(seconds=1), tolerance=timedelta(seconds=3))
+    assert not verdict.ok and "from 0s to 3s" in verdict.message
 
 
 def test_a_windowed_join_is_audited_when_both_its_pipelines_run():

@@ -3,9 +3,11 @@
 Stale: its last micro-batch started longer ago than ``LAKEHOUSE_STREAM_MAX_STALENESS``.
 Falling behind: its lag (a batch's start, wall time, minus the newest event time it had seen)
 grew at every one of the last ``LAKEHOUSE_STREAM_LAG_BATCHES`` micro-batches, by more than one
-trigger interval in all. A replay of old data has a huge but shrinking lag, so only growth counts,
-never the size; and a stream that keeps up has a lag that jitters by a fraction of a second from
-batch to batch, so a few small rises in a row are not growth.
+trigger interval in all, to more than ``LAKEHOUSE_STREAM_LAG_TOLERANCE``. A replay of old data has a
+huge but shrinking lag, so growth is what counts; a stream that keeps up has a lag that jitters by a
+fraction of a second from batch to batch, so a few small rises in a row are not growth; and on a busy
+machine a stream that keeps up can start a few batches in a row a second or two later behind its
+files, so a lag below the tolerance is never falling behind, however it moved.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ def assess_stream_health(
     max_staleness: timedelta,
     lag_batches: int,
     noise: timedelta = timedelta(0),
+    tolerance: timedelta = timedelta(0),
 ) -> HealthVerdict:
     """The stream's health as of a moment. ``batches``: ops.stream_progress rows (batch_id, started_at,
     max_event_time) of one pipeline; those started after ``as_of`` are not looked at, so judging an
@@ -54,7 +57,8 @@ def assess_stream_health(
         as_of: the moment judged; batches started later are not looked at.
         max_staleness: stale when the last batch started longer ago than this.
         lag_batches: falling behind when the lag grew over this many consecutive batches...
-        noise: ... by more than this in all (the trigger interval).
+        noise: ... by more than this in all (the trigger interval) ...
+        tolerance: ... to more than this.
     """
     as_of = _naive_utc(as_of)
     batches = [b for b in batches if _naive_utc(b["started_at"]) <= as_of]
@@ -81,7 +85,7 @@ def assess_stream_health(
     recent = [b for b in ordered[-(lag_batches + 1) :] if b.get("max_event_time") is not None]
     lags = [_naive_utc(b["started_at"]) - _naive_utc(b["max_event_time"]) for b in recent]
     rising = len(lags) == lag_batches + 1 and all(later > earlier for earlier, later in itertools.pairwise(lags))
-    if rising and lags[-1] - lags[0] > noise:
+    if rising and lags[-1] - lags[0] > noise and lags[-1] > tolerance:
         return HealthVerdict(
             pipeline,
             False,
@@ -116,4 +120,5 @@ def check_stream_health(settings: Settings, pipeline: str, as_of: datetime) -> H
         parse_duration(settings.stream_max_staleness),
         settings.stream_lag_batches,
         noise=parse_duration(settings.trigger_interval),
+        tolerance=parse_duration(settings.stream_lag_tolerance),
     )
