@@ -9,7 +9,8 @@
 #                              # print the LAKEHOUSE_METASTORE_* settings that reach it (eval them)
 #
 # Everything lives under $AIRFLOW_HOME (default .cache/airflow, git-ignored). Knobs (environment):
-#   AIRFLOW_HOME, AIRFLOW_PORT (8080), AIRFLOW_PG_PORT (54329), LAKEHOUSE_HOME,
+#   AIRFLOW_HOME, AIRFLOW_PORT (8080), AIRFLOW_PG_PORT (54329), AIRFLOW_HEALTH_PORT (8974: the
+#   scheduler's health check), LAKEHOUSE_HOME,
 #   LAKEHOUSE_SPARK_CONN: the spark_default connection as JSON (default local[2]; e.g.
 #   '{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}' for a cluster).
 set -Eeuo pipefail
@@ -21,6 +22,7 @@ VENV="$ROOT/.venv"
 export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/.cache/airflow}"
 PORT="${AIRFLOW_PORT:-8080}"
 PG_PORT="${AIRFLOW_PG_PORT:-54329}"
+HEALTH_PORT="${AIRFLOW_HEALTH_PORT:-8974}"
 PG_DATA="$AIRFLOW_HOME/postgres"
 RUN="$AIRFLOW_HOME/run"
 LOGS="$AIRFLOW_HOME/process-logs"
@@ -113,6 +115,9 @@ export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=15
 export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
 export AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=2
 export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT=600
+export AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK=True
+export AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST=127.0.0.1
+export AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT=$HEALTH_PORT
 export AIRFLOW__LOGGING__BASE_LOG_FOLDER='$AIRFLOW_HOME/logs'
 export AIRFLOW_CONN_SPARK_DEFAULT='$SPARK_CONN'
 EOF
@@ -156,7 +161,10 @@ start_postgres() {
 # Airflow's scheduler and dag-processor exit when their database goes away: a PostgreSQL restart with
 # 20 s of downtime ended both (the api-server stays up; its requests fail meanwhile). Nothing would
 # run again until someone noticed, so each process runs under scripts/supervise.sh, which starts it
-# again after it exits, backing off while it keeps failing at once.
+# again after it exits, backing off while it keeps failing at once. The scheduler can also hang
+# after such a restart instead of exiting (apache/airflow#67870): its own health check (the job's
+# heartbeat, served on AIRFLOW_HEALTH_PORT) is its liveness probe, and the supervisor restarts a
+# scheduler that fails it for a minute.
 EXITED="exited with code"  # as scripts/supervise.sh logs a process's end
 
 start_process() {
@@ -168,6 +176,10 @@ start_process() {
     # and the loop around it.
     setsid bash "$ROOT/scripts/supervise.sh" "$VENV/bin/airflow" "$@" > "$LOGS/$name.log" 2>&1 < /dev/null &
     echo $! > "$RUN/$name.pid"
+}
+
+start_scheduler() {
+    SUPERVISE_LIVENESS="curl -fsS --max-time 10 http://127.0.0.1:$HEALTH_PORT/health" start_process scheduler scheduler
 }
 
 wait_for_api() {
@@ -208,7 +220,7 @@ PY
     airflow db migrate > "$LOGS/db-migrate.log" 2>&1 || { tail -n 40 "$LOGS/db-migrate.log"; exit 1; }
     airflow pools set lakehouse_backfill 1 "Backfill chunks run one at a time, leaving slots for the stream's DAGs" >/dev/null
     start_process api-server api-server --port "$PORT"
-    start_process scheduler scheduler
+    start_scheduler
     start_process dag-processor dag-processor
     wait_for_api || { stop >/dev/null; exit 1; }
     echo "Airflow is up: http://127.0.0.1:$PORT  (users admin, operator, viewer; logs in $LOGS)"
@@ -217,14 +229,15 @@ PY
     done <<< "$generated"
 }
 
-# Ends a process's whole session (it was started with setsid): TERM, up to 30 s for every member to
-# exit, then KILL, and wait until none is left, so that no child still holds a port on return.
+# Ends a process's whole session (it was started with setsid; the supervised process has a process
+# group of its own in it): TERM, up to 30 s for every member to exit, then KILL, and wait until none
+# is left, so that no child still holds a port on return.
 stop_session() {
     local pid="$1"
-    kill -TERM -- "-$pid" 2>/dev/null || return 0
-    for _ in $(seq 1 30); do kill -0 -- "-$pid" 2>/dev/null || return 0; sleep 1; done
-    kill -KILL -- "-$pid" 2>/dev/null || true
-    for _ in $(seq 1 10); do kill -0 -- "-$pid" 2>/dev/null || return 0; sleep 1; done
+    pkill -TERM -s "$pid" 2>/dev/null || return 0
+    for _ in $(seq 1 30); do pgrep -s "$pid" >/dev/null || return 0; sleep 1; done
+    pkill -KILL -s "$pid" 2>/dev/null || true
+    for _ in $(seq 1 10); do pgrep -s "$pid" >/dev/null || return 0; sleep 1; done
     echo "processes of session $pid did not exit" >&2
 }
 

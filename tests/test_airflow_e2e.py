@@ -113,6 +113,7 @@ def live(spark, tmp_path_factory):
         "AIRFLOW_HOME": str(airflow_home),
         "AIRFLOW_PORT": str(free_port()),
         "AIRFLOW_PG_PORT": str(free_port()),
+        "AIRFLOW_HEALTH_PORT": str(free_port()),
         "LAKEHOUSE_HOME": str(lakehouse_home),
         "LAKEHOUSE_PIPELINES": "toll_traffic",
         "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"}),

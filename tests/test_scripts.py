@@ -76,3 +76,30 @@ def test_the_supervisor_backs_off_while_a_process_fails_at_once_and_starts_over_
     restarts = [line for line in supervised.stdout.splitlines() if "exited with code 3" in line]
     delays = [int(line.split("starting it again in ")[1].split()[0]) for line in restarts]
     assert delays == [1, 2, 2, 1, 2], supervised.stdout
+
+
+def test_the_supervisor_stops_and_restarts_a_process_that_hangs_failing_its_liveness_check(tmp_path):
+    """A process that stays up but fails its liveness check (SUPERVISE_LIVENESS) that many times in
+    a row is stopped with the processes it started, and started again."""
+    # Run 1 hangs (the check looks for no `hung` file) with a child of its own; run 2 is healthy for
+    # a few checks, then ends the supervisor.
+    process = """
+        runs=$(( $(cat runs 2>/dev/null || echo 0) + 1 )); echo "$runs" > runs
+        if [ "$runs" = 1 ]; then touch hung; sleep 1000 & echo $! > child; wait; fi
+        rm -f hung; sleep 3; kill "$PPID"
+    """
+    timing = {"SUPERVISE_DELAY_S": "0", "SUPERVISE_LIVENESS_EVERY_S": "1", "SUPERVISE_LIVENESS_GRACE_S": "0"}
+    liveness = {"SUPERVISE_LIVENESS": "test ! -e hung", "SUPERVISE_LIVENESS_FAILURES": "2"}
+    supervised = subprocess.run(
+        ["bash", str(PROJECT / "scripts" / "supervise.sh"), "bash", "-c", process],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], **timing, **liveness},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    log = supervised.stdout
+    assert log.count("failed its liveness check 2 times in a row; stopping it") == 1, log
+    assert log.count("exited with code 143") == 1, log  # the hung run, by its TERM; run 2 is healthy
+    assert (tmp_path / "runs").read_text().strip() == "2"
+    assert not Path(f"/proc/{(tmp_path / 'child').read_text().strip()}").exists()  # its child went with it
