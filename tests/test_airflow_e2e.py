@@ -139,6 +139,7 @@ def live(spark, tmp_path_factory):
         assert "Generated admin password (shown once; kept in" in out.stdout and password in out.stdout
         client = Airflow(f"http://127.0.0.1:{env['AIRFLOW_PORT']}", password)
         wait_for_dags(client)
+        wait_for_healthy_scheduler(int(env["AIRFLOW_HEALTH_PORT"]))
         yield client, settings, oracle
     finally:
         subprocess.run([script, "stop"], env=env, capture_output=True, timeout=120)
@@ -152,6 +153,21 @@ def wait_for_dags(client: Airflow, timeout: float = 300) -> None:
             return
         time.sleep(2)
     raise AssertionError("the dag-processor did not register the DAGs")
+
+
+def wait_for_healthy_scheduler(port: int, timeout: float = 120) -> None:
+    """The scheduler's health check answers 200: the liveness probe scripts/supervise.sh restarts a
+    hung scheduler by (scripts/airflow.sh) reaches it."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=10) as answer:
+                if answer.status == 200:
+                    return
+        except (urllib.error.URLError, OSError):
+            pass
+        time.sleep(2)
+    raise AssertionError(f"the scheduler's health check on port {port} never answered 200")
 
 
 def test_requests_without_a_token_are_refused(live):
