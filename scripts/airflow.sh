@@ -161,10 +161,10 @@ start_postgres() {
 # Airflow's scheduler and dag-processor exit when their database goes away: a PostgreSQL restart with
 # 20 s of downtime ended both (the api-server stays up; its requests fail meanwhile). Nothing would
 # run again until someone noticed, so each process runs under scripts/supervise.sh, which starts it
-# again after it exits, backing off while it keeps failing at once. The scheduler can also hang
-# after such a restart instead of exiting (apache/airflow#67870): its own health check (the job's
-# heartbeat, served on AIRFLOW_HEALTH_PORT) is its liveness probe, and the supervisor restarts a
-# scheduler that fails it for a minute.
+# again after it exits, backing off while it keeps failing at once. When the database goes away
+# while a task runs, the scheduler can also hang instead of exiting (apache/airflow#67870): its own
+# health check (the job's heartbeat, served on AIRFLOW_HEALTH_PORT) is its liveness probe, and the
+# supervisor restarts a scheduler that fails it for a minute.
 EXITED="exited with code"  # as scripts/supervise.sh logs a process's end
 
 start_process() {
