@@ -5,6 +5,7 @@ validation, a chunk's Spark process killed mid-write, and PostgreSQL restarted d
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -523,3 +524,33 @@ def test_no_secret_appears_in_task_logs_process_logs_xcoms_or_rendered_templates
     leaks = [(secret, where) for secret, value in _secrets().items() for where, text in texts.items() if value in text]
 
     assert not leaks
+
+
+def scheduler_process(supervisor: int) -> int:
+    """The pid of the `airflow scheduler` process its supervisor (scripts/supervise.sh) runs now."""
+    children = subprocess.run(
+        ["pgrep", "-P", str(supervisor), "-f", "airflow scheduler"], capture_output=True, text=True
+    )
+    return int(children.stdout.split()[0])
+
+
+# Last in the module: it freezes the scheduler the tests above need. SIGSTOP stands in for the hang
+# Airflow 3.3.2 falls into when its database goes away mid-task (docs/airflow.md, "A database
+# restart"): a process that stays up and schedules nothing.
+def test_a_hung_scheduler_is_restarted_by_its_liveness_probe_and_runs_what_was_triggered_meanwhile(live):
+    client, _, _ = live
+    client.unpause("lakehouse_backfill")
+    supervisor = int((AIRFLOW_HOME / "run" / "scheduler.pid").read_text())
+    hung = scheduler_process(supervisor)
+    os.kill(hung, signal.SIGSTOP)
+    try:
+        conf = {"pipeline": "toll_traffic", "start": iso(HOUR0), "end": iso(HOUR0 + timedelta(hours=1)),
+                "source": "bronze", "chunk": "1h", "reprocess": "skip", "dry_run": True}  # fmt: skip
+        run_id = client.as_user("operator").trigger("lakehouse_backfill", conf)
+        assert client.wait_for("lakehouse_backfill", run_id, timeout=600) == "success"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(hung, signal.SIGCONT)
+    log = (AIRFLOW_HOME / "process-logs" / "scheduler.log").read_text()
+    assert "failed its liveness check 4 times in a row; stopping it" in log
+    assert scheduler_process(supervisor) != hung
