@@ -1,6 +1,8 @@
-"""A record whose id bronze accepted in an earlier batch is a duplicate, whichever way the batch
-looks the id up (lakehouse.layers.micro_batch.seen_event_ids): the ids of a small bronze joined as
-they are, those of a large one probed against the batch's."""
+"""A record whose id bronze accepted in an earlier batch within the dedupe horizon is a duplicate,
+however the batch looks the id up (lakehouse.layers.micro_batch.seen_event_ids): in the index the
+batch before carried, in one built from bronze after a start, or in bronze itself for event times
+older than the index covers (its ids joined as they are while bronze is small, probed against the
+batch's when it is large)."""
 
 from __future__ import annotations
 
@@ -16,18 +18,54 @@ from tests.frames import inline_frame
 PIPELINE = get_pipeline("team_scores")
 
 
-def scores(spark, n: int, *event_ids: str):
+def scores(spark, n: int, *events: tuple[str, str]):
+    """Batch ``n``'s lines: one per (event id, event time), in a log file of its own."""
     lines = [
-        f'{{"event_id":"{event_id}","user":"u1","team":"red","score":3,"event_time":"2026-01-05T12:0{n}:10Z"}}'
-        for event_id in event_ids
+        f'{{"event_id":"{event_id}","user":"u1","team":"red","score":3,"event_time":"2026-01-05T{at}Z"}}'
+        for event_id, at in events
     ]
     return inline_frame(
         spark, "value string, source_file string", [(line, f"file:/log/{n:03d}.jsonl") for line in lines]
     )
 
 
+def fates_and_bronze(spark, settings):
+    progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(settings)).orderBy("batch_id").collect()
+    bronze = spark.read.format("delta").load(pipeline_tables(PIPELINE).bronze.uri(settings))
+    return [(row.on_time + row.late, row.duplicates) for row in progress], sorted(
+        (row.event_id, row.event_time.strftime("%H:%M")) for row in bronze.collect()
+    )
+
+
+@pytest.fixture
+def bronze_reads(monkeypatch):
+    """The batches' reads of bronze, counted."""
+    reads = []
+    real = micro_batch._pinned_bronze
+    monkeypatch.setattr(micro_batch, "_pinned_bronze", lambda *args: reads.append(1) or real(*args))
+    return reads
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["carried", "rebuilt"])
+def test_an_id_accepted_in_an_earlier_batch_is_a_duplicate(spark, tmp_path, bronze_reads, restarted):
+    from lakehouse.layers.speed import SpeedLayer
+
+    settings = make_settings(tmp_path / "home")
+    layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
+    layer.process_batch(scores(spark, 0, ("a", "12:00:10"), ("b", "12:00:20")), 0)
+    bronze_reads.clear()
+    if restarted:  # a new process: the index is built from bronze
+        layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
+    layer.process_batch(scores(spark, 1, ("a", "12:00:10"), ("c", "12:01:10")), 1)  # "a" sent twice
+
+    assert fates_and_bronze(spark, settings) == ([(2, 0), (1, 1)], [("a", "12:00"), ("b", "12:00"), ("c", "12:01")])
+    assert len(bronze_reads) == (1 if restarted else 0)
+
+
 @pytest.mark.parametrize("bronze_is_large", [False, True], ids=["broadcast", "probed"])
-def test_an_id_accepted_in_an_earlier_batch_is_a_duplicate_either_way(spark, tmp_path, monkeypatch, bronze_is_large):
+def test_an_id_older_than_the_index_covers_is_looked_up_in_bronze(
+    spark, tmp_path, monkeypatch, bronze_reads, bronze_is_large
+):
     from lakehouse.layers.speed import SpeedLayer
 
     if bronze_is_large:
@@ -37,12 +75,31 @@ def test_an_id_accepted_in_an_earlier_batch_is_a_duplicate_either_way(spark, tmp
     monkeypatch.setattr(tx, "seen_in", lambda *args: probed.append(1) or real_seen_in(*args))
     settings = make_settings(tmp_path / "home")
     layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
-    layer.process_batch(scores(spark, 0, "a", "b"), 0)
-    probed.clear()  # bronze's first version, made when the layer created it, has no size on record
-    layer.process_batch(scores(spark, 1, "a", "c"), 1)  # "a" again: sent twice by its producer
+    layer.process_batch(scores(spark, 0, ("a", "09:00:00")), 0)
+    # Three hours on: the index drops "a", more than the horizon and its margin behind.
+    layer.process_batch(scores(spark, 1, ("b", "12:00:00"), ("c", "12:00:01")), 1)
+    bronze_reads.clear()
+    layer.process_batch(scores(spark, 2, ("a", "09:00:00"), ("d", "12:00:02")), 2)  # "a" again, very late
 
-    progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(settings)).orderBy("batch_id").collect()
-    assert [(row.on_time, row.duplicates) for row in progress] == [(2, 0), (1, 1)]
-    bronze = spark.read.format("delta").load(pipeline_tables(PIPELINE).bronze.uri(settings))
-    assert sorted(row.event_id for row in bronze.collect()) == ["a", "b", "c"]
+    fates, bronze = fates_and_bronze(spark, settings)
+    assert fates == [(1, 0), (2, 0), (1, 1)]
+    assert [event_id for event_id, _ in bronze] == ["a", "b", "c", "d"]
+    assert len(bronze_reads) == 1
     assert bool(probed) == bronze_is_large
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["carried", "rebuilt"])
+def test_the_index_holds_the_copy_bronze_accepted_not_a_later_one(spark, tmp_path, restarted):
+    """Two copies of an id in one batch with event times an hour and a half apart (not what a
+    producer's resend makes): bronze keeps the first, and a later copy within the horizon of the
+    second only is new, as it is when bronze is read."""
+    from lakehouse.layers.speed import SpeedLayer
+
+    settings = make_settings(tmp_path / "home")
+    layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
+    layer.process_batch(scores(spark, 0, ("x", "10:00:00"), ("x", "11:30:00")), 0)
+    if restarted:
+        layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
+    layer.process_batch(scores(spark, 1, ("x", "12:45:00")), 1)
+
+    assert fates_and_bronze(spark, settings) == ([(1, 1), (1, 0)], [("x", "10:00"), ("x", "12:45")])

@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -20,6 +22,7 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.layers.seen_ids import EPOCH, IdLookup, SeenIdIndex, digests_of, micros
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, table_version_and_size
@@ -46,15 +49,16 @@ class CommittedBatch:
 
 
 @dataclasses.dataclass(frozen=True)
-class CarriedPaneState:
-    """The pane state a committed batch hands on: the latest pane of each live window, for batch
-    ``batch_id`` of stream ``app_id`` (any other batch reads the pane log again). An Arrow table in
-    the driver: a few hundred rows, and a Spark frame of it would cost a job a batch to cut it from
-    the lineage of the batches before."""
+class CarriedState:
+    """State a committed batch hands on in the driver, for batch ``batch_id`` of stream ``app_id``
+    only: any other batch (after a start, a restart or a failure) builds it again from the tables.
+    The pane state (the latest pane of each live window, a few hundred rows as Arrow: a Spark frame
+    of it would cost a job a batch to cut it from the lineage of the batches before) and the index
+    of the ids bronze accepted (``lakehouse.layers.seen_ids``)."""
 
     app_id: str
     batch_id: int
-    state: pa.Table
+    value: Any
 
     def is_for(self, app_id: str, batch_id: int) -> bool:
         return (self.app_id, self.batch_id) == (app_id, batch_id)
@@ -131,30 +135,83 @@ BROADCAST_SEEN_IDS_UP_TO_BYTES = 16 * 1024 * 1024
 
 
 def seen_event_ids(
-    batch: MicroBatch, events: DataFrame, bronze_uri: str, pipeline: Pipeline, horizon: timedelta
-) -> DataFrame:
-    """Ids bronze accepted before this batch, within the dedupe horizon of this batch's events: all
-    of them while bronze is small, else those ``events`` hold (``BROADCAST_SEEN_IDS_UP_TO_BYTES``).
+    batch: MicroBatch,
+    events: DataFrame,
+    bronze_uri: str,
+    pipeline: Pipeline,
+    horizon: timedelta,
+    carried: CarriedState | None,
+) -> tuple[DataFrame, IdLookup]:
+    """Ids bronze accepted before this batch within the dedupe horizon of this batch's events, and
+    how they were looked up.
+    They are looked up in the index of accepted ids (``lakehouse.layers.seen_ids``): the one the
+    batch before carried, or one built from bronze. Event times older than it covers (a very late
+    event's horizon) are looked up in bronze.
 
     Args:
-        batch: the micro-batch (its session, whose micro-batch confs apply to this scan too; its ids;
-            its valid events' min and max event time).
+        batch: the micro-batch (its session, whose micro-batch confs apply to bronze reads too; its
+            ids; its valid events' min and max event time).
         events: the batch's valid events.
         bronze_uri: the pipeline's bronze table.
         pipeline: the pipeline (event id and time columns).
         horizon: how far in event time around the batch's events to look.
+        carried: the index the batch before left (None after a start).
     """
-    spark, summary = batch.spark, batch.summary
-    if summary["min_event_time"] is None:  # no valid event: nothing to look up, and no version to pin
-        return spark.read.format("delta").load(bronze_uri).limit(0).select(pipeline.event_id)
-    # A read of bronze's latest version, pinned: Spark drops every cached frame that reads a table
-    # when a write to that table commits, so the fates (cached, and built on this read) would
-    # be computed a second time after this batch's own bronze append. A pinned read is kept.
-    version, size = table_version_and_size(spark, bronze_uri)
-    bronze = spark.read.format("delta").option("versionAsOf", version).load(bronze_uri)
-    low, high = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
-    in_horizon = F.col(pipeline.event_time).between(low, high) & F.col("event_date").between(low.date(), high.date())
-    seen = bronze.where(in_horizon & before_batch(batch.app_id, batch.batch_id)).select(pipeline.event_id)
+    summary = batch.summary
+    index = carried.value if carried and carried.is_for(batch.app_id, batch.batch_id) else None
+    if summary["min_event_time"] is None:  # no valid event: nothing to look up
+        return events.select(pipeline.event_id).limit(0), IdLookup(index, pa.table({}), np.zeros(0, bool), False)
+    since, until = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
+    if index is None:
+        index = SeenIdIndex.of(
+            digests_of(_bronze_since(batch, bronze_uri, pipeline, since), pipeline, with_event_id=False), micros(since)
+        )
+    rows = digests_of(events, pipeline)
+    seen = index.seen(rows, micros(since), micros(until))
+    found = batch.spark.createDataFrame(rows.filter(pa.array(seen, type=pa.bool_())).select([pipeline.event_id]))
+    read_bronze = micros(since) < index.complete_from
+    if read_bronze:
+        older = _seen_in_bronze(batch, events, bronze_uri, pipeline, since, index.complete_from)
+        found = found.unionByName(older).distinct()
+    return found, IdLookup(index, rows, seen, read_bronze)
+
+
+def _pinned_bronze(batch: MicroBatch, bronze_uri: str) -> tuple[DataFrame, int | None]:
+    """Bronze's latest version, pinned, and its size. Spark drops every cached frame that reads a
+    table when a write to that table commits, so the fates (cached, and built on this read) would
+    be computed a second time after this batch's own bronze append. A pinned read is kept."""
+    version, size = table_version_and_size(batch.spark, bronze_uri)
+    return batch.spark.read.format("delta").option("versionAsOf", version).load(bronze_uri), size
+
+
+def _bronze_since(batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, since: datetime) -> DataFrame:
+    """Bronze's rows from earlier batches with an event time at or after ``since``: what a new index holds."""
+    bronze, _ = _pinned_bronze(batch, bronze_uri)
+    recent = (F.col(pipeline.event_time) >= since) & (F.col("event_date") >= since.date())
+    return bronze.where(recent & before_batch(batch.app_id, batch.batch_id))
+
+
+def _seen_in_bronze(
+    batch: MicroBatch, events: DataFrame, bronze_uri: str, pipeline: Pipeline, since: datetime, before: int
+) -> DataFrame:
+    """Ids of ``events`` bronze accepted before this batch with an event time in ``[since, before)``
+    (``before`` in microseconds): all of them while bronze is small, else those ``events`` hold
+    (``BROADCAST_SEEN_IDS_UP_TO_BYTES``).
+
+    Args:
+        batch: the micro-batch.
+        events: the batch's valid events.
+        bronze_uri: the pipeline's bronze table.
+        pipeline: the pipeline (event id and time columns).
+        since: the earliest event time looked at.
+        before: where the index's coverage starts.
+    """
+    bronze, size = _pinned_bronze(batch, bronze_uri)
+    until = EPOCH + timedelta(microseconds=before - 1)
+    in_range = F.col(pipeline.event_time).between(since, until) & F.col("event_date").between(
+        since.date(), until.date()
+    )
+    seen = bronze.where(in_range & before_batch(batch.app_id, batch.batch_id)).select(pipeline.event_id)
     if size is not None and size <= BROADCAST_SEEN_IDS_UP_TO_BYTES:
         return seen
     return tx.seen_in(seen, events, pipeline)
@@ -249,25 +306,25 @@ def progress_row(
     }
 
 
-def label_batch_fates(batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, horizon: timedelta) -> DataFrame:
+def label_batch_fates(
+    batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, horizon: timedelta, carried: CarriedState | None
+) -> tuple[DataFrame, IdLookup]:
     """The batch's valid events, each with its fate: duplicate of an id bronze accepted before, late
-    (its window closed by the batch's watermark), or on time.
+    (its window closed by the batch's watermark), or on time; and how the ids were looked up.
 
     Args:
         batch: the micro-batch.
         bronze_uri: bronze's location, searched for earlier copies of the ids.
         pipeline: the pipeline the rows belong to.
         horizon: how far back in event time that search goes.
+        carried: the index of accepted ids the batch before left (None after a start).
     """
     events = tx.valid_events(batch.parsed, pipeline)
-    return tx.label_fates(
-        events, seen_event_ids(batch, events, bronze_uri, pipeline, horizon), batch.watermark, pipeline
-    )
+    seen, lookup = seen_event_ids(batch, events, bronze_uri, pipeline, horizon, carried)
+    return tx.label_fates(events, seen, batch.watermark, pipeline), lookup
 
 
-def pane_state_before(
-    batch: MicroBatch, carried: CarriedPaneState | None, panes_uri: str, pipeline: Pipeline
-) -> pa.Table:
+def pane_state_before(batch: MicroBatch, carried: CarriedState | None, panes_uri: str, pipeline: Pipeline) -> pa.Table:
     """The latest pane of each live window as of the start of this batch, as Arrow.
 
     Kept in memory from the batch before (``carried``). After a start, a restart or a failed batch it
@@ -281,7 +338,7 @@ def pane_state_before(
         pipeline: the pipeline the rows belong to.
     """
     if carried and carried.is_for(batch.app_id, batch.batch_id):
-        return live_windows_of(carried.state, batch.watermark, pipeline)
+        return live_windows_of(carried.value, batch.watermark, pipeline)
     panes = batch.spark.read.format("delta").load(panes_uri)
     earlier = panes.where(before_batch(batch.app_id, batch.batch_id))
     return pn.latest_panes(live_windows(earlier, batch.watermark, pipeline), pipeline).toArrow()

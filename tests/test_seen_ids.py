@@ -1,0 +1,58 @@
+"""The index of accepted ids (lakehouse.layers.seen_ids), on rows made in Python: no JVM."""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+import pyarrow as pa
+
+from lakehouse.layers.seen_ids import DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS, SeenIdIndex, accepted_rows
+
+HOUR = 3_600_000_000
+
+
+def rows(*events: tuple[str, int]) -> pa.Table:
+    """``digests_of``'s rows for (event id, event time in microseconds), the digest made the way
+    Spark's ``sha2`` makes it: SHA-256 of the id's UTF-8 bytes."""
+    digests = [hashlib.sha256(event_id.encode()).digest() for event_id, _ in events]
+    return pa.table(
+        {
+            "event_id": [event_id for event_id, _ in events],
+            DIGEST_HIGH: pa.array([int.from_bytes(d[:8], "big", signed=True) for d in digests], pa.int64()),
+            DIGEST_LOW: pa.array([int.from_bytes(d[8:12], "big") for d in digests], pa.int64()),
+            EVENT_MICROS: pa.array([at for _, at in events], pa.int64()),
+        }
+    )
+
+
+def test_an_id_is_seen_only_with_an_event_time_inside_the_bounds_both_included():
+    index = SeenIdIndex.of(rows(("a", 10 * HOUR), ("b", 11 * HOUR)), complete_from=9 * HOUR)
+    batch = rows(("a", 10 * HOUR), ("b", 11 * HOUR), ("c", 10 * HOUR))
+    assert index.seen(batch, 10 * HOUR, 11 * HOUR).tolist() == [True, True, False]
+    assert index.seen(batch, 10 * HOUR + 1, 11 * HOUR - 1).tolist() == [False, False, False]
+
+
+def test_ids_added_keep_the_index_sorted_and_each_time_an_id_was_accepted_counts():
+    index = SeenIdIndex.of(rows(*[(f"id{n}", n) for n in range(0, 1000, 2)]), complete_from=0)
+    index = index.with_rows(rows(*[(f"id{n}", n) for n in range(1, 1000, 2)], ("id4", 5 * HOUR)))
+    assert len(index) == 1001 and np.all(np.diff(index.high) >= 0)
+    probe = rows(*[(f"id{n}", 0) for n in range(1000)], ("new", 0))
+    assert index.seen(probe, 0, 5 * HOUR).tolist() == [True] * 1000 + [False]
+    assert index.seen(rows(("id4", 0)), 4 * HOUR, 6 * HOUR).tolist() == [True]  # its second acceptance
+
+
+def test_old_event_times_are_dropped_once_they_are_a_tenth_of_the_index_and_coverage_moves():
+    index = SeenIdIndex.of(rows(*[(f"id{n}", n * HOUR) for n in range(20)]), complete_from=0)
+    assert index.kept_from(HOUR) is index  # 1 of 20 older: kept, still complete from 0
+    trimmed = index.kept_from(2 * HOUR)
+    assert (trimmed.complete_from, len(trimmed)) == (2 * HOUR, 18)
+    assert trimmed.kept_from(HOUR) is trimmed
+
+
+def test_a_batch_tells_the_rows_bronze_accepts_unless_copies_of_an_id_differ_in_time():
+    batch = rows(("a", 1), ("b", 2), ("b", 2), ("c", 3))
+    accepted = accepted_rows(batch, np.array([False, False, False, True]))
+    assert sorted(accepted[EVENT_MICROS].to_pylist()) == [1, 2]
+    assert accepted_rows(rows(("a", 1), ("a", 2)), np.array([False, False])) is None
+    assert accepted_rows(rows(("a", 1), ("a", 2)), np.array([True, True])).num_rows == 0
