@@ -22,7 +22,7 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.layers.seen_ids import EPOCH, IdLookup, SeenIdIndex, digests_of, micros
+from lakehouse.layers.seen_ids import EPOCH, KEPT_BEYOND_HORIZON, IdLookup, SeenIdIndex, digests_of, micros
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, table_version_and_size
@@ -162,10 +162,10 @@ def seen_event_ids(
     if summary["min_event_time"] is None:  # no valid event: nothing to look up
         return events.select(pipeline.event_id).limit(0), IdLookup(index, pa.table({}), np.zeros(0, bool), False)
     since, until = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
-    if index is None:
-        index = SeenIdIndex.of(
-            digests_of(_bronze_since(batch, bronze_uri, pipeline, since), pipeline, with_event_id=False), micros(since)
-        )
+    if index is None:  # as far back as a carried index keeps, so the batches after use it alone
+        kept_since = since - KEPT_BEYOND_HORIZON
+        accepted = _bronze_since(batch, bronze_uri, pipeline, kept_since)
+        index = SeenIdIndex.of(digests_of(accepted, pipeline, with_event_id=False), micros(kept_since))
     rows = digests_of(events, pipeline)
     seen = index.seen(rows, micros(since), micros(until))
     found = batch.spark.createDataFrame(rows.filter(pa.array(seen, type=pa.bool_())).select([pipeline.event_id]))
