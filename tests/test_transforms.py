@@ -337,17 +337,6 @@ def test_event_id_seen_in_an_earlier_batch_is_a_duplicate(spark):
     assertDataFrameEqual(fates(spark, rows, seen=["e-1"]), expected)
 
 
-def test_seen_ids_probed_against_the_batch_are_never_sent_whole(spark):
-    # Bronze within the horizon can hold millions of ids, a batch thousands: the scan of the seen
-    # ids is the probe side of a semi join built on the batch's ids; only its hits are broadcast.
-    events = inline_frame(spark, WINDOWED, [("e-1", "f1.jsonl", "v1", *W0)])
-    seen = inline_frame(spark, SEEN, [(f"e-{n}",) for n in range(50)])
-    labelled = tx.label_fates(events, tx.seen_in(seen, events, PIPELINE), None, PIPELINE)
-    plan = labelled._jdf.queryExecution().executedPlan().toString()
-    assert "LeftSemi, BuildRight" in plan and "LeftOuter, BuildRight" in plan, plan
-    assert labelled.first()["fate"] == "duplicate"
-
-
 def test_window_ending_exactly_at_the_watermark_is_late(spark):
     rows = [("e-1", "f1.jsonl", "v1", *W0), ("e-2", "f1.jsonl", "v2", *W1)]
     expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "late"), ("f1.jsonl", "v2", "on_time")])

@@ -263,16 +263,6 @@ def closed_by(watermark: datetime | None, window_end: Column | None = None) -> C
     return F.lit(False) if watermark is None else end <= F.lit(watermark)
 
 
-def seen_in(seen_event_ids: DataFrame, events: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """The seen ids that ``events`` hold. The seen ids are the many side (bronze within the dedupe
-    horizon, an hour of events either side of the batch's), the events the few (a micro-batch):
-    the scan of the seen ids is probed against the events' ids, sent to each task, and only the
-    hits go on, sent on in turn. Joined as they are (``label_fates``), Spark sends every seen id,
-    collected to the driver, to each task."""
-    batch_ids = F.broadcast(events.select(pipeline.event_id))
-    return F.broadcast(seen_event_ids.join(batch_ids, on=pipeline.event_id, how="left_semi"))
-
-
 def label_fates(
     events: DataFrame, seen_event_ids: DataFrame, watermark: datetime | None, pipeline: Pipeline
 ) -> DataFrame:

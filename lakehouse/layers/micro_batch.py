@@ -22,10 +22,10 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.layers.seen_ids import EPOCH, KEPT_BEYOND_HORIZON, IdLookup, SeenIdIndex, digests_of, micros
+from lakehouse.layers.seen_ids import KEPT_BEYOND_HORIZON, IdLookup, SeenIdIndex, digests_of, micros
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
-from lakehouse.storage.catalog import STREAM_PROGRESS, table_version_and_size
+from lakehouse.storage.catalog import STREAM_PROGRESS
 from lakehouse.storage.ops_tables import arrow_at
 from lakehouse.vocabulary import Fate
 
@@ -126,14 +126,6 @@ def before_batch(app_id: str, batch_id: int, column: Callable = F.col):
     return ~((column("app_id") == app_id) & (column("batch_id") >= batch_id))
 
 
-# Up to this size of bronze (as its checksum file records it; about 230,000 toll events), the
-# ids bronze accepted are joined as they are, broadcast whole; beyond it they are probed against the
-# batch's (``seen_in``). The probe costs a Spark job a batch, 0.1-0.2 s of a batch of 100 events;
-# the broadcast grows with bronze: against 1 million seen ids a 40,000-event batch's join took
-# 2.50 s broadcast and 1.67 s probed, against 4 million 5.71 s and 2.19 s (docs/design.md).
-BROADCAST_SEEN_IDS_UP_TO_BYTES = 16 * 1024 * 1024
-
-
 def seen_event_ids(
     batch: MicroBatch,
     events: DataFrame,
@@ -143,10 +135,9 @@ def seen_event_ids(
     carried: CarriedState | None,
 ) -> tuple[DataFrame, IdLookup]:
     """Ids bronze accepted before this batch within the dedupe horizon of this batch's events, and
-    how they were looked up.
-    They are looked up in the index of accepted ids (``lakehouse.layers.seen_ids``): the one the
-    batch before carried, or one built from bronze. Event times older than it covers (a very late
-    event's horizon) are looked up in bronze.
+    how they were looked up: in the index of accepted ids (``lakehouse.layers.seen_ids``) the batch
+    before carried, or in one built from bronze, extended back from bronze first when the batch's
+    horizon starts before it covers (a very late event's).
 
     Args:
         batch: the micro-batch (its session, whose micro-batch confs apply to bronze reads too; its
@@ -160,61 +151,41 @@ def seen_event_ids(
     summary = batch.summary
     index = carried.value if carried and carried.is_for(batch.app_id, batch.batch_id) else None
     if summary["min_event_time"] is None:  # no valid event: nothing to look up
-        return events.select(pipeline.event_id).limit(0), IdLookup(index, pa.table({}), np.zeros(0, bool), False)
+        return events.select(pipeline.event_id).limit(0), IdLookup(index, pa.table({}), np.zeros(0, bool))
     since, until = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
-    if index is None:  # as far back as a carried index keeps, so the batches after use it alone
-        kept_since = since - KEPT_BEYOND_HORIZON
-        accepted = _bronze_since(batch, bronze_uri, pipeline, kept_since)
-        index = SeenIdIndex.of(digests_of(accepted, pipeline, with_event_id=False), micros(kept_since))
+    index = _index_covering(index, batch, bronze_uri, pipeline, since)
     rows = digests_of(events, pipeline)
     seen = index.seen(rows, micros(since), micros(until))
     found = batch.spark.createDataFrame(rows.filter(pa.array(seen, type=pa.bool_())).select([pipeline.event_id]))
-    read_bronze = micros(since) < index.complete_from
-    if read_bronze:
-        older = _seen_in_bronze(batch, events, bronze_uri, pipeline, since, index.complete_from)
-        found = found.unionByName(older).distinct()
-    return found, IdLookup(index, rows, seen, read_bronze)
+    return found, IdLookup(index, rows, seen)
 
 
-def _pinned_bronze(batch: MicroBatch, bronze_uri: str) -> tuple[DataFrame, int | None]:
-    """Bronze's latest version, pinned, and its size. Spark drops every cached frame that reads a
-    table when a write to that table commits, so the fates (cached, and built on this read) would
-    be computed a second time after this batch's own bronze append. A pinned read is kept."""
-    version, size = table_version_and_size(batch.spark, bronze_uri)
-    return batch.spark.read.format("delta").option("versionAsOf", version).load(bronze_uri), size
+def _index_covering(
+    index: SeenIdIndex | None, batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, since: datetime
+) -> SeenIdIndex:
+    """``index`` if it covers event times from ``since`` on; else built, or extended back, from
+    bronze's rows of earlier batches, back to ``KEPT_BEYOND_HORIZON`` before ``since`` (as far as a
+    carried index keeps: the copies a producer resends minutes later, with older event times than
+    the batch's, then find it complete)."""
+    if index is not None and micros(since) >= index.complete_from:
+        return index
+    kept_since = since - KEPT_BEYOND_HORIZON
+    accepted = _accepted_in_bronze(batch, bronze_uri, pipeline, kept_since, index.complete_from if index else None)
+    if index is None:
+        return SeenIdIndex.of(accepted, micros(kept_since))
+    return dataclasses.replace(index.with_rows(accepted), complete_from=micros(kept_since))
 
 
-def _bronze_since(batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, since: datetime) -> DataFrame:
-    """Bronze's rows from earlier batches with an event time at or after ``since``: what a new index holds."""
-    bronze, _ = _pinned_bronze(batch, bronze_uri)
-    recent = (F.col(pipeline.event_time) >= since) & (F.col("event_date") >= since.date())
-    return bronze.where(recent & before_batch(batch.app_id, batch.batch_id))
-
-
-def _seen_in_bronze(
-    batch: MicroBatch, events: DataFrame, bronze_uri: str, pipeline: Pipeline, since: datetime, before: int
-) -> DataFrame:
-    """Ids of ``events`` bronze accepted before this batch with an event time in ``[since, before)``
-    (``before`` in microseconds): all of them while bronze is small, else those ``events`` hold
-    (``BROADCAST_SEEN_IDS_UP_TO_BYTES``).
-
-    Args:
-        batch: the micro-batch.
-        events: the batch's valid events.
-        bronze_uri: the pipeline's bronze table.
-        pipeline: the pipeline (event id and time columns).
-        since: the earliest event time looked at.
-        before: where the index's coverage starts.
-    """
-    bronze, size = _pinned_bronze(batch, bronze_uri)
-    until = EPOCH + timedelta(microseconds=before - 1)
-    in_range = F.col(pipeline.event_time).between(since, until) & F.col("event_date").between(
-        since.date(), until.date()
-    )
-    seen = bronze.where(in_range & before_batch(batch.app_id, batch.batch_id)).select(pipeline.event_id)
-    if size is not None and size <= BROADCAST_SEEN_IDS_UP_TO_BYTES:
-        return seen
-    return tx.seen_in(seen, events, pipeline)
+def _accepted_in_bronze(
+    batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, since: datetime, before: int | None
+) -> pa.Table:
+    """``digests_of`` the rows earlier batches appended to bronze with an event time at or after
+    ``since`` and before ``before`` (microseconds; None: no end)."""
+    in_range = (F.col(pipeline.event_time) >= since) & (F.col("event_date") >= since.date())
+    if before is not None:
+        in_range &= F.unix_micros(F.col(pipeline.event_time)) < before
+    bronze = batch.spark.read.format("delta").load(bronze_uri)
+    return digests_of(bronze.where(in_range & before_batch(batch.app_id, batch.batch_id)), pipeline, False)
 
 
 def max_event_time_before(settings: Settings, pipeline: Pipeline, app_id: str, batch_id: int) -> datetime | None:

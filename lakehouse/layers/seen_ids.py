@@ -12,7 +12,8 @@ odds of about 10^-20 per batch at that rate, and no producer can choose ids that
 The index is exact for the event times it covers (``complete_from`` on). It is built from bronze
 when a stream starts (or a batch runs again); then each committed batch adds the rows it appended
 and hands it on, as it hands on the pane state (``lakehouse.layers.micro_batch.CarriedState``).
-Older event times, reached only by an event later than the index keeps, are looked up in bronze.
+A batch whose horizon starts before the index covers (an event later than the index keeps) first
+extends it back from bronze.
 """
 
 from __future__ import annotations
@@ -134,14 +135,12 @@ def accepted_rows(rows: pa.Table, seen: np.ndarray) -> pa.Table | None:
 @dataclasses.dataclass(frozen=True)
 class IdLookup:
     """How a batch's ids were looked up: in ``index``, for the batch's ``rows`` (``digests_of``;
-    none for a batch with no valid event), with ``seen`` marking the rows it found; ``read_bronze``
-    when event times older than the index covers were looked up in bronze too (their finds are not
-    in ``seen``). ``index`` is None when nothing was looked up and no index came."""
+    none for a batch with no valid event), with ``seen`` marking the rows it found. ``index`` is
+    None when nothing was looked up and no index came."""
 
     index: SeenIdIndex | None
     rows: pa.Table
     seen: np.ndarray
-    read_bronze: bool
 
     def index_after(
         self, fates: DataFrame, pipeline: Pipeline, newest: datetime | None, horizon: timedelta
@@ -159,7 +158,7 @@ class IdLookup:
         """
         if self.index is None or not self.rows.num_rows:
             return self.index
-        accepted = None if self.read_bronze else accepted_rows(self.rows, self.seen)
+        accepted = accepted_rows(self.rows, self.seen)
         if accepted is None:
             accepted = digests_of(fates.where(F.col("fate") != Fate.DUPLICATE), pipeline, with_event_id=False)
         return self.index.with_rows(accepted).kept_from(micros(newest - horizon - KEPT_BEYOND_HORIZON))

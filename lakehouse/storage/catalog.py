@@ -411,17 +411,6 @@ def table_version(spark: SparkSession, uri: str) -> int:
     return _latest_snapshot(spark, uri).version()
 
 
-def table_version_and_size(spark: SparkSession, uri: str) -> tuple[int, int | None]:
-    """The Delta table's latest version and its size in bytes, as its checksum file records it
-    (None without one, or for a Spark Connect client). Read without a Spark job: the snapshot's own
-    ``sizeInBytes`` ran three, even with the checksum there."""
-    if is_remote(spark):
-        return table_version(spark, uri), None
-    snapshot = _latest_snapshot(spark, uri)
-    checksum = snapshot.checksumOpt()
-    return snapshot.version(), checksum.get().tableSizeBytes() if checksum.isDefined() else None
-
-
 def _latest_snapshot(spark: SparkSession, uri: str):
     delta_log = spark._jvm.org.apache.spark.sql.delta.DeltaLog.forTable(spark._jsparkSession, uri)
     # Scala default arguments, spelled out for Py4J: a synchronous update, no timestamp check, no catalog table.
