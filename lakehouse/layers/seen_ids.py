@@ -76,7 +76,7 @@ class SeenIdIndex:
     def of(cls, rows: pa.Table, complete_from: int) -> SeenIdIndex:
         """The index of ``rows`` (as ``digests_of`` gives them), complete from ``complete_from``."""
         high = _column(rows, DIGEST_HIGH, np.int64)
-        order = np.argsort(high, kind="stable")
+        order = np.argsort(high)
         low, times = _column(rows, DIGEST_LOW, np.uint32), _column(rows, EVENT_MICROS, np.int64)
         return cls(complete_from, high[order], low[order], times[order])
 
