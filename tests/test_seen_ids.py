@@ -36,10 +36,24 @@ def test_an_id_is_seen_only_with_an_event_time_inside_the_bounds_both_included()
 def test_ids_added_keep_the_index_sorted_and_each_time_an_id_was_accepted_counts():
     index = SeenIdIndex.of(rows(*[(f"id{n}", n) for n in range(0, 1000, 2)]), complete_from=0)
     index = index.with_rows(rows(*[(f"id{n}", n) for n in range(1, 1000, 2)], ("id4", 5 * HOUR)))
-    assert len(index) == 1001 and np.all(np.diff(index.high) >= 0)
+    assert len(index) == 1001 and np.all(np.diff(index.base.high) >= 0) and np.all(np.diff(index.recent.high) >= 0)
     probe = rows(*[(f"id{n}", 0) for n in range(1000)], ("new", 0))
     assert index.seen(probe, 0, 5 * HOUR).tolist() == [True] * 1000 + [False]
     assert index.seen(rows(("id4", 0)), 4 * HOUR, 6 * HOUR).tolist() == [True]  # its second acceptance
+
+
+def test_a_batch_s_rows_go_to_the_small_run_until_it_holds_an_eighth_of_the_large_one():
+    index = SeenIdIndex.of(rows(*[(f"id{n}", n) for n in range(80)]), complete_from=0)
+    index = index.with_rows(rows(*[(f"new{n}", n) for n in range(9)]))
+    assert (len(index.base), len(index.recent)) == (80, 9)
+    index = index.with_rows(rows(("one more", 0)))
+    assert (len(index.base), len(index.recent)) == (90, 0)
+    assert index.seen(rows(("id0", 0), ("new8", 8), ("one more", 0), ("never", 0)), 0, 100).tolist() == [
+        True,
+        True,
+        True,
+        False,
+    ]
 
 
 def test_old_event_times_are_dropped_once_they_are_a_tenth_of_the_index_and_coverage_moves():

@@ -7,7 +7,7 @@ accepted in those two hours, every batch: at 6,500 events/s, 23 million ids and 
 after an hour, more than the 5 s trigger. The index holds, for each accepted id, 96 bits of its
 SHA-256 and its event time, sorted by digest: a batch looks its ids up with a binary search each.
 A match is a duplicate without a second look: two distinct ids share 96 bits of SHA-256 with
-odds of about 10^-20 per batch at that rate, and no producer can choose ids that do.
+odds of about 10^-17 per batch at that rate, and no producer can choose ids that do.
 
 The index is exact for the event times it covers (``complete_from`` on). It is built from bronze
 when a stream starts (or a batch runs again); then each committed batch adds the rows it appended
@@ -36,13 +36,13 @@ DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS = "_digest_high", "_digest_low", "_event_m
 # to this much later than the stream's newest still find their horizon in the index.
 KEPT_BEYOND_HORIZON = timedelta(minutes=10)
 
-EPOCH = datetime(1970, 1, 1)
+_EPOCH = datetime(1970, 1, 1)
 _MICROSECOND = timedelta(microseconds=1)
 
 
 def micros(moment: datetime) -> int:
     """A naive UTC datetime (as Spark's rows give them) in microseconds since the epoch, exactly."""
-    return (moment.replace(tzinfo=None) - EPOCH) // _MICROSECOND
+    return (moment.replace(tzinfo=None) - _EPOCH) // _MICROSECOND
 
 
 def digests_of(frame: DataFrame, pipeline: Pipeline, with_event_id: bool = True) -> pa.Table:
@@ -63,30 +63,34 @@ def _column(table: pa.Table, name: str, dtype) -> np.ndarray:
 
 
 @dataclasses.dataclass(frozen=True)
-class SeenIdIndex:
-    """Digests and event times of the ids bronze accepted with an event time at or after
-    ``complete_from`` (microseconds), sorted by the digest's high 64 bits."""
+class SortedRun:
+    """Digests and event times, sorted by the digest's high 64 bits."""
 
-    complete_from: int
     high: np.ndarray  # int64, sorted
     low: np.ndarray  # uint32, in the order of high
     times: np.ndarray  # int64 microseconds, in the order of high
 
     @classmethod
-    def of(cls, rows: pa.Table, complete_from: int) -> SeenIdIndex:
-        """The index of ``rows`` (as ``digests_of`` gives them), complete from ``complete_from``."""
+    def of(cls, rows: pa.Table) -> SortedRun:
+        """The run of ``rows`` (as ``digests_of`` gives them)."""
         high = _column(rows, DIGEST_HIGH, np.int64)
         order = np.argsort(high)
-        low, times = _column(rows, DIGEST_LOW, np.uint32), _column(rows, EVENT_MICROS, np.int64)
-        return cls(complete_from, high[order], low[order], times[order])
+        return cls(
+            high[order], _column(rows, DIGEST_LOW, np.uint32)[order], _column(rows, EVENT_MICROS, np.int64)[order]
+        )
 
     def __len__(self) -> int:
         return len(self.high)
 
-    def seen(self, rows: pa.Table, since: int, until: int) -> np.ndarray:
-        """Which of ``rows`` (``digests_of``) have an id the index holds with an event time in
-        ``[since, until]`` (microseconds): a boolean per row."""
-        high, low = _column(rows, DIGEST_HIGH, np.int64), _column(rows, DIGEST_LOW, np.uint32)
+    def seen(self, high: np.ndarray, low: np.ndarray, since: int, until: int) -> np.ndarray:
+        """Which of the digests the run holds with an event time in ``[since, until]``: a boolean each.
+
+        Args:
+            high: the digests' high 64 bits.
+            low: their low 32 bits.
+            since: the earliest event time, in microseconds.
+            until: the latest, in microseconds.
+        """
         first = np.searchsorted(self.high, high, side="left")
         last = np.searchsorted(self.high, high, side="right")
         found = np.zeros(len(high), dtype=bool)
@@ -97,26 +101,69 @@ class SeenIdIndex:
             found[row] = bool(np.any((self.low[entries] == low[row]) & (times >= since) & (times <= until)))
         return found
 
+    def merged(self, other: SortedRun) -> SortedRun:
+        """Both runs in one (a copy of both)."""
+        at = np.searchsorted(self.high, other.high, side="right")
+        return SortedRun(
+            *(np.insert(mine, at, theirs) for mine, theirs in zip(self._arrays, other._arrays, strict=True))
+        )
+
+    def where(self, keep: np.ndarray) -> SortedRun:
+        return SortedRun(*(array[keep] for array in self._arrays))
+
+    @property
+    def _arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        return self.high, self.low, self.times
+
+
+@dataclasses.dataclass(frozen=True)
+class SeenIdIndex:
+    """Digests and event times of the ids bronze accepted with an event time at or after
+    ``complete_from`` (microseconds), in two sorted runs: the batches' rows go to the small one,
+    which is merged into the large one once it holds an eighth as many. Adding to one large run
+    copied all of it each batch (0.2-1.7 s at 27 million entries)."""
+
+    complete_from: int
+    base: SortedRun
+    recent: SortedRun
+
+    @classmethod
+    def of(cls, rows: pa.Table, complete_from: int) -> SeenIdIndex:
+        """The index of ``rows`` (as ``digests_of`` gives them), complete from ``complete_from``."""
+        return cls.of_run(complete_from, SortedRun.of(rows))
+
+    @classmethod
+    def of_run(cls, complete_from: int, run: SortedRun) -> SeenIdIndex:
+        """The index of one run, and an empty one for the batches' rows."""
+        return cls(complete_from, run, run.where(np.zeros(len(run), dtype=bool)))
+
+    def __len__(self) -> int:
+        return len(self.base) + len(self.recent)
+
+    def seen(self, rows: pa.Table, since: int, until: int) -> np.ndarray:
+        """Which of ``rows`` (``digests_of``) have an id the index holds with an event time in
+        ``[since, until]`` (microseconds): a boolean per row."""
+        high, low = _column(rows, DIGEST_HIGH, np.int64), _column(rows, DIGEST_LOW, np.uint32)
+        return self.base.seen(high, low, since, until) | self.recent.seen(high, low, since, until)
+
     def with_rows(self, rows: pa.Table) -> SeenIdIndex:
         """The index with ``rows`` (``digests_of``: the ids a batch appended to bronze) added."""
-        added = SeenIdIndex.of(rows, self.complete_from)
-        at = np.searchsorted(self.high, added.high, side="right")
-        return SeenIdIndex(
-            self.complete_from,
-            np.insert(self.high, at, added.high),
-            np.insert(self.low, at, added.low),
-            np.insert(self.times, at, added.times),
-        )
+        recent = self.recent.merged(SortedRun.of(rows))
+        if len(recent) * 8 < len(self.base):
+            return SeenIdIndex(self.complete_from, self.base, recent)
+        return SeenIdIndex.of_run(self.complete_from, self.base.merged(recent))
 
     def kept_from(self, since: int) -> SeenIdIndex:
         """The index without the event times before ``since``; it is then complete from there. It
         drops them only once they are a tenth of it: each drop copies the whole index."""
         if since <= self.complete_from:
             return self
-        kept = self.times >= since
-        if np.count_nonzero(~kept) * 10 < len(kept):
+        dropped = np.count_nonzero(self.base.times < since) + np.count_nonzero(self.recent.times < since)
+        if dropped * 10 < len(self):
             return self
-        return SeenIdIndex(since, self.high[kept], self.low[kept], self.times[kept])
+        return SeenIdIndex(
+            since, self.base.where(self.base.times >= since), self.recent.where(self.recent.times >= since)
+        )
 
 
 def accepted_rows(rows: pa.Table, seen: np.ndarray) -> pa.Table | None:
