@@ -18,6 +18,11 @@ _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 
+def micros(moment: datetime) -> int:
+    """An instant in microseconds since the epoch, exactly (Spark's ``unix_micros``)."""
+    return (moment.replace(tzinfo=None) - EPOCH) // timedelta(microseconds=1)
+
+
 def parse_duration(text: str) -> timedelta:
     """Parse the durations used everywhere in the CLI and settings: ``0s``, ``90s``, ``5m``, ``1h``, ``1d``."""
     match = _DURATION.match(str(text))

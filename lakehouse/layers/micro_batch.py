@@ -22,7 +22,8 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.layers.seen_ids import KEPT_BEYOND_HORIZON, IdLookup, SeenIdIndex, digests_of, micros
+from lakehouse.eventtime import micros
+from lakehouse.layers.seen_ids import KEPT_BEYOND_HORIZON, IdLookup, SeenIdIndex, digests_of
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS

@@ -28,6 +28,7 @@ from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.eventtime import micros
 from lakehouse.vocabulary import Fate
 
 DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS = "_digest_high", "_digest_low", "_event_micros"
@@ -35,14 +36,6 @@ DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS = "_digest_high", "_digest_low", "_event_m
 # Event time the index keeps beyond the dedupe horizon, behind the newest event it holds: events up
 # to this much later than the stream's newest still find their horizon in the index.
 KEPT_BEYOND_HORIZON = timedelta(minutes=10)
-
-_EPOCH = datetime(1970, 1, 1)
-_MICROSECOND = timedelta(microseconds=1)
-
-
-def micros(moment: datetime) -> int:
-    """A naive UTC datetime (as Spark's rows give them) in microseconds since the epoch, exactly."""
-    return (moment.replace(tzinfo=None) - _EPOCH) // _MICROSECOND
 
 
 def digests_of(frame: DataFrame, pipeline: Pipeline, with_event_id: bool = True) -> pa.Table:
@@ -78,6 +71,10 @@ class SortedRun:
         return cls(
             high[order], _column(rows, DIGEST_LOW, np.uint32)[order], _column(rows, EVENT_MICROS, np.int64)[order]
         )
+
+    @classmethod
+    def empty(cls) -> SortedRun:
+        return cls(np.empty(0, np.int64), np.empty(0, np.uint32), np.empty(0, np.int64))
 
     def __len__(self) -> int:
         return len(self.high)
@@ -135,7 +132,7 @@ class SeenIdIndex:
     @classmethod
     def of_run(cls, complete_from: int, run: SortedRun) -> SeenIdIndex:
         """The index of one run, and an empty one for the batches' rows."""
-        return cls(complete_from, run, run.where(np.zeros(len(run), dtype=bool)))
+        return cls(complete_from, run, SortedRun.empty())
 
     def __len__(self) -> int:
         return len(self.base) + len(self.recent)
