@@ -1,5 +1,5 @@
 """A record whose id bronze accepted in an earlier batch within the dedupe horizon is a duplicate,
-however the batch looks the id up (lakehouse.layers.micro_batch.seen_event_ids): in the index the
+however the batch looks the id up (lakehouse.layers.micro_batch.duplicates_of): in the index the
 batch before carried, in one built from bronze after a start, or in one extended back from bronze
 for event times older than it covered."""
 

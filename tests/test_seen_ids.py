@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import hashlib
+from datetime import datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
 
-from lakehouse.layers.seen_ids import DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS, SeenIdIndex, accepted_rows
+from lakehouse.layers.seen_ids import DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS, IdLookup, SeenIdIndex
 
 HOUR = 3_600_000_000
 
@@ -64,9 +65,12 @@ def test_old_event_times_are_dropped_once_they_are_a_tenth_of_the_index_and_cove
     assert trimmed.kept_from(HOUR) is trimmed
 
 
-def test_a_batch_tells_the_rows_bronze_accepts_unless_copies_of_an_id_differ_in_time():
-    batch = rows(("a", 1), ("b", 2), ("b", 2), ("c", 3))
-    accepted = accepted_rows(batch, np.array([False, False, False, True]))
-    assert sorted(accepted[EVENT_MICROS].to_pylist()) == [1, 2]
-    assert accepted_rows(rows(("a", 1), ("a", 2)), np.array([False, False])) is None
-    assert accepted_rows(rows(("a", 1), ("a", 2)), np.array([True, True])).num_rows == 0
+def test_after_a_batch_the_index_holds_its_accepted_rows_and_drops_what_no_batch_needs():
+    index = SeenIdIndex.of(rows(("old", 0), ("kept", 2 * HOUR)), complete_from=0)
+    batch = rows(("a", 3 * HOUR), ("b", 3 * HOUR), ("b", 3 * HOUR), ("kept", 3 * HOUR))
+    duplicate = np.array([False, False, True, True])  # a later copy of b, an id seen before
+    after = IdLookup(index, batch, duplicate).index_after(datetime(1970, 1, 1, 4), timedelta(hours=3))
+    assert after.complete_from == 1 * HOUR - 10 * 60_000_000  # horizon and 10 minutes behind 04:00
+    assert sorted(after.base.times.tolist() + after.recent.times.tolist()) == [2 * HOUR, 3 * HOUR, 3 * HOUR]
+    since, until = 0, 4 * HOUR
+    assert after.seen(rows(("a", 0), ("b", 0), ("old", 0)), since, until).tolist() == [True, True, False]

@@ -10,6 +10,7 @@ import json
 from datetime import datetime
 from decimal import Decimal
 
+import pyarrow as pa
 import pytest
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -297,68 +298,91 @@ def test_sessions_less_than_a_gap_apart_merge_and_a_session_ending_where_the_nex
 
 # --- label_fates -----------------------------------------------------------------------------------
 
-# An event at the start of its window: (event_time, window_end).
-WINDOWED = "event_id string, source_file string, value string, event_time timestamp, window_end timestamp"
-SEEN = "event_id string"
-FATES = "source_file string, value string, fate string"
+# An event at the start of its window: (batch_row, event_time, window_end).
+WINDOWED = "batch_row long, source_file string, value string, event_time timestamp, window_end timestamp"
+FATES = "value string, fate string"
 W0 = (ts("08:00:00"), ts("08:01:00"))
 W1 = (ts("08:01:00"), ts("08:02:00"))
 
 
-def fates(spark, rows, watermark=None, seen=()):
+def fates(spark, rows, watermark=None, duplicates=()):
     windowed = inline_frame(spark, WINDOWED, rows)
-    seen_ids = inline_frame(spark, SEEN, [(event_id,) for event_id in seen])
-    return tx.label_fates(windowed, seen_ids, watermark, PIPELINE).select("source_file", "value", "fate")
+    duplicate_rows = inline_frame(spark, f"{tx.BATCH_ROW} long", [(row,) for row in duplicates])
+    return tx.label_fates(windowed, duplicate_rows, watermark, PIPELINE).select("value", "fate")
 
 
 def test_label_fates_adds_only_the_fate_column(spark):
     windowed = inline_frame(spark, WINDOWED, [])
-    labelled = tx.label_fates(windowed, inline_frame(spark, SEEN, []), None, PIPELINE)
+    labelled = tx.label_fates(windowed, inline_frame(spark, f"{tx.BATCH_ROW} long", []), None, PIPELINE)
     assert sorted(labelled.columns) == sorted([*windowed.columns, "fate"])
 
 
-def test_copy_from_the_earliest_source_file_is_on_time_and_later_copies_are_duplicates(spark):
-    rows = [("e-1", "f3.jsonl", "v", *W0), ("e-1", "f1.jsonl", "v", *W0), ("e-1", "f2.jsonl", "v", *W0)]
-    expected = inline_frame(
-        spark, FATES, [("f1.jsonl", "v", "on_time"), ("f2.jsonl", "v", "duplicate"), ("f3.jsonl", "v", "duplicate")]
-    )
-    assertDataFrameEqual(fates(spark, rows), expected)
-
-
-def test_copies_in_the_same_source_file_are_ordered_by_their_text(spark):
-    rows = [("e-1", "f1.jsonl", "v-b", *W0), ("e-1", "f1.jsonl", "v-a", *W0)]
-    expected = inline_frame(spark, FATES, [("f1.jsonl", "v-a", "on_time"), ("f1.jsonl", "v-b", "duplicate")])
-    assertDataFrameEqual(fates(spark, rows), expected)
-
-
-def test_event_id_seen_in_an_earlier_batch_is_a_duplicate(spark):
-    rows = [("e-1", "f1.jsonl", "v1", *W0), ("e-2", "f1.jsonl", "v2", *W0)]
-    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "duplicate"), ("f1.jsonl", "v2", "on_time")])
-    assertDataFrameEqual(fates(spark, rows, seen=["e-1"]), expected)
+def test_the_rows_the_driver_found_duplicate_are_duplicates(spark):
+    rows = [(0, "f1.jsonl", "v0", *W0), (1, "f1.jsonl", "v1", *W0)]
+    expected = inline_frame(spark, FATES, [("v0", "duplicate"), ("v1", "on_time")])
+    assertDataFrameEqual(fates(spark, rows, duplicates=[0]), expected)
 
 
 def test_window_ending_exactly_at_the_watermark_is_late(spark):
-    rows = [("e-1", "f1.jsonl", "v1", *W0), ("e-2", "f1.jsonl", "v2", *W1)]
-    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "late"), ("f1.jsonl", "v2", "on_time")])
+    rows = [(0, "f1.jsonl", "v1", *W0), (1, "f1.jsonl", "v2", *W1)]
+    expected = inline_frame(spark, FATES, [("v1", "late"), ("v2", "on_time")])
     assertDataFrameEqual(fates(spark, rows, watermark=ts("08:01:00")), expected)
 
 
 def test_window_ending_a_millisecond_after_the_watermark_is_on_time(spark):
-    rows = [("e-1", "f1.jsonl", "v1", *W0)]
-    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "on_time")])
+    rows = [(0, "f1.jsonl", "v1", *W0)]
+    expected = inline_frame(spark, FATES, [("v1", "on_time")])
     assertDataFrameEqual(fates(spark, rows, watermark=ts("08:00:59.999")), expected)
 
 
 def test_without_a_watermark_nothing_is_late(spark):
-    rows = [("e-1", "f1.jsonl", "v1", datetime(2000, 1, 1, 0, 0), datetime(2000, 1, 1, 0, 1))]
-    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "on_time")])
+    rows = [(0, "f1.jsonl", "v1", datetime(2000, 1, 1, 0, 0), datetime(2000, 1, 1, 0, 1))]
+    expected = inline_frame(spark, FATES, [("v1", "on_time")])
     assertDataFrameEqual(fates(spark, rows, watermark=None), expected)
 
 
 def test_a_late_duplicate_is_labelled_duplicate(spark):
-    rows = [("e-1", "f1.jsonl", "v1", *W0), ("e-1", "f2.jsonl", "v1", *W0)]
-    expected = inline_frame(spark, FATES, [("f1.jsonl", "v1", "late"), ("f2.jsonl", "v1", "duplicate")])
-    assertDataFrameEqual(fates(spark, rows, watermark=ts("09:00:00")), expected)
+    rows = [(0, "f1.jsonl", "v1", *W0), (1, "f2.jsonl", "v1", *W0)]
+    expected = inline_frame(spark, FATES, [("v1", "late"), ("v1", "duplicate")])
+    assertDataFrameEqual(fates(spark, rows, watermark=ts("09:00:00"), duplicates=[1]), expected)
+
+
+# --- copies of an event id ---------------------------------------------------------------------------
+
+# (batch_row, event_id, source_file, value): copies of ids as a micro-batch's driver sees them.
+COPIES = [
+    (0, "e-1", "f3.jsonl", "v"),
+    (1, "e-1", "f1.jsonl", "v"),
+    (2, "e-1", "f2.jsonl", "v"),
+    (3, "e-2", "f1.jsonl", "v-b"),
+    (4, "e-2", "f1.jsonl", "v-a"),
+    (5, "e-3", "f1.jsonl", "same"),
+    (6, "e-3", "f1.jsonl", "same"),
+    (7, "e-4", "f2.jsonl", "only"),
+    (8, "e-5", "f1.jsonl", "z"),
+    (9, "e-5", "f1.jsonl", "\u00e9"),
+]
+
+
+def copies_table(rows) -> pa.Table:
+    names = [tx.BATCH_ROW, "event_id", "source_file", "value"]
+    return pa.table({name: [row[n] for row in rows] for n, name in enumerate(names)})
+
+
+def test_later_copies_are_all_but_the_earliest_source_files_then_the_least_text():
+    # e-1: f1 first; e-2: "v-a" before "v-b"; e-3: identical lines, exactly one kept; e-5: "z"
+    # (0x7a) before "\u00e9" (0xc3 0xa9), bytes as Spark orders them.
+    later = tx.later_copies(copies_table(COPIES), PIPELINE).to_pylist()
+    assert sorted(later) == [0, 2, 3, 6, 9]
+
+
+def test_the_driver_keeps_the_copies_first_copies_keeps(spark):
+    schema = "batch_row long, event_id string, source_file string, value string"
+    kept_by_spark = {row.batch_row for row in tx.first_copies(inline_frame(spark, schema, COPIES), PIPELINE).collect()}
+    later = set(tx.later_copies(copies_table(COPIES), PIPELINE).to_pylist())
+    same_line = {5, 6}  # identical lines: either copy is the same event
+    assert kept_by_spark - same_line == {row[0] for row in COPIES} - later - same_line
+    assert len(kept_by_spark & same_line) == len(same_line - later) == 1
 
 
 # --- first_copies ----------------------------------------------------------------------------------

@@ -11,6 +11,9 @@ import functools
 import uuid
 from datetime import datetime
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
 from pyspark import SparkContext
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import Window as W
@@ -161,8 +164,10 @@ def _evaluated_once(parsed: DataFrame) -> DataFrame:
     return parsed.observe(f"parsed_{uuid.uuid4().hex}", F.count(F.lit(1)).alias("lines"))
 
 
-def valid_events(parsed: DataFrame, pipeline: Pipeline) -> DataFrame:
-    return parsed.where(F.col("reason").isNull()).select("source_file", "value", *pipeline.field_names)
+def valid_events(parsed: DataFrame, pipeline: Pipeline, *kept: str) -> DataFrame:
+    """The rows of ``parse_events``' output that break no rule: their source, text and fields (and the
+    ``kept`` columns)."""
+    return parsed.where(F.col("reason").isNull()).select("source_file", "value", *pipeline.field_names, *kept)
 
 
 def quarantined_records(parsed: DataFrame) -> DataFrame:
@@ -246,14 +251,31 @@ def window_values(events: DataFrame, pipeline: Pipeline, with_event_count: bool 
     return merge_sessions(windowed, pipeline, carry)
 
 
-def number_copies(events: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """Number the copies of each event id in the order they reached the log (file, then text).
+# The order copies of an event id reached the log in: log file names start with their arrival
+# time, and the text breaks ties within a file, so the order is total and a replay keeps it.
+ARRIVAL_ORDER = ("source_file", "value")
+# A row's number in a micro-batch's cached parse: its fates are decided in the driver and find their
+# rows by it (lakehouse.layers.micro_batch).
+BATCH_ROW = "batch_row"
 
-    Log file names start with their arrival time, so copy 1 is the first to arrive; the order is
-    total, so a replay of the same input keeps the same copy.
-    """
-    arrival_order = W.partitionBy(pipeline.event_id).orderBy("source_file", "value")
+
+def number_copies(events: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """Number the copies of each event id in ``ARRIVAL_ORDER``: copy 1 is the first to arrive."""
+    arrival_order = W.partitionBy(pipeline.event_id).orderBy(*ARRIVAL_ORDER)
     return events.withColumn("copy_number", F.row_number().over(arrival_order))
+
+
+def later_copies(copies: pa.Table, pipeline: Pipeline) -> pa.Array:
+    """``number_copies``' rule on Arrow, for a micro-batch's rows in the driver: the ``BATCH_ROW``
+    of each row of ``copies`` (``BATCH_ROW``, the event id and ``ARRIVAL_ORDER``'s columns) that
+    is not its id's first copy. Arrow orders strings by their bytes, as Spark does; identical lines
+    are told apart by their row."""
+    keys = [pipeline.event_id, *ARRIVAL_ORDER, BATCH_ROW]
+    ordered = copies.take(pc.sort_indices(copies, [(key, "ascending") for key in keys]))
+    ids = ordered.column(pipeline.event_id).to_numpy(zero_copy_only=False)
+    is_first = np.ones(len(ids), dtype=bool)
+    is_first[1:] = ids[1:] != ids[:-1]
+    return ordered.column(BATCH_ROW).filter(pa.array(~is_first, type=pa.bool_())).combine_chunks()
 
 
 def closed_by(watermark: datetime | None, window_end: Column | None = None) -> Column:
@@ -264,30 +286,31 @@ def closed_by(watermark: datetime | None, window_end: Column | None = None) -> C
 
 
 def label_fates(
-    events: DataFrame, seen_event_ids: DataFrame, watermark: datetime | None, pipeline: Pipeline
+    events: DataFrame, duplicate_rows: DataFrame, watermark: datetime | None, pipeline: Pipeline
 ) -> DataFrame:
-    """Give every valid event its fate: duplicate, late or on time (docs/design.md, "Event fate").
+    """Give every valid event of a micro-batch its fate: duplicate, late or on time (docs/design.md,
+    "Event fates").
 
-    ``seen_event_ids`` holds the ids accepted by earlier batches (one row per id). An event is
-    late when a window it falls in has ended at or before the watermark this batch runs with:
-    the earliest-ending one decides, so a late event is left out of all its windows.
+    Which rows are duplicates (their id accepted by an earlier batch, or a later copy of an id in
+    this one) the driver decides (``lakehouse.layers.micro_batch.duplicates_of``): ``duplicate_rows``
+    holds their ``BATCH_ROW``. An event is late when a window it falls in has ended at or before the
+    watermark this batch runs with: the earliest-ending one decides, so a late event is left out of
+    all its windows.
 
     Args:
-        events: the batch's valid events.
-        seen_event_ids: ids accepted by earlier batches, one row per id.
+        events: the batch's valid events, with their ``BATCH_ROW``.
+        duplicate_rows: the ``BATCH_ROW`` of each duplicate.
         watermark: the watermark this batch runs with (None: nothing is late yet).
         pipeline: the pipeline the rows belong to.
     """
-    seen = seen_event_ids.select(pipeline.event_id, F.lit(True).alias("_seen_before"))
-    is_duplicate = F.coalesce(F.col("_seen_before"), F.lit(False)) | (F.col("copy_number") > 1)
+    duplicates = F.broadcast(duplicate_rows.select(BATCH_ROW, F.lit(True).alias("_duplicate")))
     is_late = closed_by(watermark, first_window_end(pipeline))
-    fate = F.when(is_duplicate, F.lit(Fate.DUPLICATE)).when(is_late, F.lit(Fate.LATE)).otherwise(F.lit(Fate.ON_TIME))
-    return (
-        number_copies(events, pipeline)
-        .join(seen, on=pipeline.event_id, how="left")
-        .withColumn("fate", fate)
-        .drop("_seen_before", "copy_number")
+    fate = (
+        F.when(F.col("_duplicate").isNotNull(), F.lit(Fate.DUPLICATE))
+        .when(is_late, F.lit(Fate.LATE))
+        .otherwise(F.lit(Fate.ON_TIME))
     )
+    return events.join(duplicates, on=BATCH_ROW, how="left").withColumn("fate", fate).drop("_duplicate")
 
 
 def first_copies(events: DataFrame, pipeline: Pipeline) -> DataFrame:

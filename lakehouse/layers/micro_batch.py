@@ -9,6 +9,8 @@ so a replayed batch computes what its first attempt computed.
 from __future__ import annotations
 
 import dataclasses
+import functools
+import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,13 +18,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, Observation, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow import panes as pn
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.eventtime import micros
+from lakehouse.layers.copies import copy_columns, later_copies_in
 from lakehouse.layers.seen_ids import KEPT_BEYOND_HORIZON, IdLookup, SeenIdIndex, digests_of
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
@@ -67,14 +70,16 @@ class CarriedState:
 
 @dataclasses.dataclass(frozen=True)
 class MicroBatch:
-    """A micro-batch about to be written: ids, records, their summary and the watermark it runs with."""
+    """A micro-batch about to be written: ids, records, their summary and digests, and the watermark
+    it runs with."""
 
     spark: SparkSession
     app_id: str
     batch_id: int
     first_attempt: bool  # False when an earlier attempt may have written some of its rows
-    parsed: DataFrame
+    parsed: DataFrame  # cached, with each row's BATCH_ROW
     summary: dict  # input_rows/_bytes, quarantined(_bytes), min/max_event_time of valid records, source_files
+    digests: pa.Table  # the valid events' BATCH_ROW, id, copy_columns and digests_of
     watermark: datetime | None  # from batches before this one only
     max_event_time: datetime | None  # through this batch: what the on-time watermark follows
 
@@ -89,24 +94,38 @@ class MicroBatch:
         return {"app_id": F.lit(self.app_id), "batch_id": F.lit(self.batch_id).cast("long")}
 
 
-def summarise(parsed: DataFrame, pipeline: Pipeline) -> dict:
-    summary = (
-        parsed.agg(
-            F.count(F.lit(1)).alias("input_rows"),
-            F.coalesce(F.sum(F.octet_length("value")), F.lit(0)).alias("input_bytes"),
-            F.count("reason").alias("quarantined"),
-            F.coalesce(F.sum(F.when(F.col("reason").isNotNull(), F.octet_length("value"))), F.lit(0)).alias(
-                "quarantined_bytes"
-            ),
-            F.min(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("min_event_time"),
-            F.max(F.when(F.col("reason").isNull(), F.col(pipeline.event_time))).alias("max_event_time"),
-            F.sort_array(F.collect_set(kafka_log.source_unit(F.col("source_file")))).alias("source_files"),
-        )
-        .first()
-        .asDict()
+def parse_batch(raw: DataFrame, pipeline: Pipeline) -> tuple[DataFrame, dict, pa.Table]:
+    """A micro-batch's lines parsed and cached, each with its ``BATCH_ROW``; their summary
+    (``MicroBatch.summary``); and the valid events' digests. One Spark job parses, collects the
+    digests and observes the summary. The summary was a job of its own, 0.12 s of a 2.8 s batch.
+
+    ``BATCH_ROW`` is fixed when the parse is cached: a cached partition computed again reads the
+    same files in the same order."""
+    observed = Observation(f"summary_{uuid.uuid4().hex}")
+    parsed = (
+        tx.parse_events(raw, pipeline)
+        .withColumn(tx.BATCH_ROW, F.monotonically_increasing_id())
+        .observe(observed, *_summary_columns(pipeline))
+        .persist()
     )
+    valid = tx.valid_events(parsed, pipeline, tx.BATCH_ROW)
+    digests = digests_of(valid, pipeline, tx.BATCH_ROW, pipeline.event_id, *copy_columns())
+    summary = dict(observed.get)
     summary["source_files"] = kafka_log.read_offsets(parsed, summary["source_files"])
-    return summary
+    return parsed, summary, digests
+
+
+def _summary_columns(pipeline: Pipeline) -> list[Column]:
+    valid = F.col("reason").isNull()
+    return [
+        F.count(F.lit(1)).alias("input_rows"),
+        F.coalesce(F.sum(F.octet_length("value")), F.lit(0)).alias("input_bytes"),
+        F.count("reason").alias("quarantined"),
+        F.coalesce(F.sum(F.when(~valid, F.octet_length("value"))), F.lit(0)).alias("quarantined_bytes"),
+        F.min(F.when(valid, F.col(pipeline.event_time))).alias("min_event_time"),
+        F.max(F.when(valid, F.col(pipeline.event_time))).alias("max_event_time"),
+        F.sort_array(F.collect_set(kafka_log.source_unit(F.col("source_file")))).alias("source_files"),
+    ]
 
 
 ACCEPTED_FATES = (Fate.ON_TIME, Fate.LATE, Fate.DUPLICATE)  # a valid record's fates
@@ -127,38 +146,39 @@ def before_batch(app_id: str, batch_id: int, column: Callable = F.col):
     return ~((column("app_id") == app_id) & (column("batch_id") >= batch_id))
 
 
-def seen_event_ids(
-    batch: MicroBatch,
-    events: DataFrame,
-    bronze_uri: str,
-    pipeline: Pipeline,
-    horizon: timedelta,
-    carried: CarriedState | None,
-) -> tuple[DataFrame, IdLookup]:
-    """Ids bronze accepted before this batch within the dedupe horizon of this batch's events, and
-    how they were looked up: in the index of accepted ids (``lakehouse.layers.seen_ids``) the batch
-    before carried, or in one built from bronze, extended back from bronze first when the batch's
-    horizon starts before it covers (a very late event's).
+def duplicates_of(
+    batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, horizon: timedelta, carried: CarriedState | None
+) -> IdLookup:
+    """Which of the batch's valid events are duplicates: their id bronze accepted before this batch
+    within the dedupe horizon of this batch's events, or a later copy of an id in the batch. The ids
+    are looked up in the index of accepted ids (``lakehouse.layers.seen_ids``) the batch before
+    carried, or in one built from bronze, extended back from bronze first when the batch's horizon
+    starts before it covers (a very late event's).
 
     Args:
         batch: the micro-batch (its session, whose micro-batch confs apply to bronze reads too; its
-            ids; its valid events' min and max event time).
-        events: the batch's valid events.
+            ids; its valid events' digests and min and max event time).
         bronze_uri: the pipeline's bronze table.
         pipeline: the pipeline (event id and time columns).
         horizon: how far in event time around the batch's events to look.
         carried: the index the batch before left (None after a start).
     """
-    summary = batch.summary
+    summary, rows = batch.summary, batch.digests
     index = carried.value if carried and carried.is_for(batch.app_id, batch.batch_id) else None
     if summary["min_event_time"] is None:  # no valid event: nothing to look up
-        return events.select(pipeline.event_id).limit(0), IdLookup(index, pa.table({}), np.zeros(0, bool))
+        return IdLookup(index, rows, np.zeros(0, bool))
     since, until = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
     index = _index_covering(index, batch, bronze_uri, pipeline, since)
-    rows = digests_of(events, pipeline)
     seen = index.seen(rows, micros(since), micros(until))
-    found = batch.spark.createDataFrame(rows.filter(pa.array(seen, type=pa.bool_())).select([pipeline.event_id]))
-    return found, IdLookup(index, rows, seen)
+    later = later_copies_in(rows, pipeline, functools.partial(texts_of, batch))
+    return IdLookup(index, rows, seen | later)
+
+
+def texts_of(batch: MicroBatch, batch_rows: pa.Array) -> pa.Table:
+    """The ``BATCH_ROW`` and text of the batch's rows ``batch_rows`` names, from the cached parse (a
+    Spark job)."""
+    named = F.broadcast(batch.spark.createDataFrame(pa.table({tx.BATCH_ROW: batch_rows})))
+    return batch.parsed.join(named, on=tx.BATCH_ROW, how="left_semi").select(tx.BATCH_ROW, "value").toArrow()
 
 
 def _index_covering(
@@ -186,7 +206,7 @@ def _accepted_in_bronze(
     if before is not None:
         in_range &= F.unix_micros(F.col(pipeline.event_time)) < before
     bronze = batch.spark.read.format("delta").load(bronze_uri)
-    return digests_of(bronze.where(in_range & before_batch(batch.app_id, batch.batch_id)), pipeline, False)
+    return digests_of(bronze.where(in_range & before_batch(batch.app_id, batch.batch_id)), pipeline)
 
 
 def max_event_time_before(settings: Settings, pipeline: Pipeline, app_id: str, batch_id: int) -> datetime | None:
@@ -281,8 +301,8 @@ def progress_row(
 def label_batch_fates(
     batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, horizon: timedelta, carried: CarriedState | None
 ) -> tuple[DataFrame, IdLookup]:
-    """The batch's valid events, each with its fate: duplicate of an id bronze accepted before, late
-    (its window closed by the batch's watermark), or on time; and how the ids were looked up.
+    """The batch's valid events, each with its fate: duplicate (``duplicates_of``), late (its window
+    closed by the batch's watermark), or on time; and how the ids were looked up.
 
     Args:
         batch: the micro-batch.
@@ -291,9 +311,11 @@ def label_batch_fates(
         horizon: how far back in event time that search goes.
         carried: the index of accepted ids the batch before left (None after a start).
     """
-    events = tx.valid_events(batch.parsed, pipeline)
-    seen, lookup = seen_event_ids(batch, events, bronze_uri, pipeline, horizon, carried)
-    return tx.label_fates(events, seen, batch.watermark, pipeline), lookup
+    lookup = duplicates_of(batch, bronze_uri, pipeline, horizon, carried)
+    duplicates = lookup.rows.filter(pa.array(lookup.duplicate, type=pa.bool_())).select([tx.BATCH_ROW])
+    events = tx.valid_events(batch.parsed, pipeline, tx.BATCH_ROW)
+    fates = tx.label_fates(events, batch.spark.createDataFrame(duplicates), batch.watermark, pipeline)
+    return fates.drop(tx.BATCH_ROW), lookup
 
 
 def pane_state_before(batch: MicroBatch, carried: CarriedState | None, panes_uri: str, pipeline: Pipeline) -> pa.Table:

@@ -23,13 +23,11 @@ from datetime import datetime, timedelta
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
-from pyspark.sql import DataFrame
+from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.eventtime import micros
-from lakehouse.vocabulary import Fate
 
 DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS = "_digest_high", "_digest_low", "_event_micros"
 
@@ -38,13 +36,12 @@ DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS = "_digest_high", "_digest_low", "_event_m
 KEPT_BEYOND_HORIZON = timedelta(minutes=10)
 
 
-def digests_of(frame: DataFrame, pipeline: Pipeline, with_event_id: bool = True) -> pa.Table:
-    """Each row's event id (unless ``with_event_id`` is False: an index needs none), the 96 bits of
-    its id's SHA-256 the index keys on (64 signed, then 32 unsigned) and its event time in
-    microseconds, as Arrow (a Spark job)."""
+def digests_of(frame: DataFrame, pipeline: Pipeline, *kept: str | Column) -> pa.Table:
+    """Each row's ``kept`` columns, the 96 bits of its id's SHA-256 the index keys on (64 signed,
+    then 32 unsigned) and its event time in microseconds, as Arrow (a Spark job)."""
     digest = F.sha2(F.col(pipeline.event_id).cast("string"), 256)
     return frame.select(
-        *([pipeline.event_id] if with_event_id else []),
+        *kept,
         F.conv(F.substring(digest, 1, 16), 16, -10).cast("long").alias(DIGEST_HIGH),
         F.conv(F.substring(digest, 17, 8), 16, 10).cast("long").alias(DIGEST_LOW),
         F.unix_micros(F.col(pipeline.event_time)).alias(EVENT_MICROS),
@@ -163,46 +160,21 @@ class SeenIdIndex:
         )
 
 
-def accepted_rows(rows: pa.Table, seen: np.ndarray) -> pa.Table | None:
-    """The rows of a batch (``digests_of``) bronze accepts: those not seen before, one per id, when
-    every copy of an id in the batch has the same event time (copies of one line, as producers
-    resend them); None when copies differ in time, since which one came first is the fates' to say."""
-    fresh = rows.filter(pa.array(~seen, type=pa.bool_()))
-    per_id = fresh.group_by([DIGEST_HIGH, DIGEST_LOW]).aggregate([(EVENT_MICROS, "min"), (EVENT_MICROS, "max")])
-    if pc.all(pc.equal(per_id[f"{EVENT_MICROS}_min"], per_id[f"{EVENT_MICROS}_max"])).as_py() is not False:
-        return per_id.select([DIGEST_HIGH, DIGEST_LOW, f"{EVENT_MICROS}_min"]).rename_columns(
-            [DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS]
-        )
-    return None
-
-
 @dataclasses.dataclass(frozen=True)
 class IdLookup:
-    """How a batch's ids were looked up: in ``index``, for the batch's ``rows`` (``digests_of``;
-    none for a batch with no valid event), with ``seen`` marking the rows it found. ``index`` is
-    None when nothing was looked up and no index came."""
+    """How a batch's ids were looked up: in ``index``, for the batch's ``rows`` (``digests_of``),
+    with ``duplicate`` marking the rows bronze does not accept (ids it accepted before, later copies
+    of an id in the batch). ``index`` is None when nothing was looked up and no index came."""
 
     index: SeenIdIndex | None
     rows: pa.Table
-    seen: np.ndarray
+    duplicate: np.ndarray
 
-    def index_after(
-        self, fates: DataFrame, pipeline: Pipeline, newest: datetime | None, horizon: timedelta
-    ) -> SeenIdIndex | None:
+    def index_after(self, newest: datetime | None, horizon: timedelta) -> SeenIdIndex | None:
         """The index once the batch's bronze rows are in, without the event times no later batch
-        needs (more than the horizon and ``KEPT_BEYOND_HORIZON`` before ``newest``, the stream's
-        newest event time). The rows come from the batch's own when they tell which ones bronze
-        accepted (``accepted_rows``), else from the fates (a Spark job).
-
-        Args:
-            fates: the batch's valid events with their fates (cached).
-            pipeline: the pipeline (event id and time columns).
-            newest: the newest event time through this batch.
-            horizon: the dedupe horizon.
-        """
+        needs: more than the horizon and ``KEPT_BEYOND_HORIZON`` before ``newest``, the stream's
+        newest event time."""
         if self.index is None or not self.rows.num_rows:
             return self.index
-        accepted = accepted_rows(self.rows, self.seen)
-        if accepted is None:
-            accepted = digests_of(fates.where(F.col("fate") != Fate.DUPLICATE), pipeline, with_event_id=False)
+        accepted = self.rows.filter(pa.array(~self.duplicate, type=pa.bool_()))
         return self.index.with_rows(accepted).kept_from(micros(newest - horizon - KEPT_BEYOND_HORIZON))

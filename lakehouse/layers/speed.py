@@ -37,8 +37,8 @@ from lakehouse.layers.micro_batch import (
     max_event_time_before,
     next_panes,
     pane_state_before,
+    parse_batch,
     progress_row,
-    summarise,
 )
 from lakehouse.layers.seen_ids import SeenIdIndex
 from lakehouse.settings import Settings, parse_size
@@ -239,9 +239,9 @@ class SpeedLayer:
         started = time.time()
         last_committed, self._last_committed = self._last_committed, None
         with session_confs(raw.sparkSession, code_generation_for(input_bytes=self._input_bytes(raw, last_committed))):
-            parsed, summary = self._parse(raw)
+            parsed, summary, digests = self._parse(raw)
         try:
-            batch = self._micro_batch(raw.sparkSession, parsed, summary, batch_id, last_committed)
+            batch = self._micro_batch(raw.sparkSession, (parsed, summary, digests), batch_id, last_committed)
             with session_confs(batch.spark, code_generation_for(batch.summary["input_rows"])):
                 counts, next_state, next_index = self._label_and_write(batch)
         finally:
@@ -273,17 +273,16 @@ class SpeedLayer:
             return planned_bytes(raw)
         return last_committed.input_bytes if last_committed else None
 
-    def _parse(self, raw: DataFrame) -> tuple[DataFrame, dict]:
-        """The batch's lines parsed (cached) and summed up; read again whole if a file in it was
-        still being written (see whole_files)."""
-        parsed = tx.parse_events(raw, self.pipeline).persist()
-        summary = summarise(parsed, self.pipeline)
+    def _parse(self, raw: DataFrame) -> tuple[DataFrame, dict, pa.Table]:
+        """The batch's lines parsed (cached), summed up and their valid events' digests
+        (``parse_batch``); read again whole if a file in it was still being written (see
+        whole_files)."""
+        parsed, summary, digests = parse_batch(raw, self.pipeline)
         again = whole_files(raw.sparkSession, summary["source_files"], self.settings)
         if again is None:
-            return parsed, summary
+            return parsed, summary, digests
         parsed.unpersist()
-        parsed = tx.parse_events(again, self.pipeline).persist()
-        return parsed, summarise(parsed, self.pipeline)
+        return parse_batch(again, self.pipeline)
 
     def _label_and_write(self, batch: MicroBatch) -> tuple[dict[str, int], pa.Table, SeenIdIndex | None]:
         """Give the batch's events their fates and write bronze, quarantine and the panes; returns the
@@ -297,29 +296,27 @@ class SpeedLayer:
         try:
             counts = self._writer.append_events(batch, fates)
             state = self._writer.emit_panes(batch, fates, counts, self._pane_state)
-            return counts, state, lookup.index_after(fates, self.pipeline, batch.max_event_time, horizon)
+            return counts, state, lookup.index_after(batch.max_event_time, horizon)
         finally:
             fates.unpersist()
 
     def _micro_batch(
         self,
         spark: SparkSession,
-        parsed: DataFrame,
-        summary: dict,
+        parse: tuple[DataFrame, dict, pa.Table],
         batch_id: int,
         last_committed: CommittedBatch | None,
     ) -> MicroBatch:
-        """The batch's ids, summary and watermark; until it commits, a run of it again (after a
+        """The batch's ids, parse and watermark; until it commits, a run of it again (after a
         failure) must look for its own rows.
 
         Args:
             spark: the batch's session.
-            parsed: the batch's parsed lines.
-            summary: what ``summarise`` found in them.
+            parse: the batch's parsed lines, their summary and digests (``parse_batch``).
             batch_id: the micro-batch's id.
             last_committed: the batch this layer committed last in this process (None: none yet).
         """
-        app_id = self.app_id
+        app_id, (parsed, summary, digests) = self.app_id, parse
         first_attempt = last_committed is not None and last_committed.precedes(app_id, batch_id)
         max_before = (
             last_committed.max_event_time
@@ -334,6 +331,7 @@ class SpeedLayer:
             first_attempt,
             parsed,
             summary,
+            digests,
             watermark_for(max_before, self.watermark_delay, self.allowed_lateness),
             max_through,
         )
