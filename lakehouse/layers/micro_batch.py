@@ -315,7 +315,10 @@ def label_batch_fates(
     duplicates = lookup.rows.filter(pa.array(lookup.duplicate, type=pa.bool_())).select([tx.BATCH_ROW])
     events = tx.valid_events(batch.parsed, pipeline, tx.BATCH_ROW)
     fates = tx.label_fates(events, batch.spark.createDataFrame(duplicates), batch.watermark, pipeline)
-    return fates.drop(tx.BATCH_ROW), lookup
+    # One partition, as the window that numbered copies made (shuffle partitions are 1 in a
+    # micro-batch): bronze gets one file per date a batch, and the panes' aggregation needs no
+    # shuffle. The parse ran in parallel before it.
+    return fates.drop(tx.BATCH_ROW).coalesce(1), lookup
 
 
 def pane_state_before(batch: MicroBatch, carried: CarriedState | None, panes_uri: str, pipeline: Pipeline) -> pa.Table:
