@@ -8,7 +8,15 @@ from datetime import datetime, timedelta
 import numpy as np
 import pyarrow as pa
 
-from lakehouse.layers.seen_ids import DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS, IdLookup, SeenIdIndex
+from lakehouse.layers.seen_ids import (
+    DIGEST_HIGH,
+    DIGEST_LOW,
+    EVENT_MICROS,
+    RECENT_BATCHES,
+    IdLookup,
+    SeenIdIndex,
+    kept_for,
+)
 
 HOUR = 3_600_000_000
 
@@ -69,8 +77,37 @@ def test_after_a_batch_the_index_holds_its_accepted_rows_and_drops_what_no_batch
     index = SeenIdIndex.of(rows(("old", 0), ("kept", 2 * HOUR)), complete_from=0)
     batch = rows(("a", 3 * HOUR), ("b", 3 * HOUR), ("b", 3 * HOUR), ("kept", 3 * HOUR))
     duplicate = np.array([False, False, True, True])  # a later copy of b, an id seen before
-    after = IdLookup(index, batch, duplicate).index_after(datetime(1970, 1, 1, 4), timedelta(hours=3))
-    assert after.complete_from == 1 * HOUR - 10 * 60_000_000  # horizon and 10 minutes behind 04:00
+    after = IdLookup(index, batch, duplicate, since=2 * HOUR).index_after(at_hour(4), timedelta(hours=2))
+    assert after.complete_from == 2 * HOUR - MINUTES_10  # the batch's horizon and 10 minutes
     assert sorted(after.base.times.tolist() + after.recent.times.tolist()) == [2 * HOUR, 3 * HOUR, 3 * HOUR]
     since, until = 0, 4 * HOUR
     assert after.seen(rows(("a", 0), ("b", 0), ("old", 0)), since, until).tolist() == [True, True, False]
+
+
+def at_hour(hour: float) -> datetime:
+    return datetime(1970, 1, 1) + timedelta(hours=hour)
+
+
+MINUTES_10 = HOUR // 6
+
+
+def test_the_index_keeps_the_horizons_of_the_last_batches_stragglers_up_to_an_hour_of_lateness():
+    horizon = timedelta(hours=1)
+    newest = at_hour(10)
+    # On time only: the horizon and 10 minutes behind the newest event.
+    assert kept_for((9 * HOUR,), newest, horizon) == 9 * HOUR - MINUTES_10
+    # A straggler half an hour late in one of the last batches: its horizon is kept.
+    assert kept_for((9 * HOUR, 8 * HOUR + HOUR // 2, 9 * HOUR), newest, horizon) == 8 * HOUR + HOUR // 2 - MINUTES_10
+    # One a day late: kept only an hour beyond the horizon.
+    assert kept_for((9 * HOUR - 24 * HOUR,), newest, horizon) == 8 * HOUR - MINUTES_10
+
+
+def test_a_batch_horizon_is_remembered_for_the_last_sixty_batches_only():
+    index = SeenIdIndex.of(rows(*[(f"old{n}", 7 * HOUR + n) for n in range(100)]), complete_from=7 * HOUR)
+    straggler = IdLookup(index, rows(("late", 8 * HOUR)), np.array([False]), since=7 * HOUR)
+    index = straggler.index_after(at_hour(9), timedelta(hours=1))
+    for n in range(RECENT_BATCHES):
+        assert index.complete_from == 7 * HOUR  # the straggler's horizon is still kept
+        on_time = IdLookup(index, rows((f"new{n}", 9 * HOUR + n)), np.array([False]), since=8 * HOUR + n)
+        index = on_time.index_after(at_hour(9) + timedelta(microseconds=n), timedelta(hours=1))
+    assert index.complete_from == 8 * HOUR - MINUTES_10  # the oldest horizon of the last 60, the first

@@ -166,12 +166,12 @@ def duplicates_of(
     summary, rows = batch.summary, batch.digests
     index = carried.value if carried and carried.is_for(batch.app_id, batch.batch_id) else None
     if summary["min_event_time"] is None:  # no valid event: nothing to look up
-        return IdLookup(index, rows, np.zeros(0, bool))
+        return IdLookup(index, rows, np.zeros(0, bool), None)
     since, until = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
     index = _index_covering(index, batch, bronze_uri, pipeline, since)
     seen = index.seen(rows, micros(since), micros(until))
     later = later_copies_in(rows, pipeline, functools.partial(texts_of, batch))
-    return IdLookup(index, rows, seen | later)
+    return IdLookup(index, rows, seen | later, micros(since))
 
 
 def texts_of(batch: MicroBatch, batch_rows: pa.Array) -> pa.Table:

@@ -34,6 +34,13 @@ DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS = "_digest_high", "_digest_low", "_event_m
 # Event time the index keeps beyond the dedupe horizon, behind the newest event it holds: events up
 # to this much later than the stream's newest still find their horizon in the index.
 KEPT_BEYOND_HORIZON = timedelta(minutes=10)
+# The index also keeps the horizons of the last RECENT_BATCHES batches (five minutes at a 5 s
+# trigger), back to their oldest event's: a stream whose stragglers come steadily finds theirs in
+# it. Dropped after one batch, they were read from bronze again by the next batch with a
+# straggler as late (the bench's drains, every batch: 0.45 s of 2.26). Lateness beyond
+# LATENESS_KEPT_AT_MOST is not kept: such an event extends the index from bronze each time.
+RECENT_BATCHES = 60
+LATENESS_KEPT_AT_MOST = timedelta(hours=1)
 
 
 def digests_of(frame: DataFrame, pipeline: Pipeline, *kept: str | Column) -> pa.Table:
@@ -120,16 +127,12 @@ class SeenIdIndex:
     complete_from: int
     base: SortedRun
     recent: SortedRun
+    looked_up_from: tuple[int, ...] = ()  # where the last batches' horizons started (RECENT_BATCHES)
 
     @classmethod
     def of(cls, rows: pa.Table, complete_from: int) -> SeenIdIndex:
         """The index of ``rows`` (as ``digests_of`` gives them), complete from ``complete_from``."""
-        return cls.of_run(complete_from, SortedRun.of(rows))
-
-    @classmethod
-    def of_run(cls, complete_from: int, run: SortedRun) -> SeenIdIndex:
-        """The index of one run, and an empty one for the batches' rows."""
-        return cls(complete_from, run, SortedRun.empty())
+        return cls(complete_from, SortedRun.of(rows), SortedRun.empty())
 
     def __len__(self) -> int:
         return len(self.base) + len(self.recent)
@@ -144,8 +147,8 @@ class SeenIdIndex:
         """The index with ``rows`` (``digests_of``: the ids a batch appended to bronze) added."""
         recent = self.recent.merged(SortedRun.of(rows))
         if len(recent) * 8 < len(self.base):
-            return SeenIdIndex(self.complete_from, self.base, recent)
-        return SeenIdIndex.of_run(self.complete_from, self.base.merged(recent))
+            return dataclasses.replace(self, recent=recent)
+        return dataclasses.replace(self, base=self.base.merged(recent), recent=SortedRun.empty())
 
     def kept_from(self, since: int) -> SeenIdIndex:
         """The index without the event times before ``since``; it is then complete from there. It
@@ -155,8 +158,11 @@ class SeenIdIndex:
         dropped = np.count_nonzero(self.base.times < since) + np.count_nonzero(self.recent.times < since)
         if dropped * 10 < len(self):
             return self
-        return SeenIdIndex(
-            since, self.base.where(self.base.times >= since), self.recent.where(self.recent.times >= since)
+        return dataclasses.replace(
+            self,
+            complete_from=since,
+            base=self.base.where(self.base.times >= since),
+            recent=self.recent.where(self.recent.times >= since),
         )
 
 
@@ -164,17 +170,35 @@ class SeenIdIndex:
 class IdLookup:
     """How a batch's ids were looked up: in ``index``, for the batch's ``rows`` (``digests_of``),
     with ``duplicate`` marking the rows bronze does not accept (ids it accepted before, later copies
-    of an id in the batch). ``index`` is None when nothing was looked up and no index came."""
+    of an id in the batch); ``since`` is where the batch's horizon started (microseconds; None
+    for a batch with no valid event). ``index`` is None when nothing was looked up and no index
+    came."""
 
     index: SeenIdIndex | None
     rows: pa.Table
     duplicate: np.ndarray
+    since: int | None
 
     def index_after(self, newest: datetime | None, horizon: timedelta) -> SeenIdIndex | None:
         """The index once the batch's bronze rows are in, without the event times no later batch
-        needs: more than the horizon and ``KEPT_BEYOND_HORIZON`` before ``newest``, the stream's
-        newest event time."""
+        needs (``kept_for``)."""
         if self.index is None or not self.rows.num_rows:
             return self.index
         accepted = self.rows.filter(pa.array(~self.duplicate, type=pa.bool_()))
-        return self.index.with_rows(accepted).kept_from(micros(newest - horizon - KEPT_BEYOND_HORIZON))
+        looked_up_from = (*self.index.looked_up_from, self.since)[-RECENT_BATCHES:]
+        index = dataclasses.replace(self.index.with_rows(accepted), looked_up_from=looked_up_from)
+        return index.kept_from(kept_for(looked_up_from, newest, horizon))
+
+
+def kept_for(looked_up_from: tuple[int, ...], newest: datetime, horizon: timedelta) -> int:
+    """Where the index starts once the stream's newest event time is ``newest`` (microseconds):
+    ``KEPT_BEYOND_HORIZON`` before the horizon behind it, or before the oldest horizon of the
+    last batches (``looked_up_from``) if that is older, but never more than
+    ``LATENESS_KEPT_AT_MOST`` older."""
+    behind = micros(newest - horizon)
+    needed = max(min(behind, *looked_up_from), behind - _micros_of(LATENESS_KEPT_AT_MOST))
+    return needed - _micros_of(KEPT_BEYOND_HORIZON)
+
+
+def _micros_of(duration: timedelta) -> int:
+    return duration // timedelta(microseconds=1)
