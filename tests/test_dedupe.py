@@ -5,9 +5,12 @@ for event times older than it covered."""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 import pytest
 
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.eventtime import micros
 from lakehouse.layers import micro_batch
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
 from tests.conftest import make_settings
@@ -60,22 +63,46 @@ def test_an_id_accepted_in_an_earlier_batch_is_a_duplicate(spark, tmp_path, bron
     assert len(bronze_reads) == (1 if restarted else 0)
 
 
-def test_an_id_older_than_the_index_covers_is_found_once_bronze_extends_it(spark, tmp_path, bronze_reads):
+def test_an_id_older_than_the_index_keeps_is_found_in_bronze_without_extending_the_index(spark, tmp_path, bronze_reads):
     from lakehouse.layers.speed import SpeedLayer
 
     settings = make_settings(tmp_path / "home")
     layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
     layer.process_batch(scores(spark, 0, ("a", "09:00:00")), 0)
-    # Three hours on: the index drops "a", more than the horizon and its margin behind.
+    # Three hours on: the index drops "a", more than the horizon and an hour behind.
     layer.process_batch(scores(spark, 1, ("b", "12:00:00"), ("c", "12:00:01")), 1)
     bronze_reads.clear()
     layer.process_batch(scores(spark, 2, ("a", "09:00:00"), ("d", "12:00:02")), 2)  # "a" again, very late
-    layer.process_batch(scores(spark, 3, ("a", "09:00:00")), 3)  # again: a batch on drops "a" again
+    layer.process_batch(scores(spark, 3, ("a", "09:00:00")), 3)  # and again
 
     fates, bronze = fates_and_bronze(spark, settings)
     assert fates == [(1, 0), (2, 0), (1, 1), (0, 1)]
     assert [event_id for event_id, _ in bronze] == ["a", "b", "c", "d"]
-    assert len(bronze_reads) == 2
+    assert len(bronze_reads) == 2  # a read of bronze for "a" in each batch that has it
+    index = layer._seen_ids.value
+    assert index.complete_from >= micros(datetime(2026, 1, 5, 9, 50))  # not extended back to "a"
+    assert len(index) == 3  # b, c and d
+
+
+@pytest.mark.parametrize("restarted", [False, True], ids=["carried", "rebuilt"])
+def test_an_id_less_than_an_hour_late_beyond_the_horizon_is_found_in_the_index(
+    spark, tmp_path, bronze_reads, restarted
+):
+    from lakehouse.layers.speed import SpeedLayer
+
+    settings = make_settings(tmp_path / "home")
+    layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
+    layer.process_batch(scores(spark, 0, ("a", "11:10:00")), 0)
+    layer.process_batch(scores(spark, 1, ("b", "12:00:00"), ("c", "12:00:01")), 1)
+    if restarted:  # the index is built back far enough for "a": one read
+        layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
+    bronze_reads.clear()
+    layer.process_batch(scores(spark, 2, ("a", "11:10:00"), ("d", "12:00:02")), 2)  # "a" again, 50 min late
+    layer.process_batch(scores(spark, 3, ("a", "11:10:00")), 3)  # and again: the index kept it
+
+    fates, _ = fates_and_bronze(spark, settings)
+    assert fates == [(1, 0), (2, 0), (1, 1), (0, 1)]
+    assert len(bronze_reads) == (1 if restarted else 0)
 
 
 @pytest.mark.parametrize("restarted", [False, True], ids=["carried", "rebuilt"])

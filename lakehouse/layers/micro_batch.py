@@ -26,7 +26,7 @@ from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.eventtime import micros
 from lakehouse.layers.copies import copy_columns, later_copies_in
-from lakehouse.layers.seen_ids import KEPT_BEYOND_HORIZON, IdLookup, SeenIdIndex, digests_of
+from lakehouse.layers.seen_ids import KEPT_BEYOND_HORIZON, IdLookup, SeenIdIndex, digests_of, oldest_kept
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS
@@ -153,7 +153,8 @@ def duplicates_of(
     within the dedupe horizon of this batch's events, or a later copy of an id in the batch. The ids
     are looked up in the index of accepted ids (``lakehouse.layers.seen_ids``) the batch before
     carried, or in one built from bronze, extended back from bronze first when the batch's horizon
-    starts before it covers (a very late event's).
+    starts before it covers (a late event's); a horizon older than the index keeps (an event more
+    than an hour late) is looked up in bronze for the batch's ids alone.
 
     Args:
         batch: the micro-batch (its session, whose micro-batch confs apply to bronze reads too; its
@@ -168,8 +169,14 @@ def duplicates_of(
     if summary["min_event_time"] is None:  # no valid event: nothing to look up
         return IdLookup(index, rows, np.zeros(0, bool), None)
     since, until = summary["min_event_time"] - horizon, summary["max_event_time"] + horizon
-    index = _index_covering(index, batch, bronze_uri, pipeline, since)
+    # The index is extended back as far as it keeps (oldest_kept). An earlier horizon (an event
+    # more than an hour late, say a day) is looked up in bronze for the batch's ids only: extending
+    # the index a day back at 6,500 events/s would hold 560 million ids in the driver.
+    index = _index_covering(index, batch, bronze_uri, pipeline, max(since, oldest_kept(batch.max_event_time, horizon)))
     seen = index.seen(rows, micros(since), micros(until))
+    if micros(since) < index.complete_from:
+        earlier = _accepted_in_bronze(batch, bronze_uri, pipeline, since, index.complete_from, rows)
+        seen |= SeenIdIndex.of(earlier, micros(since)).seen(rows, micros(since), micros(until))
     later = later_copies_in(rows, pipeline, functools.partial(texts_of, batch))
     return IdLookup(index, rows, seen | later, micros(since))
 
@@ -198,15 +205,34 @@ def _index_covering(
 
 
 def _accepted_in_bronze(
-    batch: MicroBatch, bronze_uri: str, pipeline: Pipeline, since: datetime, before: int | None
+    batch: MicroBatch,
+    bronze_uri: str,
+    pipeline: Pipeline,
+    since: datetime,
+    before: int | None,
+    of_rows: pa.Table | None = None,
 ) -> pa.Table:
     """``digests_of`` the rows earlier batches appended to bronze with an event time at or after
-    ``since`` and before ``before`` (microseconds; None: no end)."""
+    ``since`` and before ``before`` (microseconds; None: no end), of the ids of ``of_rows`` only
+    if given.
+
+    Args:
+        batch: the micro-batch (its session and ids).
+        bronze_uri: the pipeline's bronze table.
+        pipeline: the pipeline (event id and time columns).
+        since: the earliest event time.
+        before: the end of the range, in microseconds (None: no end).
+        of_rows: rows with an event id column, whose ids are the only ones wanted (None: every id).
+    """
     in_range = (F.col(pipeline.event_time) >= since) & (F.col("event_date") >= since.date())
     if before is not None:
         in_range &= F.unix_micros(F.col(pipeline.event_time)) < before
     bronze = batch.spark.read.format("delta").load(bronze_uri)
-    return digests_of(bronze.where(in_range & before_batch(batch.app_id, batch.batch_id)), pipeline)
+    accepted = bronze.where(in_range & before_batch(batch.app_id, batch.batch_id))
+    if of_rows is not None:
+        ids = batch.spark.createDataFrame(of_rows.select([pipeline.event_id]))
+        accepted = accepted.join(F.broadcast(ids.distinct()), on=pipeline.event_id, how="left_semi")
+    return digests_of(accepted, pipeline)
 
 
 def max_event_time_before(settings: Settings, pipeline: Pipeline, app_id: str, batch_id: int) -> datetime | None:

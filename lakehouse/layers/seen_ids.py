@@ -12,8 +12,9 @@ odds of about 10^-17 per batch at that rate, and no producer can choose ids that
 The index is exact for the event times it covers (``complete_from`` on). It is built from bronze
 when a stream starts (or a batch runs again); then each committed batch adds the rows it appended
 and hands it on, as it hands on the pane state (``lakehouse.layers.micro_batch.CarriedState``).
-A batch whose horizon starts before the index covers (an event later than the index keeps) first
-extends it back from bronze.
+A batch whose horizon starts before the index covers (a late event's) first extends it back from
+bronze, as far as the index keeps (``oldest_kept``); an older horizon is looked up in bronze for the
+batch's ids alone (``lakehouse.layers.micro_batch.duplicates_of``).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ KEPT_BEYOND_HORIZON = timedelta(minutes=10)
 # trigger), back to their oldest event's: a stream whose stragglers come steadily finds theirs in
 # it. Dropped after one batch, they were read from bronze again by the next batch with a
 # straggler as late (the bench's drains, every batch: 0.45 s of 2.26). Lateness beyond
-# LATENESS_KEPT_AT_MOST is not kept: such an event extends the index from bronze each time.
+# LATENESS_KEPT_AT_MOST is not kept: the index is not extended for it either, and such an event's
+# horizon is looked up in bronze for the batch's ids (lakehouse.layers.micro_batch).
 RECENT_BATCHES = 60
 LATENESS_KEPT_AT_MOST = timedelta(hours=1)
 
@@ -193,11 +195,15 @@ class IdLookup:
 def kept_for(looked_up_from: tuple[int, ...], newest: datetime, horizon: timedelta) -> int:
     """Where the index starts once the stream's newest event time is ``newest`` (microseconds):
     ``KEPT_BEYOND_HORIZON`` before the horizon behind it, or before the oldest horizon of the
-    last batches (``looked_up_from``) if that is older, but never more than
-    ``LATENESS_KEPT_AT_MOST`` older."""
-    behind = micros(newest - horizon)
-    needed = max(min(behind, *looked_up_from), behind - _micros_of(LATENESS_KEPT_AT_MOST))
+    last batches (``looked_up_from``) if that is older, but not before ``oldest_kept``'s."""
+    needed = max(min(micros(newest - horizon), *looked_up_from), micros(oldest_kept(newest, horizon)))
     return needed - _micros_of(KEPT_BEYOND_HORIZON)
+
+
+def oldest_kept(newest: datetime, horizon: timedelta) -> datetime:
+    """The oldest horizon start the index keeps, ``KEPT_BEYOND_HORIZON`` aside: ``LATENESS_KEPT_AT_MOST``
+    before the horizon behind the stream's newest event time."""
+    return newest - horizon - LATENESS_KEPT_AT_MOST
 
 
 def _micros_of(duration: timedelta) -> int:
