@@ -20,7 +20,12 @@ _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
 
 def micros(moment: datetime) -> int:
     """An instant in microseconds since the epoch, exactly (Spark's ``unix_micros``)."""
-    return (moment.replace(tzinfo=None) - EPOCH) // timedelta(microseconds=1)
+    return micros_of(moment.replace(tzinfo=None) - EPOCH)
+
+
+def micros_of(duration: timedelta) -> int:
+    """A duration in whole microseconds, exactly (a ``timedelta`` holds no finer unit)."""
+    return duration // timedelta(microseconds=1)
 
 
 def parse_duration(text: str) -> timedelta:

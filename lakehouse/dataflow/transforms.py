@@ -21,7 +21,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.dataflow import clocks
 from lakehouse.dataflow.pipelines.base import DECIMAL, INTEGER, MONEY, RECEIVED_AT, STRING, TIMESTAMP, Field, Pipeline
-from lakehouse.eventtime import parse_duration
+from lakehouse.eventtime import micros_of, parse_duration
 from lakehouse.vocabulary import Fate
 
 # ISO-8601 with an explicit zone: a timestamp without one would silently take the reader's zone.
@@ -119,7 +119,7 @@ def _parse_columns(pipeline: Pipeline, spark_context: SparkContext | None) -> _P
     if pipeline.corrects_clocks:
         received, sent = F.col(RECEIVED_AT), F.col(pipeline.clocks.sent_at)
         typed_values[RECEIVED_AT] = clocks.received_at(F.col("source_file"))
-        problems.extend(clocks.clock_problems(received, sent, _micros(pipeline.clocks.bound_delta)))
+        problems.extend(clocks.clock_problems(received, sent, micros_of(pipeline.clocks.bound_delta)))
         offset = clocks.clock_offset_micros(received, sent)
         corrected = {pipeline.event_time: clocks.corrected_time(F.col(pipeline.event_time), offset)}
     # Value rules judge the event as its device sent it, before any correction.
@@ -181,10 +181,6 @@ def interval(duration: str) -> str:
     return f"{int(parse_duration(duration).total_seconds())} seconds"
 
 
-def _micros(duration) -> int:
-    return int(duration.total_seconds()) * 1_000_000
-
-
 def assign_windows(events: DataFrame, pipeline: Pipeline) -> DataFrame:
     """Add ``window_start``/``window_end``: half-open ``[start, end)`` event-time windows.
 
@@ -215,8 +211,8 @@ def first_window_end(pipeline: Pipeline) -> Column:
     """
     spec, t = pipeline.window, F.unix_micros(F.col(pipeline.event_time))
     if spec.is_session:
-        return F.timestamp_micros(t + F.lit(_micros(spec.gap_delta)))
-    size, slide = F.lit(_micros(spec.size_delta)), F.lit(_micros(spec.slide_delta))
+        return F.timestamp_micros(t + F.lit(micros_of(spec.gap_delta)))
+    size, slide = F.lit(micros_of(spec.size_delta)), F.lit(micros_of(spec.slide_delta))
     return F.timestamp_micros((F.floor((t - size) / slide) + 1) * slide + size)
 
 

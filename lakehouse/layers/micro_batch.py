@@ -77,9 +77,9 @@ class MicroBatch:
     app_id: str
     batch_id: int
     first_attempt: bool  # False when an earlier attempt may have written some of its rows
-    parsed: DataFrame  # cached, with each row's BATCH_ROW
-    summary: dict  # input_rows/_bytes, quarantined(_bytes), min/max_event_time of valid records, source_files
-    digests: pa.Table  # the valid events' BATCH_ROW, id, copy_columns and digests_of
+    parsed: DataFrame  # as in ParsedBatch
+    summary: dict
+    digests: pa.Table
     watermark: datetime | None  # from batches before this one only
     max_event_time: datetime | None  # through this batch: what the on-time watermark follows
 
@@ -94,10 +94,19 @@ class MicroBatch:
         return {"app_id": F.lit(self.app_id), "batch_id": F.lit(self.batch_id).cast("long")}
 
 
-def parse_batch(raw: DataFrame, pipeline: Pipeline) -> tuple[DataFrame, dict, pa.Table]:
-    """A micro-batch's lines parsed and cached, each with its ``BATCH_ROW``; their summary
-    (``MicroBatch.summary``); and the valid events' digests. One Spark job parses, collects the
-    digests and observes the summary. The summary was a job of its own, 0.12 s of a 2.8 s batch.
+@dataclasses.dataclass(frozen=True)
+class ParsedBatch:
+    """A micro-batch's lines parsed, before any earlier batch is read (``parse_batch``)."""
+
+    parsed: DataFrame  # cached, with each row's BATCH_ROW
+    summary: dict  # input_rows/_bytes, quarantined(_bytes), min/max_event_time of valid records, source_files
+    digests: pa.Table  # the valid events' BATCH_ROW, id, copy_columns and digests_of
+
+
+def parse_batch(raw: DataFrame, pipeline: Pipeline) -> ParsedBatch:
+    """A micro-batch's lines parsed and cached, each with its ``BATCH_ROW``; their summary; and the
+    valid events' digests. One Spark job parses, collects the digests and observes the summary.
+    The summary was a job of its own, 0.12 s of a 2.8 s batch.
 
     ``BATCH_ROW`` is fixed when the parse is cached: a cached partition computed again reads the
     same files in the same order."""
@@ -112,7 +121,7 @@ def parse_batch(raw: DataFrame, pipeline: Pipeline) -> tuple[DataFrame, dict, pa
     digests = digests_of(valid, pipeline, tx.BATCH_ROW, pipeline.event_id, *copy_columns())
     summary = dict(observed.get)
     summary["source_files"] = kafka_log.read_offsets(parsed, summary["source_files"])
-    return parsed, summary, digests
+    return ParsedBatch(parsed, summary, digests)
 
 
 def _summary_columns(pipeline: Pipeline) -> list[Column]:

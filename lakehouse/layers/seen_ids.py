@@ -28,7 +28,7 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.eventtime import micros
+from lakehouse.eventtime import micros, micros_of
 
 DIGEST_HIGH, DIGEST_LOW, EVENT_MICROS = "_digest_high", "_digest_low", "_event_micros"
 
@@ -197,14 +197,10 @@ def kept_for(looked_up_from: tuple[int, ...], newest: datetime, horizon: timedel
     ``KEPT_BEYOND_HORIZON`` before the horizon behind it, or before the oldest horizon of the
     last batches (``looked_up_from``) if that is older, but not before ``oldest_kept``'s."""
     needed = max(min(micros(newest - horizon), *looked_up_from), micros(oldest_kept(newest, horizon)))
-    return needed - _micros_of(KEPT_BEYOND_HORIZON)
+    return needed - micros_of(KEPT_BEYOND_HORIZON)
 
 
 def oldest_kept(newest: datetime, horizon: timedelta) -> datetime:
     """The oldest horizon start the index keeps, ``KEPT_BEYOND_HORIZON`` aside: ``LATENESS_KEPT_AT_MOST``
     before the horizon behind the stream's newest event time."""
     return newest - horizon - LATENESS_KEPT_AT_MOST
-
-
-def _micros_of(duration: timedelta) -> int:
-    return duration // timedelta(microseconds=1)

@@ -31,6 +31,7 @@ from lakehouse.layers.micro_batch import (
     CarriedState,
     CommittedBatch,
     MicroBatch,
+    ParsedBatch,
     count_fates,
     fate_count_columns,
     label_batch_fates,
@@ -239,13 +240,13 @@ class SpeedLayer:
         started = time.time()
         last_committed, self._last_committed = self._last_committed, None
         with session_confs(raw.sparkSession, code_generation_for(input_bytes=self._input_bytes(raw, last_committed))):
-            parsed, summary, digests = self._parse(raw)
+            parse = self._parse(raw)
         try:
-            batch = self._micro_batch(raw.sparkSession, (parsed, summary, digests), batch_id, last_committed)
+            batch = self._micro_batch(raw.sparkSession, parse, batch_id, last_committed)
             with session_confs(batch.spark, code_generation_for(batch.summary["input_rows"])):
                 counts, next_state, next_index = self._label_and_write(batch)
         finally:
-            parsed.unpersist()
+            parse.parsed.unpersist()
         # Written last: a progress row means every write of its batch has committed. One row, so
         # through delta-rs rather than a Spark job (lakehouse.storage.ops_tables).
         append_rows_stamped_once(
@@ -273,15 +274,15 @@ class SpeedLayer:
             return planned_bytes(raw)
         return last_committed.input_bytes if last_committed else None
 
-    def _parse(self, raw: DataFrame) -> tuple[DataFrame, dict, pa.Table]:
+    def _parse(self, raw: DataFrame) -> ParsedBatch:
         """The batch's lines parsed (cached), summed up and their valid events' digests
         (``parse_batch``); read again whole if a file in it was still being written (see
         whole_files)."""
-        parsed, summary, digests = parse_batch(raw, self.pipeline)
-        again = whole_files(raw.sparkSession, summary["source_files"], self.settings)
+        parse = parse_batch(raw, self.pipeline)
+        again = whole_files(raw.sparkSession, parse.summary["source_files"], self.settings)
         if again is None:
-            return parsed, summary, digests
-        parsed.unpersist()
+            return parse
+        parse.parsed.unpersist()
         return parse_batch(again, self.pipeline)
 
     def _label_and_write(self, batch: MicroBatch) -> tuple[dict[str, int], pa.Table, SeenIdIndex | None]:
@@ -301,37 +302,33 @@ class SpeedLayer:
             fates.unpersist()
 
     def _micro_batch(
-        self,
-        spark: SparkSession,
-        parse: tuple[DataFrame, dict, pa.Table],
-        batch_id: int,
-        last_committed: CommittedBatch | None,
+        self, spark: SparkSession, parse: ParsedBatch, batch_id: int, last_committed: CommittedBatch | None
     ) -> MicroBatch:
         """The batch's ids, parse and watermark; until it commits, a run of it again (after a
         failure) must look for its own rows.
 
         Args:
             spark: the batch's session.
-            parse: the batch's parsed lines, their summary and digests (``parse_batch``).
+            parse: the batch's parsed lines, their summary and digests.
             batch_id: the micro-batch's id.
             last_committed: the batch this layer committed last in this process (None: none yet).
         """
-        app_id, (parsed, summary, digests) = self.app_id, parse
+        app_id = self.app_id
         first_attempt = last_committed is not None and last_committed.precedes(app_id, batch_id)
         max_before = (
             last_committed.max_event_time
             if first_attempt
             else max_event_time_before(self.settings, self.pipeline, app_id, batch_id)
         )
-        max_through = max((t for t in (max_before, summary["max_event_time"]) if t is not None), default=None)
+        max_through = max((t for t in (max_before, parse.summary["max_event_time"]) if t is not None), default=None)
         return MicroBatch(
             spark,
             app_id,
             batch_id,
             first_attempt,
-            parsed,
-            summary,
-            digests,
+            parse.parsed,
+            parse.summary,
+            parse.digests,
             watermark_for(max_before, self.watermark_delay, self.allowed_lateness),
             max_through,
         )
