@@ -9,8 +9,9 @@ each drain, which pays one-off start-up costs, is left out).
 
 Freshness. At half the speed layer's sustainable rate, a writer adds a file of events every second
 (event time = now) while a probe thread adds a one-event file with its own ``bridge_id`` every few
-seconds; a poller queries the job's table through SQL twice a second and notes when each probe's
-row appears. Freshness = first seen - written to the log.
+seconds. Freshness = the first commit that shows the probe's row in the job's SQL table - written to
+the log, read from the table's commits after the run (``bench.visibility``, which says why no
+poller queries the tables during it); one SQL query at the end confirms the rows are there.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from pyspark.sql import functions as F
 from bench import baselines
 from bench.data import PIPELINE, DataSet, link_log_files, scratch_home, settings_for
 from bench.measure import PeakMemory, percentile, summary
+from bench.visibility import FirstCommits
 from lakehouse.dataflow.panes import latest_panes
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.dataflow.transforms import interval
@@ -39,14 +41,8 @@ from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.micro_batch import live_windows
 from lakehouse.layers.speed import SpeedLayer
-from lakehouse.settings import PROJECT_ROOT
-from lakehouse.storage.catalog import (
-    STREAM_PROGRESS,
-    ensure_pipeline_tables,
-    pipeline_tables,
-    register_tables,
-    table_exists,
-)
+from lakehouse.settings import PROJECT_ROOT, local_path
+from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_pipeline_tables, pipeline_tables, register_tables
 from lakehouse.storage.log import LogWriter, log_glob
 
 # The speed layer; the hand-written lambda job doing the same durable work (the goal is set against
@@ -55,14 +51,15 @@ JOBS = ("lakehouse", "hand_written", "bare")
 
 
 def start_job(spark, job: str, home, trigger: str, files_per_trigger: int = 0, available_now: bool = False):
-    """Start one job's streaming query on the log of ``home``; returns (query, the SQL table name, the
-    Delta table's location if it appears only with the first batch)."""
+    """Start one job's streaming query on the log of ``home``; returns (query, the table SQL reads,
+    the local Delta table whose commits make a row visible there)."""
     settings = settings_for(
         home, LAKEHOUSE_MAX_FILES_PER_TRIGGER=str(files_per_trigger), LAKEHOUSE_TRIGGER_INTERVAL=trigger
     )
     if job == "lakehouse":
         query = SpeedLayer(spark, settings, get_pipeline(PIPELINE)).start(available_now=available_now)
-        return query, f"gold.{PIPELINE}", None
+        # The serving view shows the speed layer's rows as __speed commits them (no backfill here).
+        return query, f"gold.{PIPELINE}", local_path(pipeline_tables(get_pipeline(PIPELINE)).speed.uri(settings))
     # The baselines: each writes under its own folder and checkpoint, from the same log.
     location = f"{settings.warehouse_uri}/{job}/{PIPELINE}"
     start = baselines.hand_written_speed_layer if job == "hand_written" else baselines.bare_stream
@@ -75,9 +72,9 @@ def start_job(spark, job: str, home, trigger: str, files_per_trigger: int = 0, a
         files_per_trigger,
         available_now,
     )
-    if job == "hand_written":  # its gold table exists from the start
-        return query, f"delta.`{location}/gold`", None
-    return query, f"delta.`{location}`", location
+    if job == "hand_written":
+        location = f"{location}/gold"
+    return query, f"delta.`{location}`", local_path(location)
 
 
 def batches_read(query) -> list[tuple[int, float]]:
@@ -303,12 +300,12 @@ def _freshness_once(
 ) -> dict:
     home = scratch_home(f"fresh-{job}")
     settings = settings_for(home)
-    query, table, appears_at = start_job(spark, job, home, trigger)
+    query, table, committed_to = start_job(spark, job, home, trigger)
     if job == "lakehouse":
         register_tables(spark, settings)
+    committed = FirstCommits(committed_to, "bridge_id", "probe-")
     stop = threading.Event()
     written: dict[str, float] = {}
-    seen: dict[str, float] = {}
 
     load = _start_load(home, rate, seconds)
 
@@ -328,12 +325,8 @@ def _freshness_once(
         if time.time() >= deadline:
             stop.set()
             load.terminate()
-            if set(written) <= set(seen):
+            if set(written) <= set(committed.scan()):
                 break
-        # The bare job's table appears with its first batch; querying it before only fills the log.
-        if appears_at is None or table_exists(spark, appears_at):
-            for row in spark.sql(f"SELECT DISTINCT bridge_id FROM {table} WHERE bridge_id LIKE 'probe-%'").collect():
-                seen.setdefault(row[0], time.time())
         time.sleep(0.5)
     stop.set()
     load.terminate()
@@ -341,7 +334,12 @@ def _freshness_once(
     prober.join(timeout=30)
     batch_seconds = [seconds for _, seconds in batches_read(query)]
     _stop_between_batches(query)
-    delays = [seen[name] - at for name, at in written.items() if name in seen]
+    seen = committed.scan()
+    # The commits say when; SQL confirms the rows are there to see (a served view could hide them).
+    in_sql = {
+        row[0] for row in spark.sql(f"SELECT DISTINCT bridge_id FROM {table} WHERE bridge_id LIKE 'probe-%'").collect()
+    }
+    delays = [seen[name] - at for name, at in written.items() if name in seen and name in in_sql]
     return {"probes": len(written), "probes_seen": len(delays), "delays": delays, "batch_seconds": batch_seconds}
 
 
