@@ -4,7 +4,7 @@ A row is visible to every query that starts after the commit that added a file h
 commit's file in ``_delta_log`` is written last, and its modification time is the moment. The
 freshness suite (``bench.stream``) first learnt it by querying each job's table through SQL twice a
 second, and the query's own time counted in. The queries ran in the streaming job's JVM on the same
-two cores: the serving view's took 0.45-0.7 s on an idle machine and 2-6 s while a 65,000-event
+two cores: the serving view's took 0.45-0.7 s on an idle machine and 1.6-6.2 s while a 65,000-event
 batch ran, against 0.12 s for the hand-written job's one table, and the polled batches took about
 0.9 s longer than those not polled. The commits give the moment with no query at all.
 """
