@@ -17,6 +17,7 @@ from pyspark.sql import functions as F
 
 from lakehouse.dataflow.clocks import log_file_name
 from lakehouse.errors import LakehouseError
+from lakehouse.eventtime import EPOCH
 from lakehouse.settings import Settings
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log_files import Entry, local_entries, log_files, object_entries
@@ -44,9 +45,6 @@ class LogWriter:
     def append(self, records: list[tuple[datetime, str]], tag: str) -> str:
         """(receive time, line) records as one file, received when its first record was."""
         return self.write(records[0][0], tag, [line for _, line in records])
-
-
-_EPOCH = datetime(1970, 1, 1)
 
 
 def _listing(spark: SparkSession, settings: Settings, uri: str) -> list[Entry]:
@@ -125,7 +123,7 @@ def file_write_times(
         for entry in _listing(spark, settings, uri):
             if not entry.is_dir and entry.name.endswith(".jsonl"):
                 # exact: a float of seconds could round below the file's time
-                times[entry.name] = _EPOCH + timedelta(milliseconds=entry.modified_ms)
+                times[entry.name] = EPOCH + timedelta(milliseconds=entry.modified_ms)
     return times
 
 
