@@ -57,9 +57,10 @@ def start_job(spark, job: str, home, trigger: str, files_per_trigger: int = 0, a
         home, LAKEHOUSE_MAX_FILES_PER_TRIGGER=str(files_per_trigger), LAKEHOUSE_TRIGGER_INTERVAL=trigger
     )
     if job == "lakehouse":
-        query = SpeedLayer(spark, settings, get_pipeline(PIPELINE)).start(available_now=available_now)
+        pipeline = get_pipeline(PIPELINE)
+        query = SpeedLayer(spark, settings, pipeline).start(available_now=available_now)
         # The serving view shows the speed layer's rows as __speed commits them (no backfill here).
-        return query, f"gold.{PIPELINE}", local_path(pipeline_tables(get_pipeline(PIPELINE)).speed.uri(settings))
+        return query, f"gold.{PIPELINE}", local_path(pipeline_tables(pipeline).speed.uri(settings))
     # The baselines: each writes under its own folder and checkpoint, from the same log.
     location = f"{settings.warehouse_uri}/{job}/{PIPELINE}"
     start = baselines.hand_written_speed_layer if job == "hand_written" else baselines.bare_stream

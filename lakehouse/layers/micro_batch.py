@@ -182,12 +182,13 @@ def duplicates_of(
     # more than an hour late, say a day) is looked up in bronze for the batch's ids only: extending
     # the index a day back at 6,500 events/s would hold 560 million ids in the driver.
     index = _index_covering(index, batch, bronze_uri, pipeline, max(since, oldest_kept(batch.max_event_time, horizon)))
-    seen = index.seen(rows, micros(since), micros(until))
-    if micros(since) < index.complete_from:
+    since_us, until_us = micros(since), micros(until)
+    seen = index.seen(rows, since_us, until_us)
+    if since_us < index.complete_from:
         earlier = _accepted_in_bronze(batch, bronze_uri, pipeline, since, index.complete_from, rows)
-        seen |= SeenIdIndex.of(earlier, micros(since)).seen(rows, micros(since), micros(until))
+        seen |= SeenIdIndex.of(earlier, since_us).seen(rows, since_us, until_us)
     later = later_copies_in(rows, pipeline, functools.partial(texts_of, batch))
-    return IdLookup(index, rows, seen | later, micros(since))
+    return IdLookup(index, rows, seen | later, since_us)
 
 
 def texts_of(batch: MicroBatch, batch_rows: pa.Array) -> pa.Table:
