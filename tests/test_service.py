@@ -86,14 +86,14 @@ def lakehouse(env, *args, timeout=180) -> subprocess.CompletedProcess:
     )
 
 
-def beeline(env, statement: str) -> subprocess.CompletedProcess:
+def beeline(env, statement: str, *options: str) -> subprocess.CompletedProcess:
     """A fresh JDBC client: beeline and the Hive JDBC driver from pyspark's JARs."""
     from pyspark.find_spark_home import _find_spark_home
 
     jars = Path(_find_spark_home()) / "jars" / "*"
     url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
     command = ["java", "-cp", str(jars), "org.apache.hive.beeline.BeeLine", "-u", url, "--silent=true"]
-    command += ["--outputformat=csv2", "-e", statement]
+    command += ["--outputformat=csv2", *options, *(["-e", statement] if statement else [])]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
@@ -174,11 +174,86 @@ def test_every_way_in_refuses_a_write_and_the_table_keeps_its_version(service):
     cli = lakehouse(env, "sql", update)
     connect = subprocess.run([sys.executable, "-c", connect_write, url], capture_output=True, text=True, timeout=120)
 
-    assert jdbc.returncode != 0 and "read-only: UpdateCommand changes data" in jdbc.stderr + jdbc.stdout
-    assert cli.returncode == 2 and cli.stderr.startswith("lakehouse: error: read-only: UpdateCommand")
+    assert jdbc.returncode != 0 and "read-only: UpdateTable changes data" in jdbc.stderr + jdbc.stdout
+    assert cli.returncode == 2 and cli.stderr.startswith("lakehouse: error: read-only: UpdateTable")
     assert cli.stderr.count("\n") == 1
     assert connect.returncode != 0 and "read-only: " in connect.stderr
     assert _speed_version(settings) == version
+
+
+def _versions(settings) -> dict[str, int]:
+    """Every Delta table's version in the home, by its folder: a table an attempt created shows too."""
+    from deltalake import DeltaTable
+
+    logs = local_path(settings.warehouse_uri).rglob("_delta_log")
+    return {str(log.parent): DeltaTable(str(log.parent)).version() for log in logs}
+
+
+SERVER_CODE = {
+    "TRANSFORM": "SELECT TRANSFORM(bridge_id) USING 'touch {probe}/transform' AS (x) FROM gold.toll_traffic__speed",
+    "CREATE FUNCTION": "CREATE FUNCTION gold.f AS 'org.apache.hadoop.hive.ql.udf.generic.GenericUDFReflect'",
+    "ADD JAR": "ADD JAR {probe}/no-such.jar",
+    "ADD FILE": "ADD FILE /etc/hostname",
+    "CACHE": "CACHE TABLE gold.toll_traffic__speed",
+    "SET": "SET spark.lakehouse.readOnly = false",
+    "UPDATE on the view": "UPDATE gold.toll_traffic SET vehicles = 0",
+    "INSERT on the view": "INSERT INTO gold.toll_traffic SELECT * FROM gold.toll_traffic",
+    "DELETE on the view": "DELETE FROM gold.toll_traffic",
+}
+
+
+def test_no_analyst_code_runs_through_sql_or_jdbc_and_nothing_changes(service, tmp_path):
+    env, settings, _ = service
+    probe = tmp_path / "probe"
+    probe.mkdir(mode=0o777)
+    versions = _versions(settings)
+    statements = [statement.format(probe=probe) for statement in SERVER_CODE.values()]
+
+    script = tmp_path / "statements.sql"
+    script.write_text(";\n".join(statements) + ";\n")
+    jdbc = beeline(env, "", "--force=true", "-f", str(script))
+    cli = {statement: lakehouse(env, "sql", statement) for statement in statements}
+
+    errors = [line for line in (jdbc.stdout + jdbc.stderr).splitlines() if line.startswith("Error: ")]
+    refused = [error for error in errors if "read-only: " in error]
+    assert len(refused) == len(statements), [error[:300] for error in errors if error not in refused]
+    for statement, out in cli.items():
+        assert out.returncode == 2 and out.stderr.startswith("lakehouse: error: read-only: "), (statement, out.stderr)
+    assert not list(probe.iterdir())
+    assert _versions(settings) == versions
+
+
+def test_the_service_reads_no_file_but_its_delta_tables(service):
+    env, _, _ = service
+    # SQL on files is off in the service: its own files are not tables, and no schema is inferred.
+    out = lakehouse(env, "sql", "SELECT * FROM text.`/etc/hostname`")
+
+    assert out.returncode == 2 and "[TABLE_OR_VIEW_NOT_FOUND]" in out.stderr and "`text`.`/etc/hostname`" in out.stderr
+
+
+def test_no_analyst_code_runs_through_connect_and_every_catalog_call_answers(service, tmp_path):
+    env, settings, _ = service
+    probe = tmp_path / "probe"
+    probe.mkdir(mode=0o777)
+    versions = _versions(settings)
+    url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.connect_probes", url, str(probe)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=PROJECT,
+    )
+
+    report = json.loads(out.stdout.splitlines()[-1]) if out.stdout.strip() else {}
+    assert report, out.stderr[-3000:]
+    not_refused = [f"{name}: {said[:300]}" for name, said in report["attempts"].items() if "read-only: " not in said]
+    unanswered = [f"{name}: {said[:300]}" for name, said in report["reads"].items() if said != "ran"]
+    assert not not_refused, "\n".join(not_refused)
+    assert not unanswered, "\n".join(unanswered)
+    assert not list(probe.iterdir())
+    assert _versions(settings) == versions
 
 
 def test_time_travel_and_the_change_feed_through_both_endpoints(service):

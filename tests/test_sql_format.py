@@ -178,6 +178,19 @@ CHANGES = {
     "reflect": "SELECT reflect('java.lang.System', 'getProperty', 'user.home')",
     "java_method in a subquery": "SELECT * FROM ops.stream_progress "
     "WHERE batch_id IN (SELECT java_method('java.lang.Math', 'abs', batch_id) FROM ops.stream_progress)",
+    "try_reflect": "SELECT try_reflect('java.lang.System', 'getProperty', 'user.home')",
+    "TRANSFORM USING": "SELECT TRANSFORM(pipeline) USING 'cat' AS (x) FROM ops.stream_progress",
+    "TRANSFORM in a subquery": "SELECT * FROM ops.stream_progress WHERE pipeline IN "
+    "(SELECT TRANSFORM(pipeline) USING 'cat' AS (x) FROM ops.stream_progress)",
+    "a text file": "SELECT * FROM text.`/etc/hostname`",
+    "CREATE FUNCTION": "CREATE TEMPORARY FUNCTION f AS 'org.apache.hadoop.hive.ql.udf.generic.GenericUDFReflect'",
+    "ADD JAR": "ADD JAR /tmp/no-such.jar",
+    "ADD FILE": "ADD FILE /etc/hostname",
+    "ADD ARCHIVE": "ADD ARCHIVE /tmp/no-such.zip",
+    "UNCACHE": "UNCACHE TABLE ops.stream_progress",
+    "CLEAR CACHE": "CLEAR CACHE",
+    "DECLARE": "DECLARE VARIABLE v INT",
+    "EXECUTE IMMEDIATE of a DELETE": "EXECUTE IMMEDIATE 'DELETE FROM ops.stream_progress'",
 }
 
 
@@ -217,6 +230,23 @@ READS = {
     "EXPLAIN of a DELETE": ("EXPLAIN DELETE FROM ops.stream_progress", "Delete"),
     "USE": ("USE ops", ""),
     "CTE": ("WITH p AS (SELECT batch_id FROM ops.stream_progress) SELECT max(batch_id) AS b FROM p", "2"),
+    # What BI tools and notebooks ask when they connect.
+    "SHOW DATABASES": ("SHOW DATABASES", "ops"),
+    "SHOW SCHEMAS": ("SHOW SCHEMAS LIKE 'o*'", "ops"),
+    "SHOW CATALOGS": ("SHOW CATALOGS", "spark_catalog"),
+    "SHOW CURRENT NAMESPACE": ("SHOW CURRENT NAMESPACE", "spark_catalog"),
+    "SHOW COLUMNS": ("SHOW COLUMNS IN ops.stream_progress", "input_rows"),
+    "SHOW TABLE EXTENDED": ("SHOW TABLE EXTENDED IN ops LIKE 'stream*'", "stream_progress"),
+    "SHOW VIEWS": ("SHOW VIEWS IN ops", "namespace"),
+    "SHOW TBLPROPERTIES": ("SHOW TBLPROPERTIES ops.stream_progress", "delta.minReaderVersion"),
+    "SHOW FUNCTIONS": ("SHOW FUNCTIONS LIKE 'abs'", "abs"),
+    "DESCRIBE SCHEMA": ("DESCRIBE SCHEMA EXTENDED ops", "ops"),
+    "DESCRIBE TABLE EXTENDED": ("DESCRIBE TABLE EXTENDED ops.stream_progress", "Location"),
+    "DESCRIBE a column": ("DESCRIBE ops.stream_progress batch_id", "bigint"),
+    "DESCRIBE FUNCTION": ("DESCRIBE FUNCTION EXTENDED abs", "abs"),
+    "DESCRIBE QUERY": ("DESCRIBE QUERY SELECT batch_id FROM ops.stream_progress", "batch_id"),
+    "pipe syntax": ("FROM ops.stream_progress |> WHERE batch_id = 2 |> SELECT batch_id", "2"),
+    "higher-order function": ("SELECT transform(array(1, 2), x -> x + 1) AS a", "3"),
 }
 
 
@@ -236,3 +266,29 @@ def test_the_cli_answers_a_change_with_a_one_line_error_and_exit_code_2(spark, p
     assert code == 2
     error = capsys.readouterr().err
     assert error.startswith("lakehouse: error: read-only: ") and error.count("\n") == 1
+
+
+def _python_udf(spark):
+    from pyspark.sql import functions as F
+
+    return spark.range(1).select(F.udf(lambda n: n, "long")("id"))
+
+
+DATAFRAME_CODE = {
+    "a Python UDF": (_python_udf, "PythonUDF runs a client's function"),
+    "mapInPandas": (lambda spark: spark.range(1).mapInPandas(lambda it: it, "id long"), "MapInPandas runs"),
+    "mapInArrow": (lambda spark: spark.range(1).mapInArrow(lambda it: it, "id long"), "MapInArrow runs"),
+    "applyInPandas": (
+        lambda spark: spark.range(1).groupBy("id").applyInPandas(lambda frame: frame, "id long"),
+        "FlatMapGroupsInPandas runs",
+    ),
+    "a streaming source": (lambda spark: spark.readStream.format("rate").load(), "a streaming query"),
+}
+
+
+@pytest.mark.parametrize(("build", "named"), DATAFRAME_CODE.values(), ids=DATAFRAME_CODE.keys())
+def test_a_read_only_session_refuses_a_plan_that_runs_client_code(spark, progress_home, build, named):
+    from lakehouse.serving.read_only import reading_only
+
+    with reading_only(spark), pytest.raises(Exception, match=f"read-only: {named}"):
+        build(spark).collect()

@@ -18,7 +18,8 @@ import re
 
 from lakehouse.errors import LakehouseError
 
-REFUSAL = re.compile(r"read-only: [^\n]*")
+# A Connect client quotes the gate's refusal in its gRPC status: the message ends at the quote.
+REFUSAL = re.compile(r"read-only: [^\n\"]*")
 
 
 def refusal(error: BaseException) -> LakehouseError | None:

@@ -65,6 +65,14 @@ def service_confs(settings: Settings) -> dict[str, str]:
         "spark.hadoop.hive.server2.thrift.bind.host": "127.0.0.1",
         "spark.hadoop.hive.server2.thrift.port": str(settings.thrift_port),
         "spark.lakehouse.readOnly": "true",
+        # Connect requests of read-only sessions are judged before they are planned (the gate's
+        # Javadoc says why); a compressed plan could not be, so clients are told not to compress.
+        "spark.connect.grpc.interceptor.classes": "lakehouse.serving.ReadOnlyConnectGate",
+        "spark.connect.session.planCompression.threshold": "-1",
+        # SQL on files (json.`/path`) infers a file's schema, reading it, before the statement is
+        # judged; a read-only session cannot turn it back on (SET is refused, and so is the conf
+        # over Connect). The platform's jobs do, with the write token (session_sql_confs).
+        "spark.sql.runSQLOnFiles": "false",
         "spark.sql.warehouse.dir": settings.warehouse_uri,
         "spark.ui.enabled": "false",
         # Interactive queries over the gold tables (thousands of rows a day), where each task and

@@ -201,6 +201,8 @@ def session_sql_confs(settings: Settings) -> dict[str, str]:
     and on a Spark Connect session once it exists (the service's own defaults are for SQL)."""
     return {
         "spark.sql.session.timeZone": "UTC",
+        # Jobs name tables by location (delta.`uri`); the Spark service turns this off for analysts.
+        "spark.sql.runSQLOnFiles": "true",
         "spark.sql.shuffle.partitions": str(settings.shuffle_partitions),
         "spark.sql.adaptive.enabled": "true",
         # Delta's VACUUM lists a table with one task per partition of this setting (Spark's default:
@@ -287,7 +289,8 @@ def connect_session(settings: Settings):
             f"(the service writes it to {token_file})"
         )
     spark = SparkSession.builder.remote(settings.spark_remote).getOrCreate()
-    for key, value in {**session_sql_confs(settings), WRITE_TOKEN_CONF: token}.items():
+    # The token first: until a session presents it, the service lets it set only a few settings.
+    for key, value in {WRITE_TOKEN_CONF: token, **session_sql_confs(settings)}.items():
         spark.conf.set(key, value)
     # A job learns at once whether the service takes its token, before it writes anything, even
     # the tables it creates through delta-rs: a temporary view is a command the read-only rule

@@ -1,0 +1,126 @@
+"""``python -m tests.connect_probes URL PROBE_DIR``: what an analyst's Spark Connect client tries against
+the service, as a fresh client with no write token. Prints one JSON object: for each attempt, the
+error it got, or "ran" when the server let it run. Each attempt that could run code on the server
+would leave a file in PROBE_DIR (a directory the server can write to), so a test checks the files
+as well as the answers."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+SPEED = "gold.toll_traffic__speed"
+
+
+def _touching(probe: Path, name: str):
+    """A function that leaves ``probe/name`` behind if the server ever runs it."""
+
+    def touch(*_):
+        (probe / name).touch()
+        return iter(()) if _ and hasattr(_[0], "__next__") else 0
+
+    return touch
+
+
+class _Touching:
+    """A Python UDTF that leaves a file if the server runs it."""
+
+    probe = ""
+
+    def eval(self):
+        Path(self.probe, "udtf").touch()
+        yield (1,)
+
+
+def attempts(spark, probe: Path) -> dict:
+    """Each way a client's code could run on the server, or its state change, as a callable."""
+    from pyspark.sql import functions as F
+
+    speed = spark.table(SPEED)
+    stream = spark.readStream.table(SPEED)
+    checkpoint = str(probe / "checkpoint")
+    _Touching.probe = str(probe)
+    return {
+        "python udf": lambda: speed.select(F.udf(_touching(probe, "udf"), "int")("bridge_id")).collect(),
+        "udf register": lambda: spark.udf.register("touching", _touching(probe, "registered"), "int"),
+        "udtf": lambda: F.udtf(_Touching, returnType="n int")().collect(),
+        "mapInPandas": lambda: speed.mapInPandas(_touching(probe, "pandas"), "n int").collect(),
+        "foreach": lambda: speed.foreach(_touching(probe, "foreach")),
+        "stream to gold": lambda: (
+            stream.writeStream.trigger(availableNow=True).option("checkpointLocation", checkpoint).toTable(SPEED)
+        ),
+        "stream to a path": lambda: (
+            stream.writeStream.trigger(availableNow=True)
+            .option("checkpointLocation", checkpoint)
+            .format("delta")
+            .start(str(probe / "out"))
+        ),
+        "foreachBatch": lambda: stream.writeStream.foreachBatch(_touching(probe, "batch")).start(),
+        "transform using": lambda: spark.sql(
+            f"SELECT TRANSFORM(bridge_id) USING 'touch {probe}/transform' AS (x) FROM {SPEED}"
+        ).collect(),
+        "conf readOnly": lambda: spark.conf.set("spark.lakehouse.readOnly", "false"),
+        "conf unset": lambda: spark.conf.unset("spark.sql.runSQLOnFiles"),
+        "cacheTable": lambda: spark.catalog.cacheTable(SPEED),
+        "clearCache": lambda: spark.catalog.clearCache(),
+        "persist": lambda: speed.persist().count(),
+        "a text file": lambda: spark.read.text("/etc/hostname").collect(),
+        "artifact": lambda: spark.addArtifacts(str(Path(__file__)), file=True),
+        "checkpoint": lambda: speed.localCheckpoint().count(),
+    }
+
+
+def reads(spark) -> dict:
+    """What BI tools and notebooks do when they connect: each must answer."""
+    catalog = spark.catalog
+    return {
+        "listDatabases": lambda: len(catalog.listDatabases()),
+        "listTables": lambda: len(catalog.listTables("gold")),
+        "listColumns": lambda: len(catalog.listColumns("gold.toll_traffic")),
+        "listFunctions": lambda: len(catalog.listFunctions(pattern="abs")),
+        "listCatalogs": lambda: len(catalog.listCatalogs()),
+        "getTable": lambda: catalog.getTable(SPEED).name,
+        "tableExists": lambda: catalog.tableExists(SPEED),
+        "currentDatabase": lambda: catalog.currentDatabase(),
+        "setCurrentDatabase": lambda: catalog.setCurrentDatabase("gold"),
+        "timeZone": lambda: spark.conf.set("spark.sql.session.timeZone", "UTC"),
+        "schema": lambda: len(spark.table("gold.toll_traffic").schema),
+        "explain": lambda: spark.table("gold.toll_traffic").explain(),
+        **{
+            statement: (lambda s=statement: len(spark.sql(s).collect()))
+            for statement in (
+                "SHOW DATABASES",
+                "SHOW CATALOGS",
+                "SHOW CURRENT NAMESPACE",
+                "SHOW COLUMNS IN gold.toll_traffic__speed",
+                "SHOW TABLE EXTENDED IN gold LIKE 'toll_traffic*'",
+                "DESCRIBE TABLE EXTENDED gold.toll_traffic",
+                "DESCRIBE QUERY SELECT * FROM gold.toll_traffic",
+                "DESCRIBE HISTORY gold.toll_traffic__speed",
+                "DESCRIBE DETAIL gold.toll_traffic__speed",
+            )
+        },
+    }
+
+
+def outcome(attempt) -> str:
+    try:
+        attempt()
+    except Exception as error:  # what the client was told, on one line
+        return " ".join(str(error).split())
+    return "ran"
+
+
+def main() -> None:
+    from pyspark.sql import SparkSession
+
+    url, probe = sys.argv[1], Path(sys.argv[2])
+    spark = SparkSession.builder.remote(url).getOrCreate()
+    tried = {name: outcome(attempt) for name, attempt in attempts(spark, probe).items()}
+    answered = {name: outcome(read) for name, read in reads(spark).items()}
+    print(json.dumps({"attempts": tried, "reads": answered}))
+
+
+if __name__ == "__main__":
+    main()
