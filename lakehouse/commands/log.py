@@ -23,6 +23,18 @@ def _start_time(text: str) -> datetime:
     return parse_instant(text, "start").replace(tzinfo=UTC)
 
 
+def _alike(args) -> dict:
+    """The options toll events and readings are generated with alike."""
+    return {
+        "start": _start_time(args.start),
+        "seed": args.seed,
+        "wall_rate": args.wall_rate,
+        "late_fraction": args.late_fraction,
+        "late_delay": args.late_delay,
+        "events_per_file": args.events_per_file,
+    }
+
+
 def _readings_config(args):
     """Readings for every zone toll_weather knows, over the time the same options' toll events span."""
     from lakehouse.dataflow.pipelines.weather import TOLL_WEATHER
@@ -30,14 +42,9 @@ def _readings_config(args):
 
     return ReadingsConfig(
         zones=tuple(TOLL_WEATHER.key_values),
-        start=_start_time(args.start),
         span=timedelta(seconds=args.events / args.rate),
-        seed=args.seed,
         gap_fraction=args.gap_fraction,
-        late_fraction=args.late_fraction,
-        late_delay=args.late_delay,
-        events_per_file=args.events_per_file,
-        wall_rate=args.wall_rate,
+        **_alike(args),
     )
 
 
@@ -46,18 +53,13 @@ def _toll_config(args):
 
     return GeneratorConfig(
         events=args.events,
-        seed=args.seed,
-        start=_start_time(args.start),
         rate=args.rate,
-        wall_rate=args.wall_rate,
         bridges=args.bridges,
         booths_per_bridge=args.booths,
-        late_fraction=args.late_fraction,
-        late_delay=args.late_delay,
         duplicate_fraction=args.duplicate_fraction,
         malformed_fraction=args.malformed_fraction,
-        events_per_file=args.events_per_file,
         clock_skew=args.clock_skew,
+        **_alike(args),
     )
 
 
