@@ -124,7 +124,7 @@ def test_a_user_id_without_a_name_is_recorded_by_its_number(monkeypatch):
     import getpass
     import os
 
-    from lakehouse.cli import os_user
+    from lakehouse.commands.base import os_user
 
     def no_name():
         raise KeyError("getpwuid(): uid not found")

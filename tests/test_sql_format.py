@@ -257,9 +257,10 @@ def test_statements_that_only_read_or_describe_run(spark, progress_home, stateme
 
 def test_the_cli_answers_a_change_with_a_one_line_error_and_exit_code_2(spark, progress_home, monkeypatch, capsys):
     from lakehouse import cli
+    from lakehouse.commands import reading
 
     monkeypatch.setenv("LAKEHOUSE_HOME", str(local_path(progress_home.home)))
-    monkeypatch.setattr(cli, "_spark", lambda settings, app: spark)  # the shared session, not a new JVM
+    monkeypatch.setattr(reading, "spark_session", lambda settings, app: spark)  # the shared session, not a new JVM
 
     code = cli.main(["sql", "UPDATE ops.stream_progress SET input_rows = input_rows + 1"])
 

@@ -1,0 +1,190 @@
+"""What runs the layers and changes what they wrote: the stream, backfills and their plans, late-data
+corrections, scenario replay and repairs by hand."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+
+from lakehouse.commands.base import Command, os_user, pipeline_named, pipeline_option, spark_session
+from lakehouse.eventtime import parse_duration
+from lakehouse.settings import Settings
+from lakehouse.vocabulary import Layer, OutputFormat, Reprocess, Source, choices
+
+
+def cmd_stream(args, settings: Settings) -> None:
+    from lakehouse.layers.speed import run_speed_layer
+
+    timeout = parse_duration(args.timeout) if args.timeout else None
+    run_speed_layer(
+        spark_session(settings, f"speed-{args.pipeline}"),
+        settings,
+        pipeline_named(args.pipeline),
+        available_now=args.available_now,
+        timeout=timeout,
+    )
+
+
+def _stream_options(stream) -> None:
+    pipeline_option(stream)
+    stream.add_argument("--available-now", action="store_true", help="process what the log holds, then stop")
+    stream.add_argument("--timeout", help="stop after this long, e.g. 10m")
+    stream.add_argument("--max-files-per-trigger", type=int)
+    stream.add_argument(
+        "--max-bytes-per-trigger", help="e.g. 64m: the new files of a micro-batch add up to at most this"
+    )
+    stream.add_argument("--watermark-delay")
+    stream.add_argument("--allowed-lateness")
+
+
+def cmd_backfill(args, settings: Settings) -> None:
+    from lakehouse.layers.batch import BatchLayer, ProgressBar, parse_range
+
+    pipeline = pipeline_named(args.pipeline)
+    start, end = parse_range(args.start, args.end, pipeline)  # before Spark starts: bad input fails fast
+    if args.source == Source.LOG and settings.kafka_bootstrap:
+        from lakehouse.layers.batch import event_span
+        from lakehouse.storage.archive import check_covered
+        from lakehouse.storage.log import earliest_arrival_for
+
+        check_covered(settings, pipeline.topic, earliest_arrival_for(event_span(pipeline, start, end)[0]))
+    layer = BatchLayer(spark_session(settings, f"backfill-{args.pipeline}"), settings, pipeline)
+    bar = ProgressBar(0, f"backfill {pipeline.name} from {args.source}")
+
+    def on_chunk(done: int, total: int) -> None:
+        bar.total = total
+        bar.update(done)
+
+    result = layer.backfill(
+        start,
+        end,
+        source=args.source,
+        chunk=args.chunk,
+        on_chunk=on_chunk,
+        reprocess=args.reprocess,
+        label=args.label,
+        triggered_by=args.triggered_by or os_user(),
+    )
+    print(
+        f"backfill {result.run_id} {result.status}: {result.pipeline} [{start.isoformat()}Z, {end.isoformat()}Z) "
+        f"from {result.source}, {result.chunks} chunks recomputed, {result.chunks_skipped} skipped (same inputs), "
+        f"{result.events_used} events, "
+        f"{result.rows_written} rows written to gold.{pipeline.name}__batch"
+    )
+
+
+def _backfill_options(backfill) -> None:
+    pipeline_option(backfill)
+    backfill.add_argument("--start", required=True, help="ISO-8601; without a zone it is UTC")
+    backfill.add_argument("--end", required=True, help="exclusive")
+    backfill.add_argument("--source", default=Source.BRONZE, choices=choices(Source))
+    backfill.add_argument("--chunk", default="1d", help="recompute and commit this much at a time")
+    backfill.add_argument(
+        "--reprocess",
+        default=Reprocess.REDO,
+        choices=choices(Reprocess),
+        help="skip: leave chunks whose inputs are unchanged since their last recomputation",
+    )
+    backfill.add_argument("--label", help="recorded in ops.backfill_runs: what asked (an Airflow run, say)")
+    backfill.add_argument(
+        "--triggered-by", help="recorded in ops.backfill_runs: who asked (default: your operating-system user)"
+    )
+
+
+# The backfill DAG's validation and chunk plan, to try its parameters before triggering it.
+def cmd_plan_backfill(args, settings: Settings) -> None:
+    from lakehouse.ops.orchestration import plan_chunks, validate_backfill_request
+
+    request = validate_backfill_request(json.loads(args.params), settings, datetime.now(UTC))
+    print(json.dumps({"chunks": plan_chunks(request)}, indent=1))
+
+
+def _plan_backfill_options(plan) -> None:
+    plan.add_argument(
+        "params",
+        help='e.g. {"pipeline": "toll_traffic", "start": ..., "end": ..., '
+        '"source": "bronze", "chunk": "1h", "reprocess": "skip"}',
+    )
+
+
+def cmd_correct(args, settings: Settings) -> None:
+    from lakehouse.layers.corrections import CorrectionRun
+
+    pipeline = pipeline_named(args.pipeline)
+    result = CorrectionRun(spark_session(settings, f"correct-{pipeline.name}"), settings, pipeline).run()
+    print(result.summary())
+
+
+def cmd_replay(args, settings: Settings) -> None:
+    from pathlib import Path
+
+    from lakehouse.layers.replay import read_scenario, replay, replay_result
+    from lakehouse.serving.sql import format_rows
+
+    pipeline = pipeline_named(args.pipeline)
+    arrivals = read_scenario(Path(args.file))  # before Spark starts: a bad file fails fast
+    spark = spark_session(settings, f"replay-{pipeline.name}")
+    replay(spark, settings, pipeline, arrivals)
+    result = replay_result(spark, settings, pipeline)
+    if args.format == "json":
+        from lakehouse.serving.sql import json_value
+
+        print(
+            json.dumps(
+                {part: [{k: json_value(v) for k, v in row.items()} for row in rows] for part, rows in result.items()},
+                indent=1,
+            )
+        )
+        return
+    for part, title in (("panes", "Panes, in the order the stream emitted them"), ("speed", "Final speed values")):
+        rows = result[part]
+        columns = list(rows[0]) if rows else []
+        print(f"{title}:")
+        print(format_rows(columns, [tuple(row.values()) for row in rows], "table") if rows else "(none)\n")
+
+
+def _replay_options(replay) -> None:
+    replay.add_argument("--pipeline", required=True)
+    replay.add_argument("file", help='JSONL: one event per line, plus its "arrival" time')
+    replay.add_argument("--watermark-delay")
+    replay.add_argument("--allowed-lateness")
+    replay.add_argument("--format", default=OutputFormat.TABLE, choices=[OutputFormat.TABLE, OutputFormat.JSON])
+
+
+def cmd_repair(args, settings: Settings) -> None:
+    from lakehouse.audit.manual import Repair, repair
+
+    request = Repair(args.layer, args.where, args.reason, args.by, None if args.delete else args.set)
+    spark = spark_session(settings, f"repair-{args.pipeline}")
+    print(json.dumps(repair(spark, settings, pipeline_named(args.pipeline), request)))
+
+
+def _repair_options(repair) -> None:
+    pipeline_option(repair)
+    repair.add_argument("--layer", required=True, choices=choices(Layer), help="gold.<p>__speed or gold.<p>__batch")
+    repair.add_argument("--where", required=True, help="SQL condition: the rows to change")
+    change = repair.add_mutually_exclusive_group(required=True)
+    change.add_argument("--set", help='SQL assignments, e.g. "vehicles = 12"')
+    change.add_argument("--delete", action="store_true", help="delete the rows instead")
+    repair.add_argument("--reason", required=True, help="why: recorded in audit.manual_changes")
+    repair.add_argument("--by", default=os_user(), help="who asks (default: this user)")
+
+
+COMMANDS = (
+    Command("stream", "run the speed layer (continuously, or drain and stop)", cmd_stream, _stream_options),
+    Command("backfill", "recompute gold.<p>__batch for an event-time range", cmd_backfill, _backfill_options),
+    Command("correct", "fold late events into gold.<p>__batch, logging retractions", cmd_correct, pipeline_option),
+    Command("replay", "feed a scenario (events with arrival times) to the real stream", cmd_replay, _replay_options),
+    Command(
+        "plan-backfill",
+        "validate backfill parameters (JSON) and print its chunks",
+        cmd_plan_backfill,
+        _plan_backfill_options,
+    ),
+    Command(
+        "repair",
+        "change gold values by hand, recorded (who, what, why) so that audits explain it",
+        cmd_repair,
+        _repair_options,
+    ),
+)

@@ -1,0 +1,85 @@
+"""The long-running services the platform starts: the Spark service, a Spark cluster, a Kafka broker
+and an S3 server. Each prints its status as JSON and exits 1 when it is down."""
+
+from __future__ import annotations
+
+import importlib
+import json
+
+from lakehouse.commands.base import Command, Unhealthy
+from lakehouse.settings import Settings
+
+
+def _run_service(service, label: str, action: str, settings: Settings) -> None:
+    """start, status or stop of a long-running service: its status as JSON, exit 1 when it is down."""
+    if action == "stop":
+        print(f"{label} stopped" if service.stop(settings) else f"no {label} was running")
+        return
+    report = service.status(settings) if action == "status" else service.start(settings)
+    print(json.dumps(report, indent=1))
+    if not report["up"]:
+        raise Unhealthy()
+
+
+def cmd_serve(args, settings: Settings) -> None:
+    from lakehouse.serving import service
+
+    _run_service(service, "Spark service", "stop" if args.stop else "status" if args.status else "start", settings)
+
+
+def _serve_options(serve) -> None:
+    serve_action = serve.add_mutually_exclusive_group()
+    serve_action.add_argument("--status", action="store_true", help="exit 1 unless both endpoints answer")
+    serve_action.add_argument("--stop", action="store_true", help="stop the service and its JVM")
+
+
+def _service(name: str, help: str, module: str, label: str, status_help: str) -> Command:
+    """A service driven by an action argument, as in ``lakehouse kafka status``.
+
+    Args:
+        name: the command's name.
+        help: its help line.
+        module: the module with the service's ``start``, ``status`` and ``stop``.
+        label: what the command calls the service in what it prints.
+        status_help: the help of the action argument: when ``status`` exits 1.
+    """
+
+    def options(parser) -> None:
+        parser.add_argument("action", choices=["start", "status", "stop"], help=status_help)
+
+    def run(args, settings: Settings) -> None:
+        # Imported by name when the command runs, as every command imports what it runs.
+        _run_service(importlib.import_module(module), label, args.action, settings)
+
+    return Command(name, help, run, options)
+
+
+COMMANDS = (
+    Command(
+        "serve",
+        "start the Spark service: Spark Connect and a JDBC/ODBC endpoint, read-only, on one catalog",
+        cmd_serve,
+        _serve_options,
+    ),
+    _service(
+        "cluster",
+        "a Spark standalone cluster on this machine: a master, two workers",
+        module="lakehouse.storage.spark_cluster",
+        label="Spark cluster",
+        status_help="status exits 1 unless every worker is up",
+    ),
+    _service(
+        "kafka",
+        "a Kafka broker on loopback for the retained log (KRaft, one node)",
+        module="lakehouse.storage.kafka_broker",
+        label="Kafka broker",
+        status_help="status exits 1 unless it answers",
+    ),
+    _service(
+        "s3",
+        "an S3-compatible object store on loopback (S3Proxy over a local folder)",
+        module="lakehouse.storage.object_store",
+        label="S3 server",
+        status_help="status exits 1 unless it answers",
+    ),
+)
