@@ -76,7 +76,8 @@ format: setup
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
 
-# Benchmarks against baselines (bench/README.md); results in bench/results/. Niced: the machine is shared.
+# Benchmarks against baselines (bench/README.md); results in bench/results/, and each figure appended to
+# bench/history.jsonl with the commit measured. Niced: the machine is shared.
 bench: setup
 	nice -n 10 $(VENV)/bin/python -m bench
 

@@ -4,8 +4,10 @@ SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_gr
 throughput, freshness, sql_latency, topology.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
-table printed at the end is the one kept in the README. ``BENCH_EVENTS`` sets the data size (default
-100,000: see the README for why not 10 million), ``BENCH_RUNS`` the runs per figure (default 3).
+table printed at the end is the one kept in the README. A full run (not ``--smoke``) also appends
+each figure to ``bench/history.jsonl`` with the commit measured (``bench.history``).
+``BENCH_EVENTS`` sets the data size (default 100,000: see the README for why not 10 million),
+``BENCH_RUNS`` the runs per figure (default 3).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import backfill, orchestration, recovery, sql_latency, stream, topology
+from bench import backfill, history, orchestration, recovery, sql_latency, stream, topology
 from bench.data import DataSet, ensure_log, ensure_tables
 from bench.service import SharedService
 
@@ -395,6 +397,21 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
     return report
 
 
+def record_history(report: dict, path: Path = history.HISTORY) -> None:
+    """Append the run's figures to the history, each under its suite, with the commit measured."""
+    figures = {suite: headline({suite: measured}) for suite, measured in report["results"].items()}
+    plan, machine_info = report["plan"], report["machine"]
+    lines = history.records(
+        figures,
+        date=report["finished_at"][:10],
+        commit=history.current_commit(),
+        events=plan["events"],
+        runs=plan["runs"],
+        note=f"python -m bench; {machine_info['cpu']}, {machine_info['cores']} cores",
+    )
+    history.append(path, lines)
+
+
 def save_report(report: dict, mode: str, results_dir: Path) -> None:
     """The run's JSON, under its time and as ``latest-<mode>.json``."""
     results_dir.mkdir(parents=True, exist_ok=True)
@@ -408,6 +425,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--smoke", action="store_true", help="tiny data, one run each: proves the scripts work")
     parser.add_argument("--only", default=",".join(SUITES), help=f"comma-separated subset of {','.join(SUITES)}")
     parser.add_argument("--results", type=Path, default=RESULTS)
+    parser.add_argument("--history", type=Path, default=history.HISTORY, help="where a full run appends its figures")
+    parser.add_argument("--no-history", action="store_true", help="do not append this run's figures to the history")
     parser.add_argument(
         "--table",
         nargs="+",
@@ -429,6 +448,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"unknown suites {', '.join(sorted(unknown))}; choose from {', '.join(SUITES)}")
     plan = Plan.smoke() if args.smoke else Plan.full(os.environ)
     report = run(plan, suites, "smoke" if args.smoke else "full", args.results)
+    if not (args.smoke or args.no_history):  # a smoke run's figures mean nothing
+        record_history(report, args.history)
     machine_info = report["machine"]
     print(
         f"\n{plan.events:,} events, {plan.runs} runs per figure; {machine_info['cpu']}, "

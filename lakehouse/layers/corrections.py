@@ -201,7 +201,7 @@ class CorrectionRun:
 
     def _record(self, result: CorrectionResult) -> None:
         """A row of the run's life in ops.correction_runs, through delta-rs: a bookkeeping row
-        through Spark cost a job and a snapshot update (docs/design.md, "Performance notes")."""
+        through Spark cost a job and a snapshot update (docs/design.md, "Performance")."""
         now = datetime.now(UTC)
         row = {
             **dataclasses.asdict(result),

@@ -93,7 +93,7 @@ MICRO_BATCH_CONFS = {
 
 
 # Generated code pays for itself from about this many rows a batch. Measured once the parse's
-# generated method could be compiled (docs/design.md, "Performance notes"), 3 drains of 4 batches each
+# generated method could be compiled (docs/design.md, "Performance"), 3 drains of 4 batches each
 # way, alternating in one JVM (medians): at 5,000 events a batch interpreted 6.6 s against 7.0-7.5 s,
 # at 10,000 a wash (7.8 against 8.2 s), at 15,000 9.3 against 8.8 s, at 20,000 11.2 against 8.2 s.
 # Before that compile, the crossing was at about 30,000.
@@ -416,7 +416,7 @@ class BatchWriter:
         panes = next_panes(batch.spark.createDataFrame(state), on_time, on_time_watermark, pipeline)
         # The panes come to the driver once, as Arrow, and both writes go through delta-rs: a
         # batch's panes are a few hundred rows, and Spark's append and MERGE of them cost two
-        # jobs and a snapshot update each (docs/design.md, "Performance notes"). The next state
+        # jobs and a snapshot update each (docs/design.md, "Performance"). The next state
         # is computed from them there too.
         emitted = (
             panes.withColumns({**batch.stamp(), "emitted_at": F.current_timestamp()})

@@ -4,7 +4,7 @@ PySpark reaches the JVM through py4j, and py4j resolves names on every use: ``F.
 JVM what ``functions`` is (a failed class lookup in each of PySpark's imported packages first, each
 through every JAR on the class path), then whether ``col`` is a method of it, and only then calls it.
 In one audit test that was 5,400 of the 17,800 round trips into the JVM (docs/design.md,
-"Performance notes"). A class and its static methods do not change while the JVM runs, so the
+"Performance"). A class and its static methods do not change while the JVM runs, so the
 session's view of the JVM keeps each answer the first time it gets one.
 """
 

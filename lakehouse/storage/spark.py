@@ -45,7 +45,7 @@ EXTENSIONS_JAR = PROJECT_ROOT / ".cache" / "jvm" / "lakehouse-extensions.jar"
 SESSION_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,lakehouse.serving.ReadOnlyExtension"
 # Hadoop's local file system starts a chmod or readlink process for each file it creates or renames
 # when its native library is missing, as it is from pyspark (lakehouse/storage/java, docs/design.md
-# "Performance notes"). A local session uses the platform's for Hadoop's FileContext, through which
+# "Performance"). A local session uses the platform's for Hadoop's FileContext, through which
 # Delta commits and Spark writes its checkpoints. Set once the session runs: spark-submit opens local
 # files before the platform's JAR is loaded. Hadoop's FileSystem (data files) stays Hadoop's: it is
 # cached from before that moment. A session on a cluster keeps Hadoop's throughout: its executors
@@ -250,7 +250,7 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         .config("spark.databricks.delta.delta.log.cacheSize", str(DELTA_LOGS_KEPT))
         # PySpark records the Python call site of every column function and DataFrame method in the
         # JVM, for error messages: four or five py4j round trips each, about a quarter of the 2,100
-        # a micro-batch made (docs/design.md, "Performance notes"). Spark's errors still name the
+        # a micro-batch made (docs/design.md, "Performance"). Spark's errors still name the
         # failing expression; they no longer name the Python line that built it.
         .config("spark.python.sql.dataFrameDebugging.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

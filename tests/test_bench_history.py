@@ -1,0 +1,94 @@
+"""bench/history.jsonl: each full bench run appends one line per figure and never rewrites the past."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bench import history
+from bench.run import headline, record_history
+
+HISTORY = Path(__file__).resolve().parents[1] / "bench" / "history.jsonl"
+
+
+def _job(seconds: float) -> dict:
+    return {"seconds": {"median": seconds, "min": seconds, "max": seconds, "runs": 1}}
+
+
+RESULTS = {
+    "backfill": {"jobs": {"lakehouse_log": _job(3.0), "bare_log": _job(2.0), "duckdb_log": _job(0.5)}},
+    "growth": {name: _job(seconds) for name, seconds in {"backfill_1h": 1.0, "backfill_1d": 2.0,
+                                                         "audit_1h": 4.0, "audit_1d": 8.0}.items()},
+}  # fmt: skip
+
+
+def _figures(results: dict) -> dict[str, list[dict]]:
+    return {suite: headline({suite: measured}) for suite, measured in results.items()}
+
+
+def _lines(path: Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_line_per_figure_under_the_suite_that_measured_it():
+    lines = history.records(_figures(RESULTS), date="2026-12-01", commit="abc123", events=100_000, runs=3)
+    assert [(line["suite"], line["metric"]) for line in lines] == [
+        ("backfill", "backfill from log vs bare Spark"),
+        ("backfill", "backfill from log vs DuckDB"),
+        ("growth", "backfill 1 day vs 1 hour (linear: 24)"),
+        ("growth", "audit 1 day vs 1 hour (linear: 24)"),
+    ]
+    first = lines[0]
+    assert tuple(first) == history.FIELDS
+    assert first["value"] == 3.0 and first["baseline"] == 2.0 and first["ratio"] == 1.5 and first["unit"] == "s"
+    assert first["target"] == "<= 1.15" and first["commit"] == "abc123" and first["date"] == "2026-12-01"
+
+
+def test_appending_keeps_every_earlier_line_byte_for_byte(tmp_path):
+    path = tmp_path / "history.jsonl"
+    first = history.records(_figures(RESULTS), date="2026-12-01", commit=None, events=4000, runs=1)
+    history.append(path, first)
+    before = path.read_bytes()
+    second = history.records(_figures({"backfill": RESULTS["backfill"]}), date="2026-12-02", commit="def", events=4000,
+                             runs=1)  # fmt: skip
+    history.append(path, second)
+    assert path.read_bytes().startswith(before)
+    assert _lines(path) == first + second
+    assert path.read_bytes().endswith(b"\n")
+
+
+def test_a_last_line_without_its_newline_is_kept_whole(tmp_path):
+    path = tmp_path / "history.jsonl"
+    path.write_text('{"date": "2026-11-23", "metric": "m", "value": 1.0}')
+    history.append(path, [{"date": "2026-12-01", "metric": "m", "value": 2.0}])
+    assert [line["value"] for line in _lines(path)] == [1.0, 2.0]
+
+
+def test_a_full_run_appends_its_figures_with_the_commit_measured(tmp_path, monkeypatch):
+    monkeypatch.setattr(history, "current_commit", lambda *_: "0123abcd")
+    report = {
+        "finished_at": "2026-12-01T10:00:00+00:00",
+        "plan": {"events": 100_000, "runs": 3},
+        "machine": {"cpu": "a CPU", "cores": 2},
+        "results": RESULTS,
+    }
+    path = tmp_path / "history.jsonl"
+    record_history(report, path)
+    lines = _lines(path)
+    assert len(lines) == 4 and {line["commit"] for line in lines} == {"0123abcd"}
+    assert {line["events"] for line in lines} == {100_000} and lines[0]["note"].endswith("a CPU, 2 cores")
+
+
+def test_outside_git_the_commit_is_null(tmp_path, monkeypatch):
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    assert history.current_commit(tmp_path) is None
+
+
+def test_the_recorded_history_is_one_well_formed_object_a_line():
+    lines = _lines(HISTORY)
+    assert lines
+    for line in lines:
+        assert set(history.FIELDS) <= set(line), line
+        assert line["commit"] is None or len(line["commit"]) == 40, line
+        assert line["value"] is not None or line["ratio"] is not None, line
+    assert [line["date"] for line in lines] == sorted(line["date"] for line in lines)
