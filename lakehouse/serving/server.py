@@ -25,6 +25,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from lakehouse.eventtime import parse_duration
+from lakehouse.serving.batch_cache import BatchCache
 from lakehouse.serving.service import ServiceState, delta_class_path, metastore_driver_jar
 from lakehouse.settings import Settings
 
@@ -184,19 +185,43 @@ def serve(settings: Settings) -> None:
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
+    cache = BatchCache(spark, settings)
+    cache.refresh(registrar.registered)
     state = ServiceState.of(settings)
     state.write_ready(os.getpid(), sorted(registrar.registered))
     print(json.dumps({"ready": True, "kept": sorted(kept), "registered": sorted(added)}), flush=True)
     try:
-        while not stopping.wait(REGISTER_EVERY_SECONDS):
-            added = registrar.register_new()
-            if added:
-                state.write_ready(os.getpid(), sorted(registrar.registered))
-                print(json.dumps({"registered": added}), flush=True)
+        _keep_current(registrar, cache, state, stopping, _tick_seconds(settings))
     finally:
         state.clear()
         thrift.stop()
         spark.stop()
+
+
+def _tick_seconds(settings: Settings) -> float:
+    """How often the cached batch tables are checked: twice within the staleness bound, at most 1 s."""
+    return min(1.0, max(0.1, parse_duration(settings.sql_staleness).total_seconds() / 2))
+
+
+def _keep_current(registrar, cache, state, stopping: threading.Event, tick: float) -> None:
+    """Until stopped: the cached batch tables rebuilt when they move, new tables registered every few seconds.
+
+    Args:
+        registrar: the catalog's registrar.
+        cache: the cached batch tables.
+        state: the service's state file, rewritten when tables are registered.
+        stopping: set by SIGTERM or SIGINT.
+        tick: seconds between two checks of the cached tables.
+    """
+    next_registration = time.monotonic() + REGISTER_EVERY_SECONDS
+    while not stopping.wait(tick):
+        if time.monotonic() >= next_registration:
+            next_registration = time.monotonic() + REGISTER_EVERY_SECONDS
+            added = registrar.register_new()
+            if added:
+                state.write_ready(os.getpid(), sorted(registrar.registered))
+                print(json.dumps({"registered": added}), flush=True)
+        cache.refresh(registrar.registered)
 
 
 def main() -> None:
