@@ -257,6 +257,12 @@ def _sql_figures(results: dict, add) -> None:
             jobs["cli"]["p50_s"], "service <= 0.5 s")  # fmt: skip
         add("SQL p95, warm service vs a lakehouse sql process per query", jobs["service"]["p95_s"],
             jobs["cli"]["p95_s"])  # fmt: skip
+        for way in ("connect", "jdbc"):
+            cached, uncached = jobs[f"{way}_cached"], jobs[f"{way}_uncached"]
+            add(f"serving view p50 through {way}, batch tables cached vs not", cached["p50_s"],
+                uncached["p50_s"], "<= 0.3 s")  # fmt: skip
+            add(f"serving view p95 through {way}, batch tables cached vs not", cached["p95_s"],
+                uncached["p95_s"], "<= 0.6 s")  # fmt: skip
 
 
 def _topology_figures(results: dict, add) -> None:

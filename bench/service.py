@@ -24,6 +24,11 @@ class SharedService:
             self.started_s = round(time.perf_counter() - began, 2)
         return self._url
 
+    def jdbc_url(self) -> str:
+        """The service's ``jdbc:hive2://`` URL (it is started by ``connect_url``)."""
+        self.connect_url()
+        return service.status(self.settings)["jdbc"]
+
     def stop(self) -> None:
         if self._url is not None:
             service.stop(self.settings)

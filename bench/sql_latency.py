@@ -1,6 +1,10 @@
 """SQL latency: point queries and aggregates over a day of windows, answered by the warm Spark
 service (a Spark Connect client) and by a ``lakehouse sql`` process per query (its own JVM, the
-embedded path), side by side on the same tables.
+embedded path), side by side on the same tables. Through the service, each round runs every query
+through Connect and through JDBC (a Java client on one connection, as a BI tool keeps), first with
+the batch layer's tables uncached (the serving view as it was before the service cached them,
+lakehouse.serving.batch_cache), then cached, alternating, so both are measured on the same machine
+in the same minutes.
 
 The service is the run's (bench.service), on the data set's home. Its client runs in a
 process of its own (``python -m bench.sql_latency URL QUERIES_JSON ROUNDS``): a Connect session turns
@@ -22,6 +26,10 @@ from pathlib import Path
 from bench.data import DataSet
 from bench.measure import percentile
 from bench.service import SharedService
+from lakehouse.settings import PROJECT_ROOT
+
+JDBC_CLIENT = Path(__file__).parent / "java" / "JdbcLatency.java"
+CACHE_STATES = ("uncached", "cached")
 
 BIN = Path(sys.executable).parent
 VIEW = "gold.toll_traffic"
@@ -64,15 +72,38 @@ def _through_cli(data: DataSet, statements: list[str]) -> tuple[list[float], lis
     return seconds, answers
 
 
-def _through_service(url: str, statements: list[str], rounds: int) -> dict:
-    done = subprocess.run(
-        [sys.executable, "-m", "bench.sql_latency", url, json.dumps(statements), str(rounds)],
-        capture_output=True,
-        text=True,
-    )
+def _through_service(service: SharedService, statements: list[str], rounds: int) -> dict:
+    url = service.connect_url()  # started here, the first time
+    token = (service.settings.service_dir() / "write-token").read_text().strip()
+    arguments = [url, json.dumps(statements), str(rounds), token, service.jdbc_url()]
+    done = subprocess.run([sys.executable, "-m", "bench.sql_latency", *arguments], capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"the Connect client failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)
+
+
+def _jdbc_class_path() -> str:
+    """The JDBC client compiled once into .cache/bench-java, with pyspark's JARs (the Hive driver)."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    jars = str(Path(_find_spark_home()) / "jars" / "*")
+    classes = PROJECT_ROOT / ".cache" / "bench-java"
+    if not (classes / "JdbcLatency.class").is_file():
+        classes.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["javac", "-nowarn", "-cp", jars, "-d", str(classes), str(JDBC_CLIENT)], check=True)
+    return f"{classes}{os.pathsep}{jars}"
+
+
+def _through_jdbc(jdbc_url: str, statements: list[str]) -> list[float]:
+    """Each statement timed once on one JDBC connection, after a warm-up pass on it."""
+    import tempfile
+
+    with tempfile.NamedTemporaryFile("w", suffix=".sql") as listing:
+        listing.write("\n".join(statements) + "\n")
+        listing.flush()
+        command = ["java", "-cp", _jdbc_class_path(), "JdbcLatency", jdbc_url, listing.name]
+        done = subprocess.run(command, capture_output=True, text=True, check=True)
+    return [float(line) for line in done.stdout.split()]
 
 
 def sql_latency(
@@ -89,18 +120,25 @@ def sql_latency(
         cli_queries: how many of the statements (the last ones) a ``lakehouse sql`` process runs; None: all.
     """
     statements = queries(data, points, aggregates)
-    served = _through_service(service.connect_url(), statements, runs)
+    served = _through_service(service, statements, runs)
     # One round: each of its queries is a whole JVM's life already, and a round takes minutes. The
     # last ``cli_queries`` statements only, when given (the smoke run's budget).
     cli_seconds, answers = _through_cli(data, statements[-(cli_queries or len(statements)) :])
     if answers != served["answers"][-len(answers) :]:
         raise RuntimeError("the service and lakehouse sql returned different rows for the same queries")
+    timed = served["timed"]
     return {
         "queries": {"points": points, "aggregates": min(aggregates, len(statements) - points)},
         "service_start_s": service.started_s,
         "jobs": {
-            "service": _percentiles(served["timed"]) | {"first_round_p50_s": percentile(served["first_round"], 0.5)},
+            "service": _percentiles(timed["cached"]["connect"])
+            | {"first_round_p50_s": percentile(served["first_round"], 0.5)},
             "cli": _percentiles(cli_seconds),
+            **{
+                f"{way}_{state}": _percentiles(timed[state][way])
+                for state in CACHE_STATES
+                for way in ("connect", "jdbc")
+            },
         },
     }
 
@@ -113,22 +151,54 @@ def _percentiles(seconds: list[float]) -> dict:
     }
 
 
-def client(url: str, statements: list[str], rounds: int) -> dict:
-    """In its own process: a warm-up round, then ``rounds`` timed rounds of every statement."""
+def client(url: str, statements: list[str], rounds: int, token: str, jdbc_url: str) -> dict:
+    """In its own process: a warm-up round, then ``rounds`` timed rounds of every statement, through
+    Connect and JDBC, with the batch tables uncached then cached. An analyst's session times the
+    queries; a session with the write token switches the cache, and leaves it as the service keeps it.
+
+    Args:
+        url: the service's Spark Connect URL.
+        statements: the queries.
+        rounds: timed rounds.
+        token: the service's write token.
+        jdbc_url: the service's JDBC URL.
+    """
     from pyspark.sql import SparkSession
 
-    spark = SparkSession.builder.remote(url).getOrCreate()
+    from lakehouse.serving.batch_cache import cached_tables
+    from lakehouse.storage.spark import WRITE_TOKEN_CONF
+
+    analyst = SparkSession.builder.remote(url).create()
+    operator = SparkSession.builder.remote(url).create()
+    operator.conf.set(WRITE_TOKEN_CONF, token)
+    names = [t.qualified_name for t in cached_tables() if operator.catalog.tableExists(t.qualified_name)]
 
     def run(statement: str) -> tuple[float, str]:
         began = time.perf_counter()
-        rows = spark.sql(statement).collect()
+        rows = analyst.sql(statement).collect()
         elapsed = time.perf_counter() - began
         records = [{k: _json_value(v) for k, v in row.asDict().items()} for row in rows]
         return elapsed, json.dumps(records, sort_keys=True)
 
-    first = [run(statement) for statement in statements]
-    timed = [run(statement)[0] for _ in range(rounds) for statement in statements]
-    return {"first_round": [s for s, _ in first], "timed": timed, "answers": [a for _, a in first]}
+    def cache(state: str) -> None:
+        for name in names:
+            operator.sql(f"UNCACHE TABLE IF EXISTS {name}" if state == "uncached" else f"CACHE TABLE {name}")
+
+    answers: dict[str, list[str]] = {}
+    timed = {state: {"connect": [], "jdbc": []} for state in CACHE_STATES}
+    first: list[float] = []
+    for state in CACHE_STATES:
+        cache(state)
+        warm = [run(statement) for statement in statements]
+        first, answers[state] = [seconds for seconds, _ in warm], [answer for _, answer in warm]
+    if answers["uncached"] != answers["cached"]:
+        raise RuntimeError("the serving view answered differently with the batch tables cached")
+    for _ in range(rounds):
+        for state in CACHE_STATES:
+            cache(state)
+            timed[state]["connect"] += [run(s)[0] for s in statements]
+            timed[state]["jdbc"] += _through_jdbc(jdbc_url, statements)
+    return {"first_round": first, "timed": timed, "answers": answers["cached"]}
 
 
 def _json_value(value):
@@ -139,4 +209,5 @@ def _json_value(value):
 
 
 if __name__ == "__main__":
-    print(json.dumps(client(sys.argv[1], json.loads(sys.argv[2]), int(sys.argv[3]))))
+    url, statements, rounds, token, jdbc_url = sys.argv[1:6]
+    print(json.dumps(client(url, json.loads(statements), int(rounds), token, jdbc_url)))
