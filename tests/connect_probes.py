@@ -81,6 +81,7 @@ def reads(spark) -> dict:
         "listFunctions": lambda: len(catalog.listFunctions(pattern="abs")),
         "listCatalogs": lambda: len(catalog.listCatalogs()),
         "getTable": lambda: catalog.getTable(SPEED).name,
+        "batch served from memory": lambda: _holds(catalog.isCached("gold.toll_traffic__batch")),
         "tableExists": lambda: catalog.tableExists(SPEED),
         "currentDatabase": lambda: catalog.currentDatabase(),
         "setCurrentDatabase": lambda: catalog.setCurrentDatabase("gold"),
@@ -102,6 +103,11 @@ def reads(spark) -> dict:
             )
         },
     }
+
+
+def _holds(fact: bool) -> None:
+    if not fact:
+        raise AssertionError("not so")
 
 
 def outcome(attempt) -> str:

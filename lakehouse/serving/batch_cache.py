@@ -13,11 +13,15 @@ until the cache is rebuilt. So the service asks each cached table's version on e
 of its log on the driver) and rebuilds the cache of a table that moved, within the same staleness
 bound (``LAKEHOUSE_SQL_STALENESS``) the service's uncached answers have. The version is read before
 the rebuild, which reads at least that version: a commit landing during a rebuild is caught at the
-next tick.
+next tick. With a staleness bound of 0 (every answer checks each table's log first) nothing is
+cached: no cache could keep that promise.
 """
 
 from __future__ import annotations
 
+from datetime import timedelta
+
+from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import BATCH_COVERAGE, PIPELINES, Table, pipeline_tables, table_version
 
@@ -33,11 +37,12 @@ class BatchCache:
     def __init__(self, spark, settings: Settings):
         self.spark, self.settings = spark, settings
         self.versions: dict[str, int] = {}
+        self.enabled = parse_duration(settings.sql_staleness) > timedelta(0)
 
     def refresh(self, registered: set[str]) -> list[str]:
         """Cache each registered batch table not cached yet or moved since; the names it cached."""
-        cached = []
-        for table in cached_tables():
+        cached: list[str] = []
+        for table in cached_tables() if self.enabled else ():
             if table.qualified_name not in registered:
                 continue
             version = table_version(self.spark, table.uri(self.settings))
