@@ -145,8 +145,8 @@ def ensure_tables(spark, data: DataSet) -> None:
     from lakehouse.dataflow import transforms as tx
     from lakehouse.dataflow.pipelines import get_pipeline
     from lakehouse.layers.batch import BatchLayer
+    from lakehouse.storage.archive import read_log
     from lakehouse.storage.catalog import ensure_pipeline_tables
-    from lakehouse.storage.log import read_log
     from lakehouse.vocabulary import Fate
 
     if _fresh_tables(data, "tables"):

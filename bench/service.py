@@ -7,7 +7,7 @@ from __future__ import annotations
 import time
 
 from bench.data import DataSet
-from lakehouse.serving import service
+from lakehouse.services import spark_service as service
 
 
 class SharedService:

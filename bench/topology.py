@@ -20,8 +20,11 @@ from pathlib import Path
 from bench.data import DAY, PIPELINE, DataSet, settings_for
 from bench.measure import summary
 from lakehouse.generator import generate
+from lakehouse.services import cluster as spark_cluster
+from lakehouse.services import kafka as kafka_broker
+from lakehouse.services import s3 as s3_server
 from lakehouse.settings import PROJECT_ROOT
-from lakehouse.storage import kafka_broker, object_store, spark_cluster
+from lakehouse.storage import object_store
 from lakehouse.vocabulary import LogSink
 
 # The data set is received in January 2026: the topic keeps it.
@@ -116,11 +119,11 @@ def _services(work: Path, running: Services | None) -> Iterator[Services]:
     try:
         bootstrap = kafka_broker.start(settings)["bootstrap"]
         master = spark_cluster.start(settings)["master"]
-        endpoint = object_store.start(settings)["endpoint"]
+        endpoint = s3_server.start(settings)["endpoint"]
         key, secret = object_store.credentials(settings)
         s3 = {"LAKEHOUSE_S3_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
         yield Services(bootstrap, master, s3)
     finally:
-        object_store.stop(settings)
+        s3_server.stop(settings)
         spark_cluster.stop(settings)
         kafka_broker.stop(settings)

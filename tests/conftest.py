@@ -42,13 +42,14 @@ INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.facto
 def object_store_env(tmp_path_factory):
     """One S3 server per test process, started as `lakehouse s3 start` does (S3Proxy starts in about
     a second): the variables that point a job at it. The shared session speaks s3a:// to it too."""
+    from lakehouse.services import s3 as s3_server
     from lakehouse.storage import object_store
 
     server = make_settings(tmp_path_factory.mktemp("s3-home"), LAKEHOUSE_S3_PORT="0")
-    endpoint = object_store.start(server)["endpoint"]
+    endpoint = s3_server.start(server)["endpoint"]
     key, secret = object_store.credentials(server)
     yield {"LAKEHOUSE_S3_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
-    object_store.stop(server)
+    s3_server.stop(server)
 
 
 @pytest.fixture(scope="session")

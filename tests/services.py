@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from lakehouse.processes import free_port
+from lakehouse.services.process import free_port
 
 __all__ = ["free_port"]

@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lakehouse.services.kafka import KAFKA_VERSION, BrokerFiles, new_cluster_id
 from lakehouse.settings import PROJECT_ROOT, Settings, environment_variables
-from lakehouse.storage.kafka_broker import KAFKA_VERSION, BrokerFiles, new_cluster_id
 
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker" / "compose.yaml").read_text())
 SERVICES = COMPOSE["services"]

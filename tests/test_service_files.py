@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
+from lakehouse.services.spark_service import ServiceState, connect_url, status
 from lakehouse.serving.server import hive_site
-from lakehouse.serving.service import ServiceState, connect_url, status
 from lakehouse.settings import Settings
 
 

@@ -23,7 +23,7 @@ from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.serving.status import pipeline_status
 from lakehouse.settings import Settings, local_path, to_uri
-from lakehouse.storage import log as log_module
+from lakehouse.storage import archive as log_module
 from lakehouse.storage import object_store
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
 from lakehouse.storage.faults import check_checkpoint

@@ -42,6 +42,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
+from lakehouse.storage.archive import read_log
 from lakehouse.storage.catalog import (
     BATCH_COVERAGE,
     CORRECTIONS,
@@ -59,7 +60,7 @@ from lakehouse.storage.catalog import (
 )
 from lakehouse.storage.dimensions import dimension_pins, pin_name, with_dimensions
 from lakehouse.storage.frames import literal_frame
-from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write, read_log
+from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write
 from lakehouse.storage.ops_tables import append_rows
 from lakehouse.vocabulary import (
     EXPLAINING_CAUSES,

@@ -14,7 +14,7 @@ from lakehouse.vocabulary import AuditTarget, OutputFormat, choices
 
 def _sql_session(settings: Settings):
     """A Spark Connect session of the Spark service when the settings route SQL there, else embedded."""
-    from lakehouse.serving.service import connect_url
+    from lakehouse.services.spark_service import connect_url
 
     url = connect_url(settings)
     if url is None:

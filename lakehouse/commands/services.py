@@ -5,12 +5,16 @@ from __future__ import annotations
 
 import importlib
 import json
+from typing import TYPE_CHECKING
 
 from lakehouse.commands.base import Command, Unhealthy
 from lakehouse.settings import Settings
 
+if TYPE_CHECKING:
+    from lakehouse.services.process import Service
 
-def _run_service(service, label: str, action: str, settings: Settings) -> None:
+
+def _run_service(service: Service, label: str, action: str, settings: Settings) -> None:
     """start, status or stop of a long-running service: its status as JSON, exit 1 when it is down."""
     if action == "stop":
         print(f"{label} stopped" if service.stop(settings) else f"no {label} was running")
@@ -22,7 +26,7 @@ def _run_service(service, label: str, action: str, settings: Settings) -> None:
 
 
 def cmd_serve(args, settings: Settings) -> None:
-    from lakehouse.serving import service
+    from lakehouse.services import spark_service as service
 
     _run_service(service, "Spark service", "stop" if args.stop else "status" if args.status else "start", settings)
 
@@ -39,7 +43,7 @@ def _service(name: str, help: str, module: str, label: str, status_help: str) ->
     Args:
         name: the command's name.
         help: its help line.
-        module: the module with the service's ``start``, ``status`` and ``stop``.
+        module: the module with the service's ``start``, ``status`` and ``stop`` (lakehouse.services).
         label: what the command calls the service in what it prints.
         status_help: the help of the action argument: when ``status`` exits 1.
     """
@@ -64,21 +68,21 @@ COMMANDS = (
     _service(
         "cluster",
         "a Spark standalone cluster on this machine: a master, two workers",
-        module="lakehouse.storage.spark_cluster",
+        module="lakehouse.services.cluster",
         label="Spark cluster",
         status_help="status exits 1 unless every worker is up",
     ),
     _service(
         "kafka",
         "a Kafka broker on loopback for the retained log (KRaft, one node)",
-        module="lakehouse.storage.kafka_broker",
+        module="lakehouse.services.kafka",
         label="Kafka broker",
         status_help="status exits 1 unless it answers",
     ),
     _service(
         "s3",
         "an S3-compatible object store on loopback (S3Proxy over a local folder)",
-        module="lakehouse.storage.object_store",
+        module="lakehouse.services.s3",
         label="S3 server",
         status_help="status exits 1 unless it answers",
     ),

@@ -34,6 +34,7 @@ from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import format_instant, is_on_boundary, parse_duration, parse_instant
 from lakehouse.settings import Settings
+from lakehouse.storage.archive import read_log
 from lakehouse.storage.catalog import (
     BACKFILL_RUNS,
     BATCH_COVERAGE,
@@ -45,7 +46,7 @@ from lakehouse.storage.catalog import (
 )
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.frames import literal_frame
-from lakehouse.storage.log import earliest_arrival_for, partition_uris, read_log
+from lakehouse.storage.log import earliest_arrival_for, partition_uris
 from lakehouse.storage.ops_tables import append_rows
 from lakehouse.storage.writers import replace_rows, replace_where
 from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices

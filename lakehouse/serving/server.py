@@ -25,8 +25,8 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from lakehouse.eventtime import parse_duration
+from lakehouse.services.spark_service import ServiceState, delta_class_path, metastore_driver_jar
 from lakehouse.serving.batch_cache import BatchCache
-from lakehouse.serving.service import ServiceState, delta_class_path, metastore_driver_jar
 from lakehouse.settings import Settings
 
 REGISTER_EVERY_SECONDS = 5.0

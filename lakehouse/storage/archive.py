@@ -8,6 +8,9 @@ it reaches: every record received before ``through`` is archived. A run writes t
 after it, never overwriting a file, then moves ``through`` on, even over hours without records; so a
 crash at any point and a run again archive each record once. No JVM: the copy goes through a Kafka
 consumer, so an Airflow task runs it in its own process.
+
+The log is read here too, whichever it is (``read_log``): this module knows both the file log it
+writes to and the Kafka log it copies from, so a read that needs either starts here.
 """
 
 from __future__ import annotations
@@ -16,11 +19,15 @@ import dataclasses
 import json
 from collections import defaultdict
 from datetime import UTC, datetime, timedelta
+from typing import TYPE_CHECKING
 
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings, local_path
 from lakehouse.storage import kafka_log
 from lakehouse.storage.log import LogWriter, partition_dir, read_files
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
 
 # A record stamped in an hour reaches the broker within the producer's delivery timeout (librdkafka's
 # default: 5 minutes), so an hour is closed that long after its end.
@@ -152,3 +159,20 @@ def read_archive_then_kafka(spark, settings: Settings, topic: str, arrived_from:
         return kafka_log.read_topic(spark, settings, topic, arrived_from)
     live = kafka_log.read_topic(spark, settings, topic, switch).where(F.col("written_at") >= F.lit(switch))
     return read_files(spark, settings, topic, arrived_from, arrived_before=switch).unionByName(live)
+
+
+def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> DataFrame:
+    """Raw log lines (``value``, ``source_file``, ``written_at``) that arrived at or after ``arrived_from``'s hour.
+
+    A log on Kafka is read from the offsets of that time (lakehouse.storage.kafka_log), and from its
+    archive for what retention has deleted (``read_archive_then_kafka``); a file log, from its files.
+
+    Args:
+        spark: the session to read and write with.
+        settings: where the log, the tables and the checkpoints live.
+        pipeline: the pipeline's name (its log folder, or topic).
+        arrived_from: the first ingest hour read (None: all).
+    """
+    if settings.kafka_bootstrap:
+        return read_archive_then_kafka(spark, settings, pipeline, arrived_from)
+    return read_files(spark, settings, pipeline, arrived_from)

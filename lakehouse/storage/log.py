@@ -141,25 +141,6 @@ def last_write(
     return max(file_write_times(spark, settings, pipeline, arrived_from).values(), default=None)
 
 
-def read_log(spark: SparkSession, settings: Settings, pipeline: str, arrived_from: datetime | None = None) -> DataFrame:
-    """Raw log lines (``value``, ``source_file``, ``written_at``) that arrived at or after ``arrived_from``'s hour.
-
-    A log on Kafka is read from the offsets of that time (lakehouse.storage.kafka_log), and from its
-    archive for what retention has deleted (lakehouse.storage.archive).
-
-    Args:
-        spark: the session to read and write with.
-        settings: where the log, the tables and the checkpoints live.
-        pipeline: the pipeline's name (its log folder, or topic).
-        arrived_from: the first ingest hour read (None: all).
-    """
-    if settings.kafka_bootstrap:
-        from lakehouse.storage.archive import read_archive_then_kafka
-
-        return read_archive_then_kafka(spark, settings, pipeline, arrived_from)
-    return read_files(spark, settings, pipeline, arrived_from)
-
-
 def read_files(
     spark: SparkSession,
     settings: Settings,

@@ -1,10 +1,6 @@
-"""S3-compatible object storage: the clients' access to it, and a server on loopback (``lakehouse s3
-start``, ``make s3``) for a machine without one.
-
-The server is S3Proxy, an S3 API over a local folder, as one JAR from Maven Central cached in the
-ignored ``.cache/jars/``. It keeps its objects in the home's ``s3/data/`` folder, so a restart finds
-them again, and answers S3's conditional writes (``If-None-Match``). Its access key and secret are
-generated at its first start and kept in ``s3/credentials.json`` (readable by its owner only).
+"""S3-compatible object storage: the clients' access to it. A server on loopback for a machine
+without one is lakehouse.services.s3; its access key and secret are generated at its first start and
+kept in the home's ``s3/credentials.json`` (readable by its owner only), where clients find them.
 
 The platform reaches any S3 endpoint three ways, one per client: Spark through Hadoop's ``s3a://``
 file system (hadoop-aws), delta-rs for its bookkeeping rows, and boto3 for what runs outside Spark
@@ -13,18 +9,14 @@ file system (hadoop-aws), delta-rs for its bookkeeping rows, and boto3 for what 
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
-import secrets
 from pathlib import Path
 from urllib.parse import urlparse
 
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import Detached, free_port, pid_alive, port_answers
 from lakehouse.settings import Settings
 
-S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
 # hadoop-aws at the version of pyspark's Hadoop, and the AWS SDK bundle and stream reader its POM names.
 # Loaded by every session of settings with an S3 endpoint, as ``local:`` JARs: executors on this
 # machine (or on machines of one image) load them from the same path, instead of each fetching the
@@ -35,16 +27,14 @@ S3A_JARS = (
     "software.amazon.s3.analyticsaccelerator:analyticsaccelerator-s3:1.2.1",
 )
 REGION = "us-east-1"
-START_SECONDS = 60
-STOP_SECONDS = 15
-SERVER_HEAP = "-Xms64m -Xmx256m"
+CREDENTIALS = "credentials.json"
 
 
 def credentials(settings: Settings) -> tuple[str, str]:
     """The access key and secret: the settings' (AWS's own variables) when set, else this home's server's."""
     if settings.s3_access_key and settings.s3_secret_key:
         return settings.s3_access_key, settings.s3_secret_key
-    saved = ServerFiles(settings.s3_dir()).credentials()
+    saved = saved_credentials(settings.s3_dir())
     if saved is None:
         raise LakehouseError(
             "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or start this home's server "
@@ -137,94 +127,20 @@ def delta_rs_options(settings: Settings) -> dict[str, str]:
     }
 
 
-# --- the server on loopback ---------------------------------------------------------------------
+def saved_credentials(folder: Path) -> tuple[str, str] | None:
+    """The key pair this home's S3 server generated at its first start (lakehouse.services.s3)."""
+    try:
+        saved = json.loads((folder / CREDENTIALS).read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+    return saved["access_key"], saved["secret_key"]
 
 
-@dataclasses.dataclass(frozen=True)
-class ServerFiles:
-    """The server's files in the home: configuration, port, credentials, pid, objects and log."""
-
-    folder: Path
-
-    @property
-    def process(self) -> Detached:
-        return Detached("S3 server", self.folder / "s3proxy.pid", self.folder / "s3proxy.log")
-
-    @property
-    def properties(self) -> Path:
-        return self.folder / "s3proxy.properties"
-
-    def port(self) -> int | None:
-        try:
-            return int(json.loads((self.folder / "port.json").read_text())["port"])
-        except (FileNotFoundError, ValueError, KeyError):
-            return None
-
-    def credentials(self) -> tuple[str, str] | None:
-        try:
-            saved = json.loads((self.folder / "credentials.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
-        return saved["access_key"], saved["secret_key"]
-
-    def set_up(self, port: int) -> None:
-        """The configuration and a generated key pair, written once: later starts keep both."""
-        (self.folder / "data").mkdir(parents=True, exist_ok=True)
-        creds = self.folder / "credentials.json"
-        if self.credentials() is None:
-            pair = {"access_key": f"lakehouse-{secrets.token_hex(4)}", "secret_key": secrets.token_urlsafe(24)}
-            creds.touch(mode=0o600)
-            creds.write_text(json.dumps(pair))
-        key, secret = self.credentials()
-        lines = {
-            "s3proxy.endpoint": f"http://127.0.0.1:{port}",
-            "s3proxy.authorization": "aws-v2-or-v4",
-            "s3proxy.identity": key,
-            "s3proxy.credential": secret,
-            "jclouds.provider": "filesystem",
-            "jclouds.filesystem.basedir": str(self.folder / "data"),
-        }
-        self.properties.touch(mode=0o600)
-        self.properties.write_text("".join(f"{name}={value}\n" for name, value in lines.items()))
-        (self.folder / "port.json").write_text(json.dumps({"port": port}))
-
-
-def status(settings: Settings) -> dict:
-    """Whether this home's server is up: its process alive and its port answering."""
-    files = ServerFiles(settings.s3_dir())
-    pid, port = files.process.pid(), files.port()
-    up = pid_alive(pid) and port is not None and port_answers(port)
-    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.process.log)}
-    if up:
-        report["endpoint"] = f"http://127.0.0.1:{port}"
-        report["credentials"] = str(files.folder / "credentials.json")
-    return report
-
-
-def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
-    """Start the server detached and return its status once its port answers."""
-    from lakehouse.storage.java import check_java, maven_central_jar
-
-    already = status(settings)
-    if already["up"]:
-        return already
-    files = ServerFiles(settings.s3_dir())
-    files.process.refuse_if_running("lakehouse s3 stop")
-    check_java()
-    jar = maven_central_jar(S3PROXY)
-    port = files.port() or settings.s3_port or free_port()
-    if settings.s3_port and settings.s3_port != port:
-        raise LakehouseError(f"this home's S3 server was set up on port {port}: set LAKEHOUSE_S3_PORT={port}")
-    if port_answers(port):
-        raise LakehouseError(f"port {port} is taken: stop what listens there or choose another home")
-    files.set_up(port)
-    command = ["java", *SERVER_HEAP.split(), "-jar", jar, "--properties", str(files.properties)]
-    return files.process.start(command, lambda: status(settings), wait_seconds)
-
-
-def stop(settings: Settings) -> bool:
-    """Stop the server (TERM, then KILL after 15 s). False if none ran."""
-    return ServerFiles(settings.s3_dir()).process.stop(STOP_SECONDS)
+def save_credentials(folder: Path, key: str, secret: str) -> None:
+    """Kept readable by its owner only: the server and its clients read it, nobody else."""
+    file = folder / CREDENTIALS
+    file.touch(mode=0o600)
+    file.write_text(json.dumps({"access_key": key, "secret_key": secret}))
 
 
 def main() -> None:

@@ -13,12 +13,21 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import subprocess
 import urllib.request
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import free_port, pid_alive, port_answers, stop_session, wait_until_up
+from lakehouse.services.process import (
+    detach,
+    free_port,
+    pid_alive,
+    port_answers,
+    read_json,
+    refuse_taken,
+    stop_session,
+    wait_until_up,
+    write_json,
+)
 from lakehouse.settings import Settings
 
 WORKERS = 2
@@ -41,21 +50,15 @@ class ClusterFiles:
     folder: Path
 
     def pids(self) -> dict[str, int]:
-        try:
-            return json.loads((self.folder / "pids.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
+        return read_json(self.folder / "pids.json") or {}
 
     def ports(self) -> dict[str, int]:
-        try:
-            return json.loads((self.folder / "ports.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return {}
+        return read_json(self.folder / "ports.json") or {}
 
     def record(self, pids: dict[str, int], ports: dict[str, int]) -> None:
         self.folder.mkdir(parents=True, exist_ok=True)
-        (self.folder / "pids.json").write_text(json.dumps(pids))
-        (self.folder / "ports.json").write_text(json.dumps(ports))
+        write_json(self.folder / "pids.json", pids)
+        write_json(self.folder / "ports.json", ports)
 
     def clear(self) -> None:
         (self.folder / "pids.json").unlink(missing_ok=True)
@@ -92,16 +95,8 @@ def _daemon(files: ClusterFiles, name: str, arguments: list[str]) -> int:
         "SPARK_DAEMON_MEMORY": DAEMON_MEMORY,
         "SPARK_LOG_DIR": str(files.folder),
     }
-    with (files.folder / f"{name}.log").open("ab") as log:
-        process = subprocess.Popen(
-            [str(Path(spark_home()) / "bin" / "spark-class"), *arguments],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-            env=env,
-        )
-    return process.pid
+    command = [str(Path(spark_home()) / "bin" / "spark-class"), *arguments]
+    return detach(command, files.folder / f"{name}.log", env).pid
 
 
 def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
@@ -117,8 +112,7 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
         raise LakehouseError("a cluster is starting or stuck: `lakehouse cluster stop` first")
     check_java()
     master_port = settings.cluster_port or free_port()
-    if port_answers(master_port):
-        raise LakehouseError(f"port {master_port} is taken: stop what listens there or set LAKEHOUSE_CLUSTER_PORT")
+    refuse_taken(master_port, "set LAKEHOUSE_CLUSTER_PORT")
     ports = {"master": master_port, "web": free_port()}
     files.folder.mkdir(parents=True, exist_ok=True)
     master = "org.apache.spark.deploy.master.Master"

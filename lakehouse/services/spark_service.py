@@ -1,5 +1,5 @@
 """Starting, checking and stopping the Spark service (``lakehouse serve``; its driver is
-lakehouse.serving.server).
+lakehouse.serving.server, which reads and writes its files through ``ServiceState``).
 
 The service runs detached, in its own process session, and keeps its files in the home's
 ``service/`` folder: ``server.pid`` from the moment it starts, ``state.json`` once both endpoints
@@ -9,15 +9,20 @@ answer, and ``server.log``. A stop ends the whole session, so no child keeps a p
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import free_port, pid_alive, port_answers, stop_session
+from lakehouse.services.process import (
+    Detached,
+    free_port,
+    port_answers,
+    read_json,
+    refuse_taken,
+    wait_until_up,
+    write_json,
+)
 from lakehouse.settings import Settings
 from lakehouse.vocabulary import SqlRoute
 
@@ -58,26 +63,20 @@ class ServiceState:
         return cls(settings.service_dir(), settings.connect_port, settings.thrift_port)
 
     @property
+    def process(self) -> Detached:
+        # "a service is starting or stuck": the words of its refusal to start twice.
+        return Detached("service", self.folder / "server.pid", self.log)
+
+    @property
     def log(self) -> Path:
         return self.folder / "server.log"
 
-    def pid(self) -> int | None:
-        try:
-            return int((self.folder / "server.pid").read_text())
-        except (FileNotFoundError, ValueError):
-            return None
-
     def write_ready(self, pid: int, tables: list[str]) -> None:
         state = {"pid": pid, "connect_port": self.connect_port, "thrift_port": self.thrift_port, "tables": tables}
-        partial = self.folder / "state.json.partial"
-        partial.write_text(json.dumps(state))
-        os.replace(partial, self.folder / "state.json")
+        write_json(self.folder / "state.json", state)
 
     def ready(self) -> dict | None:
-        try:
-            return json.loads((self.folder / "state.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+        return read_json(self.folder / "state.json")
 
     def clear(self) -> None:
         for name in ("state.json", "server.pid"):
@@ -94,10 +93,11 @@ def endpoints(state: dict) -> dict[str, str]:
 def status(settings: Settings) -> dict:
     """Whether this home's service is up: its process alive, its state ready, both ports answering."""
     files = ServiceState.of(settings)
-    ready, pid = files.ready(), files.pid()
-    up = bool(ready) and pid_alive(pid) and all(port_answers(ready[k]) for k in ("connect_port", "thrift_port"))
-    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.log)}
-    if up:
+    ready = files.ready()
+    report = files.process.report(
+        lambda: bool(ready) and all(port_answers(ready[k]) for k in ("connect_port", "thrift_port"))
+    )
+    if report["up"]:
         report |= endpoints(ready) | {"tables": len(ready["tables"])}
         report["catalog"] = "metastore" if settings.metastore_url else "in memory"
     return report
@@ -121,8 +121,7 @@ def _check_can_start(settings: Settings) -> None:
         ("LAKEHOUSE_CONNECT_PORT", settings.connect_port),
         ("LAKEHOUSE_THRIFT_PORT", settings.thrift_port),
     ):
-        if port_answers(port):
-            raise LakehouseError(f"port {port} is taken: stop what listens there or choose another ({name})")
+        refuse_taken(port, f"choose another ({name})")
     from pyspark.find_spark_home import _find_spark_home
 
     jars = Path(_find_spark_home()) / "jars"
@@ -142,35 +141,21 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     if already["up"]:
         return already
     files = ServiceState.of(settings)
-    if pid_alive(files.pid()):
-        raise LakehouseError(f"a service is starting or stuck (pid {files.pid()}): `lakehouse serve --stop` first")
+    files.process.refuse_if_running("lakehouse serve --stop")
     settings = settings.replace(
         connect_port=settings.connect_port or free_port(), thrift_port=settings.thrift_port or free_port()
     )
     _check_can_start(settings)
     files.folder.mkdir(parents=True, exist_ok=True)
     files.clear()
-    with files.log.open("ab") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "lakehouse.serving.server"],
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,  # its own session: a stop ends it with its JVM
-            env=_service_environment(settings),
-        )
-    (files.folder / "server.pid").write_text(str(process.pid))
-    deadline = time.monotonic() + wait_seconds
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            files.clear()
-            raise LakehouseError(
-                f"the Spark service exited while starting (code {process.returncode}); see {files.log}"
-            )
-        report = status(settings)
-        if report["up"]:
-            return report
-        time.sleep(0.5)
+    # Its own session, as every service's: a stop ends the driver with its JVM.
+    process = files.process.launch([sys.executable, "-m", "lakehouse.serving.server"], _service_environment(settings))
+    report = wait_until_up(lambda: status(settings), lambda: process.poll() is None, wait_seconds)
+    if report:
+        return report
+    if process.poll() is not None:
+        files.clear()
+        raise LakehouseError(f"the Spark service exited while starting (code {process.returncode}); see {files.log}")
     stop(settings)
     raise LakehouseError(f"the Spark service did not answer within {wait_seconds:.0f} s; see {files.log}")
 
@@ -189,12 +174,8 @@ def _service_environment(settings: Settings) -> dict[str, str]:
 def stop(settings: Settings) -> bool:
     """End the service's process session (TERM, then KILL after a minute). False if none ran."""
     files = ServiceState.of(settings)
-    pid = files.pid()
-    if not pid_alive(pid):
-        files.clear()
-        return False
     # The driver first, so that it stops the endpoints and Spark itself; the rest of its session
     # (the JVM) only if it is still there after a minute.
-    stop_session(pid, STOP_SECONDS)
+    running = files.process.stop(STOP_SECONDS)
     files.clear()
-    return True
+    return running

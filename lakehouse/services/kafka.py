@@ -10,14 +10,12 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import json
-import os
 import subprocess
 import uuid
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.processes import Detached, free_port, pid_alive, port_answers
+from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
 from lakehouse.settings import PROJECT_ROOT, Settings
 
 KAFKA_VERSION = "4.1.1"
@@ -32,10 +30,9 @@ def broker_jars() -> list[str]:
     """The broker's class path, resolved from Maven Central once (about 40 JARs, 40 MB). Some of its
     dependencies (scala-logging) are published as OSGi bundles: those are JARs too."""
     manifest = KAFKA_JARS / "manifest.json"
-    if manifest.is_file():
-        jars = json.loads(manifest.read_text())
-        if jars and all(Path(jar).is_file() for jar in jars):
-            return jars
+    jars = read_json(manifest)
+    if jars and all(Path(jar).is_file() for jar in jars):
+        return jars
     from pyspark.find_spark_home import _find_spark_home
 
     ivy = next((Path(_find_spark_home()) / "jars").glob("ivy-*.jar"), None)
@@ -60,9 +57,7 @@ def broker_jars() -> list[str]:
         raise LakehouseError(
             f"could not resolve Kafka {KAFKA_VERSION}'s JARs from Maven Central: {done.stdout[-1500:]}{done.stderr}"
         )
-    partial = manifest.with_suffix(".partial")
-    partial.write_text(json.dumps(jars, indent=1))
-    os.replace(partial, manifest)
+    write_json(manifest, jars)
     return jars
 
 
@@ -93,10 +88,7 @@ class BrokerFiles:
 
     def ports(self) -> dict | None:
         """The ports chosen when the storage was formatted: KRaft records the controller's address."""
-        try:
-            return json.loads((self.folder / "ports.json").read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
-            return None
+        return read_json(self.folder / "ports.json")
 
     def write_configuration(self, port: int, controller_port: int) -> None:
         data = self.folder / "data"
@@ -119,16 +111,15 @@ class BrokerFiles:
             "auto.create.topics.enable": "false",
         }
         self.properties.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
-        (self.folder / "ports.json").write_text(json.dumps({"port": port, "controller_port": controller_port}))
+        write_json(self.folder / "ports.json", {"port": port, "controller_port": controller_port})
 
 
 def status(settings: Settings) -> dict:
     """Whether this home's broker is up: its process alive and its port answering."""
     files = BrokerFiles(settings.kafka_dir())
-    pid, ports = files.process.pid(), files.ports() or {}
-    up = pid_alive(pid) and bool(ports) and port_answers(ports["port"])
-    report = {"up": up, "pid": pid if pid_alive(pid) else None, "log": str(files.process.log)}
-    if up:
+    ports = files.ports() or {}
+    report = files.process.report(lambda: bool(ports) and port_answers(ports["port"]))
+    if report["up"]:
         report["bootstrap"] = f"127.0.0.1:{ports['port']}"
     return report
 
@@ -167,8 +158,7 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     if settings.kafka_port and settings.kafka_port != port:
         raise LakehouseError(f"this home's broker was set up on port {port}: set LAKEHOUSE_KAFKA_PORT={port}")
     for taken in (port, files.ports()["controller_port"]):
-        if port_answers(taken):
-            raise LakehouseError(f"port {taken} is taken: stop what listens there or choose another home")
+        refuse_taken(taken, "choose another home")
     command = _java(jars, f"-Dkafka.logs.dir={files.folder}", "kafka.Kafka", str(files.properties))
     return files.process.start(command, lambda: status(settings), wait_seconds)
 

@@ -1,10 +1,16 @@
-"""Detached local services (the Spark service, the Kafka broker): loopback ports, pid files and
-stopping a whole process session, so that no child keeps a port."""
+"""What every service of lakehouse.services does the same way: loopback ports, pid files and logs,
+starting detached in a process session of its own, waiting until up, and stopping a whole session,
+so that no child keeps a port.
+
+A service module has one shape (``Service``): ``start(settings)`` returns its status once up (at
+once when it already is), ``status(settings)`` says whether it is up as a JSON-able report, and
+``stop(settings)`` says whether anything ran."""
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import json
 import os
 import signal
 import socket
@@ -12,8 +18,20 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from lakehouse.errors import LakehouseError
+from lakehouse.settings import Settings
+
+
+class Service(Protocol):
+    """What ``lakehouse serve``, ``kafka``, ``cluster`` and ``s3`` drive: a module of these three."""
+
+    def start(self, settings: Settings) -> dict: ...
+
+    def status(self, settings: Settings) -> dict: ...
+
+    def stop(self, settings: Settings) -> bool: ...
 
 
 def port_answers(port: int) -> bool:
@@ -27,6 +45,36 @@ def free_port() -> int:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
         probe.bind(("127.0.0.1", 0))
         return probe.getsockname()[1]
+
+
+def refuse_taken(port: int, remedy: str) -> None:
+    """Fail before starting when something already listens on ``port``."""
+    if port_answers(port):
+        raise LakehouseError(f"port {port} is taken: stop what listens there or {remedy}")
+
+
+def read_json(path: Path):
+    """A service's record (ports, pids, state, a JAR list): None when missing, or half-written by a crash."""
+    try:
+        return json.loads(path.read_text())
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def write_json(path: Path, record: dict | list) -> None:
+    """Whole or not at all: a reader polling the file never sees half of it."""
+    partial = path.with_name(path.name + ".partial")
+    partial.write_text(json.dumps(record))
+    os.replace(partial, path)
+
+
+def detach(command: list[str], log: Path, env: dict[str, str] | None = None) -> subprocess.Popen:
+    """Run ``command`` in its own process session (so that a stop can end it with its children),
+    its output appended to ``log``."""
+    with log.open("ab") as output:
+        return subprocess.Popen(
+            command, stdin=subprocess.DEVNULL, stdout=output, stderr=subprocess.STDOUT, start_new_session=True, env=env
+        )
 
 
 def pid_alive(pid: int | None) -> bool:
@@ -84,7 +132,7 @@ def wait_until_up(status: Callable[[], dict], alive: Callable[[], bool], seconds
 class Detached:
     """One detached service process of a home: its pid file and its log."""
 
-    label: str  # "Kafka broker", "S3 server": for messages
+    label: str  # "Kafka broker", "S3 server", "service": for messages
     pid_file: Path
     log: Path
 
@@ -94,18 +142,28 @@ class Detached:
         except (FileNotFoundError, ValueError):
             return None
 
+    def report(self, answering: Callable[[], bool]) -> dict:
+        """The status of a single-process service: up when its process is alive and ``answering``
+        says its ports answer (asked only then); the service adds its addresses when up."""
+        pid = self.pid()
+        alive = pid_alive(pid)
+        return {"up": alive and answering(), "pid": pid if alive else None, "log": str(self.log)}
+
     def refuse_if_running(self, stop_command: str) -> None:
+        """Fail when a process of this service is still there (starting, or stuck) but not up."""
         if pid_alive(self.pid()):
             raise LakehouseError(f"a {self.label} is starting or stuck (pid {self.pid()}): `{stop_command}` first")
 
-    def start(self, command: list[str], status: Callable[[], dict], wait_seconds: float) -> dict:
-        """Run ``command`` in its own process session, its output to the log, and return ``status``
-        once it says up; stops it and fails with the log's path if it exits or does not come up."""
-        with self.log.open("ab") as log:
-            process = subprocess.Popen(
-                command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
-            )
+    def launch(self, command: list[str], env: dict[str, str] | None = None) -> subprocess.Popen:
+        """``command`` detached, its output to the log, its pid in the pid file from the start."""
+        process = detach(command, self.log, env)
         self.pid_file.write_text(str(process.pid))
+        return process
+
+    def start(self, command: list[str], status: Callable[[], dict], wait_seconds: float) -> dict:
+        """Launch ``command`` and return ``status`` once it says up; stops it and fails with the
+        log's path if it exits or does not come up."""
+        process = self.launch(command)
         report = wait_until_up(status, lambda: process.poll() is None, wait_seconds)
         if report:
             return report

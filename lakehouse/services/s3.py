@@ -1,0 +1,103 @@
+"""An S3 server on loopback (``lakehouse s3 start``, ``make s3``) for a machine without one; the
+clients' side (Spark's, delta-rs's and boto3's access, buckets, credentials) is
+lakehouse.storage.object_store.
+
+The server is S3Proxy, an S3 API over a local folder, as one JAR from Maven Central cached in the
+ignored ``.cache/jars/``. It keeps its objects in the home's ``s3/data/`` folder, so a restart finds
+them again, and answers S3's conditional writes (``If-None-Match``). Its access key and secret are
+generated at its first start and kept in ``s3/credentials.json`` (readable by its owner only).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
+from lakehouse.settings import Settings
+from lakehouse.storage.object_store import CREDENTIALS, save_credentials, saved_credentials
+
+S3PROXY = "org.gaul:s3proxy:4.1.0:jar-with-dependencies"
+START_SECONDS = 60
+STOP_SECONDS = 15
+SERVER_HEAP = "-Xms64m -Xmx256m"
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerFiles:
+    """The server's files in the home: configuration, port, credentials, pid, objects and log."""
+
+    folder: Path
+
+    @property
+    def process(self) -> Detached:
+        return Detached("S3 server", self.folder / "s3proxy.pid", self.folder / "s3proxy.log")
+
+    @property
+    def properties(self) -> Path:
+        return self.folder / "s3proxy.properties"
+
+    def port(self) -> int | None:
+        try:
+            return int((read_json(self.folder / "port.json") or {})["port"])
+        except (ValueError, KeyError):
+            return None
+
+    def credentials(self) -> tuple[str, str] | None:
+        return saved_credentials(self.folder)
+
+    def set_up(self, port: int) -> None:
+        """The configuration and a generated key pair, written once: later starts keep both."""
+        (self.folder / "data").mkdir(parents=True, exist_ok=True)
+        if self.credentials() is None:
+            save_credentials(self.folder, f"lakehouse-{secrets.token_hex(4)}", secrets.token_urlsafe(24))
+        key, secret = self.credentials()
+        lines = {
+            "s3proxy.endpoint": f"http://127.0.0.1:{port}",
+            "s3proxy.authorization": "aws-v2-or-v4",
+            "s3proxy.identity": key,
+            "s3proxy.credential": secret,
+            "jclouds.provider": "filesystem",
+            "jclouds.filesystem.basedir": str(self.folder / "data"),
+        }
+        self.properties.touch(mode=0o600)
+        self.properties.write_text("".join(f"{name}={value}\n" for name, value in lines.items()))
+        write_json(self.folder / "port.json", {"port": port})
+
+
+def status(settings: Settings) -> dict:
+    """Whether this home's server is up: its process alive and its port answering."""
+    files = ServerFiles(settings.s3_dir())
+    port = files.port()
+    report = files.process.report(lambda: port is not None and port_answers(port))
+    if report["up"]:
+        report["endpoint"] = f"http://127.0.0.1:{port}"
+        report["credentials"] = str(files.folder / CREDENTIALS)
+    return report
+
+
+def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
+    """Start the server detached and return its status once its port answers."""
+    from lakehouse.storage.java import check_java, maven_central_jar
+
+    already = status(settings)
+    if already["up"]:
+        return already
+    files = ServerFiles(settings.s3_dir())
+    files.process.refuse_if_running("lakehouse s3 stop")
+    check_java()
+    jar = maven_central_jar(S3PROXY)
+    port = files.port() or settings.s3_port or free_port()
+    if settings.s3_port and settings.s3_port != port:
+        raise LakehouseError(f"this home's S3 server was set up on port {port}: set LAKEHOUSE_S3_PORT={port}")
+    refuse_taken(port, "choose another home")
+    files.set_up(port)
+    command = ["java", *SERVER_HEAP.split(), "-jar", jar, "--properties", str(files.properties)]
+    return files.process.start(command, lambda: status(settings), wait_seconds)
+
+
+def stop(settings: Settings) -> bool:
+    """Stop the server (TERM, then KILL after 15 s). False if none ran."""
+    return ServerFiles(settings.s3_dir()).process.stop(STOP_SECONDS)
