@@ -41,7 +41,8 @@ from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.micro_batch import live_windows
 from lakehouse.layers.speed import SpeedLayer
-from lakehouse.settings import PROJECT_ROOT, local_path
+from lakehouse.location import local_path
+from lakehouse.settings import PROJECT_ROOT
 from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_pipeline_tables, pipeline_tables, register_tables
 from lakehouse.storage.log import LogWriter, log_glob
 

@@ -14,7 +14,8 @@ import time
 from datetime import timedelta
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings, local_path
+from lakehouse.location import local_path
+from lakehouse.settings import Settings
 
 DEMO_MARKER = ".lakehouse-demo"
 # Five files of 2,000 events: five micro-batches of the speed layer, with every fate among them.
@@ -70,7 +71,7 @@ def _step(text: str) -> float:
 
 def _write_report(spark, settings: Settings, pipeline, audit) -> str:
     from lakehouse.audit.report import gather_inputs, render_report
-    from lakehouse.settings import local_path
+    from lakehouse.location import local_path
 
     path = local_path(settings.home) / "audit-report.html"
     path.write_text(render_report(audit, gather_inputs(spark, settings, pipeline, audit), report_dir=path.parent))

@@ -15,37 +15,10 @@ from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
+from lakehouse.location import local_path, to_uri
 from lakehouse.vocabulary import SqlRoute, choices
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
-
-
-def to_uri(location: str | os.PathLike) -> str:
-    """A URI for a location: ``s3a://...`` and the like pass through, local paths become ``file:/...``.
-
-    Local URIs take Hadoop's own form (``file:/abs/path``), the one Delta records in its logs, so a
-    location we build always equals the one a table reports.
-    """
-    text = str(location)
-    if text.startswith("file:"):
-        return "file:" + str(local_path(text))
-    if re.match(r"^[a-zA-Z][a-zA-Z0-9+.-]*://", text):
-        return text.rstrip("/")
-    return "file:" + str(Path(text).expanduser().resolve())
-
-
-def local_path(uri: str) -> Path:
-    """The local path of a ``file:`` URI (or of a plain path); other schemes are not local."""
-    if uri.startswith("file://"):
-        host, _, path = uri[len("file://") :].partition("/")
-        if host not in ("", "localhost"):
-            raise LakehouseError(f"{uri} names another host; a local file URI looks like file:/path")
-        return Path("/" + path).resolve()
-    if uri.startswith("file:"):
-        return Path(uri[len("file:") :]).resolve()
-    if "://" not in uri:
-        return Path(uri).resolve()
-    raise LakehouseError(f"{uri} is not on the local file system")
 
 
 def is_checkout(folder: Path) -> bool:

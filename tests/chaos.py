@@ -24,7 +24,8 @@ from pathlib import Path
 
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.settings import Settings, local_path
+from lakehouse.location import local_path
+from lakehouse.settings import Settings
 from lakehouse.storage.catalog import STREAM_PROGRESS, Table, pipeline_tables
 from tests.conftest import make_settings
 

@@ -20,7 +20,7 @@ from lakehouse.cli import main
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
-from lakehouse.settings import local_path
+from lakehouse.location import local_path
 from lakehouse.storage.archive import read_log
 from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.storage.log import LogWriter, last_write, partition_uris

@@ -13,9 +13,9 @@ import pytest
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import SpeedLayer, run_speed_layer
+from lakehouse.location import local_path
 from lakehouse.ops.health import check_stream_health
 from lakehouse.serving.status import pipeline_status
-from lakehouse.settings import local_path
 from lakehouse.storage.catalog import STREAM_PROGRESS
 from lakehouse.storage.log import LogWriter
 from lakehouse.storage.ops_tables import rows_at

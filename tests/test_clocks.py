@@ -21,8 +21,8 @@ from lakehouse.dataflow.pipelines.base import ClockCorrection
 from lakehouse.generator import GeneratorConfig, device_clock_offset, generate, generate_records
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.location import local_path
 from lakehouse.serving.status import pipeline_status
-from lakehouse.settings import local_path
 from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.storage.log import LogWriter, partition_dir
 from tests.oracle import gold_rows, run_oracle

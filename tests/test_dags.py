@@ -24,7 +24,7 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
-from lakehouse.settings import local_path
+from lakehouse.location import local_path
 from lakehouse.storage.catalog import ALERTS, BACKFILL_RUNS, BATCH_COVERAGE, RECONCILIATIONS, pipeline_tables
 from lakehouse.storage.log import LogWriter
 from tests.airflow_env import PROJECT, DagTestRunner, airflow_env

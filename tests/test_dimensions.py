@@ -19,7 +19,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
-from lakehouse.settings import local_path
+from lakehouse.location import local_path
 from lakehouse.storage.catalog import dimension_table, pipeline_tables
 from lakehouse.storage.dimensions import apply_change_file, apply_inbox, dimension_version, inbox
 from lakehouse.storage.log import LogWriter

@@ -15,7 +15,7 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
-from lakehouse.settings import local_path
+from lakehouse.location import local_path
 from lakehouse.storage.catalog import BATCH_COVERAGE, STREAM_PROGRESS, pipeline_tables, register_tables
 from tests.conftest import make_settings
 from tests.oracle import run_oracle

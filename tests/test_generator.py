@@ -14,7 +14,8 @@ import pytest
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.generator import MALFORMED_KINDS, GeneratorConfig, generate, generate_records
-from lakehouse.settings import Settings, local_path
+from lakehouse.location import local_path
+from lakehouse.settings import Settings
 from lakehouse.storage.log import partition_dir
 
 # Crosses midnight (so both the ingest date and hour change) with plenty of every kind of record.

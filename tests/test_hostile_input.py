@@ -27,8 +27,8 @@ from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers import speed
 from lakehouse.layers.speed import SpeedLayer, run_speed_layer
+from lakehouse.location import local_path
 from lakehouse.serving.status import pipeline_status
-from lakehouse.settings import local_path
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
 from lakehouse.storage.log import partition_dir
 from lakehouse.storage.ops_tables import arrow_at

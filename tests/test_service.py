@@ -22,7 +22,8 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.corrections import CorrectionRun
-from lakehouse.settings import Settings, local_path
+from lakehouse.location import local_path
+from lakehouse.settings import Settings
 from lakehouse.storage.catalog import CORRECTIONS, DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
 from lakehouse.storage.ops_tables import read_rows
 from tests.airflow_env import airflow_env, migrate_scratch_db

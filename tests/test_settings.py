@@ -8,7 +8,8 @@ import pytest
 
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import format_duration, parse_duration
-from lakehouse.settings import PROJECT_ROOT, Settings, local_path, parse_size, to_uri
+from lakehouse.location import local_path, to_uri
+from lakehouse.settings import PROJECT_ROOT, Settings, parse_size
 
 # --- parse_duration / format_duration -------------------------------------------------------------
 

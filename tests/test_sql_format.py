@@ -9,8 +9,9 @@ from decimal import Decimal
 import pytest
 
 from lakehouse.errors import LakehouseError
+from lakehouse.location import local_path
 from lakehouse.serving.sql import format_rows, run_sql
-from lakehouse.settings import Settings, local_path
+from lakehouse.settings import Settings
 from lakehouse.storage.catalog import STREAM_PROGRESS, ensure_table
 from tests.frames import inline_frame
 

@@ -21,8 +21,9 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.location import local_path, to_uri
 from lakehouse.serving.status import pipeline_status
-from lakehouse.settings import Settings, local_path, to_uri
+from lakehouse.settings import Settings
 from lakehouse.storage import archive as log_module
 from lakehouse.storage import object_store
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables

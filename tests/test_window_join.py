@@ -18,7 +18,7 @@ from lakehouse.generator import ReadingsConfig, generate, reading_records
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
-from lakehouse.settings import local_path
+from lakehouse.location import local_path
 from lakehouse.storage.catalog import DIFFERENCES, RECONCILIATIONS, register_tables
 from lakehouse.storage.dimensions import apply_change_file
 from lakehouse.storage.log import LogWriter

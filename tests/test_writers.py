@@ -13,7 +13,7 @@ from pyspark.testing import assertDataFrameEqual
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers.batch import chunk_predicate, chunk_replacement
 from lakehouse.layers.speed import window_dates_of
-from lakehouse.settings import local_path
+from lakehouse.location import local_path
 from lakehouse.storage.catalog import ensure_table, pipeline_tables
 from lakehouse.storage.writers import append_stamped_once, replace_rows, replace_where, upsert_once
 from tests.conftest import make_settings
@@ -134,7 +134,7 @@ def test_an_upsert_runs_once_per_app_id_and_version(spark, tmp_path):
 def test_a_table_only_delta_rs_commits_to_is_checkpointed_every_ten_commits_as_spark_would(spark, tmp_path):
     # __speed and the pane log get a commit per micro-batch, all through delta-rs, whose own default
     # is a checkpoint every 100 commits: every reader would replay up to 99 commit files.
-    from lakehouse.settings import local_path
+    from lakehouse.location import local_path
 
     uri = _speed_table(spark, tmp_path, range(2))  # commits 0 and 1
     for version in range(10):

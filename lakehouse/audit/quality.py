@@ -30,7 +30,8 @@ from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.dataflow.pipelines.row_rules import BRONZE, EXPECTATIONS_DIR, GOLD, RAW_EVENTS, load_suite, suite_path
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
-from lakehouse.settings import PROJECT_ROOT, Settings, local_path
+from lakehouse.location import local_path
+from lakehouse.settings import PROJECT_ROOT, Settings
 from lakehouse.storage.catalog import DATA_QUALITY, ensure_table, pipeline_tables
 from lakehouse.storage.ops_tables import append_rows
 

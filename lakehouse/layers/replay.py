@@ -18,7 +18,8 @@ from pyspark.sql import SparkSession
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_instant
-from lakehouse.settings import Settings, local_path
+from lakehouse.location import local_path
+from lakehouse.settings import Settings
 from lakehouse.storage.catalog import pipeline_tables, table_exists
 from lakehouse.storage.log import LogWriter
 

@@ -22,7 +22,8 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings, local_path
+from lakehouse.location import local_path
+from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
 from lakehouse.storage.log import LogWriter, partition_dir, read_files
 

@@ -135,7 +135,7 @@ def pin_name(dimension: Dimension) -> str:
 
 def inbox(settings: Settings, dimension: Dimension) -> Path:
     """Where change logs wait for the batch-layer DAG's task: ``<home>/dimensions/<name>/inbox``."""
-    from lakehouse.settings import local_path
+    from lakehouse.location import local_path
 
     return local_path(settings.home) / "dimensions" / dimension.name / "inbox"
 

@@ -12,7 +12,7 @@ import json
 import re
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import local_path
+from lakehouse.location import local_path
 from lakehouse.storage.log_files import LocalFiles, ObjectFiles
 
 

@@ -17,7 +17,8 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings, local_path, to_uri
+from lakehouse.location import local_path, to_uri
+from lakehouse.settings import Settings
 
 
 @dataclasses.dataclass(frozen=True)

@@ -22,7 +22,7 @@ def delta_rs_location(uri: str, settings: Settings | None = None) -> tuple[str, 
     the options it needs there: an object store's endpoint and keys, from ``settings`` (None: this
     process's)."""
     if uri.startswith("file:"):
-        from lakehouse.settings import local_path
+        from lakehouse.location import local_path
 
         return str(local_path(uri)), {}
     if uri.startswith("s3a://"):
