@@ -106,11 +106,45 @@ _PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port", "cluster_port", "s3
 
 
 @dataclasses.dataclass(frozen=True)
-class Settings:
+class Paths:
+    """Where the data lives (URIs in Spark's spelling, lakehouse.location) and the home's folders
+    for the processes ``lakehouse`` starts."""
+
     home: str
     log_uri: str
     warehouse_uri: str
     checkpoint_uri: str
+
+    def table_uri(self, schema: str, name: str) -> str:
+        return f"{self.warehouse_uri}/{schema}/{name}"
+
+    def pipeline_log_uri(self, pipeline: str) -> str:
+        return f"{self.log_uri}/{pipeline}"
+
+    def speed_checkpoint_uri(self, pipeline: str) -> str:
+        return f"{self.checkpoint_uri}/{pipeline}/speed"
+
+    def service_dir(self) -> Path:
+        """Where the Spark service keeps its state file, its log and its private configuration."""
+        return local_path(self.home) / "service"
+
+    def cluster_dir(self) -> Path:
+        """Where the standalone cluster keeps its pids, ports, logs and workers' folders."""
+        return local_path(self.home) / "cluster"
+
+    def kafka_dir(self) -> Path:
+        """Where the broker of ``lakehouse kafka start`` keeps its configuration, data and log."""
+        return local_path(self.home) / "kafka"
+
+    def s3_dir(self) -> Path:
+        """Where the S3 server of ``lakehouse s3 start`` keeps its configuration, objects and log."""
+        return local_path(self.home) / "s3"
+
+
+@dataclasses.dataclass(frozen=True)
+class SparkTuning:
+    """The JVM and the session every job starts."""
+
     spark_master: str = "local[2]"
     shuffle_partitions: int = 4
     driver_memory: str = "2g"
@@ -119,6 +153,14 @@ class Settings:
     driver_java_options: str = ""
     # The class-data sharing archive ``make setup`` makes (lakehouse.class_archive); empty: none.
     class_archive: str = str(PROJECT_ROOT / ".cache" / "jvm" / "classes.jsa")
+    ivy_dir: str = str(PROJECT_ROOT / ".cache" / "ivy")
+    extra_packages: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamTuning:
+    """How the speed layer reads the log: micro-batch size and pace, and its lateness."""
+
     trigger_interval: str = "5s"
     # Files per micro-batch for the speed layer (0: no limit). Bounds batch size, and with 1 makes
     # batch boundaries, and so the watermark, reproducible file by file.
@@ -136,9 +178,12 @@ class Settings:
     # Per-run overrides of the pipeline's declared lateness (None: the pipeline's own).
     watermark_delay: str | None = None
     allowed_lateness: str | None = None
-    ivy_dir: str = str(PROJECT_ROOT / ".cache" / "ivy")
-    extra_packages: tuple[str, ...] = ()
-    # --- Orchestration (Airflow DAGs, maintenance, health) ---
+
+
+@dataclasses.dataclass(frozen=True)
+class Orchestration:
+    """Airflow's DAGs, maintenance and health checks."""
+
     # The pipelines the scheduled DAGs run (empty: every shipped pipeline).
     pipelines: tuple[str, ...] = ()
     # The longest range one backfill may recompute, and how far back the retained log reaches.
@@ -155,7 +200,12 @@ class Settings:
     stream_lag_tolerance: str = "30s"
     # The scheduled batch layer recomputes an hour once this much lateness has had time to arrive.
     batch_lateness_delay: str = "15m"
-    # --- The Spark service (lakehouse serve; docs/sql.md) ---
+
+
+@dataclasses.dataclass(frozen=True)
+class Services:
+    """The Spark service (lakehouse serve; docs/sql.md), the Kafka log, the cluster and S3."""
+
     # Its Spark Connect and Thrift (JDBC/ODBC) ports on loopback; 0 picks a free one at start.
     connect_port: int = 15002
     thrift_port: int = 10000
@@ -189,6 +239,15 @@ class Settings:
     s3_secret_key: str = dataclasses.field(default="", repr=False)
     s3_port: int = 9000
 
+    def kafka_topic(self, pipeline_topic: str) -> str:
+        return f"{self.kafka_topic_prefix}{pipeline_topic}"
+
+
+# Each group its own record, so that one reads as what it tunes; Settings has every field of each
+# under its own name (a dataclass's fields run from its last base to its first: the paths, which
+# have no default, come first).
+@dataclasses.dataclass(frozen=True)
+class Settings(Services, Orchestration, StreamTuning, SparkTuning, Paths):
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None) -> Settings:
         """Each field from ``LAKEHOUSE_<FIELD>`` when set; the locations from ``LAKEHOUSE_HOME``."""
@@ -233,34 +292,6 @@ class Settings:
         updated = dataclasses.replace(self, **changes)
         updated.validate()
         return updated
-
-    def table_uri(self, schema: str, name: str) -> str:
-        return f"{self.warehouse_uri}/{schema}/{name}"
-
-    def pipeline_log_uri(self, pipeline: str) -> str:
-        return f"{self.log_uri}/{pipeline}"
-
-    def service_dir(self) -> Path:
-        """Where the Spark service keeps its state file, its log and its private configuration."""
-        return local_path(self.home) / "service"
-
-    def kafka_topic(self, pipeline_topic: str) -> str:
-        return f"{self.kafka_topic_prefix}{pipeline_topic}"
-
-    def cluster_dir(self) -> Path:
-        """Where the standalone cluster keeps its pids, ports, logs and workers' folders."""
-        return local_path(self.home) / "cluster"
-
-    def kafka_dir(self) -> Path:
-        """Where the broker of ``lakehouse kafka start`` keeps its configuration, data and log."""
-        return local_path(self.home) / "kafka"
-
-    def s3_dir(self) -> Path:
-        """Where the S3 server of ``lakehouse s3 start`` keeps its configuration, objects and log."""
-        return local_path(self.home) / "s3"
-
-    def speed_checkpoint_uri(self, pipeline: str) -> str:
-        return f"{self.checkpoint_uri}/{pipeline}/speed"
 
 
 def environment_variables() -> tuple[str, ...]:
