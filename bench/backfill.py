@@ -19,6 +19,7 @@ from bench.measure import PeakMemory, summary, timed
 from lakehouse.audit.reconcile import Auditor
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers.batch import BatchLayer
+from lakehouse.location import local_path
 from lakehouse.settings import PROJECT_ROOT
 from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.storage.log import log_glob
@@ -53,7 +54,7 @@ class BackfillJobs:
         return baselines.duckdb_from_log(self._local_glob(), start, end, self.targets / "duckdb.parquet")
 
     def _local_glob(self) -> str:
-        return self.log_glob.removeprefix("file:")
+        return str(local_path(self.log_glob))
 
     def vehicles(self, job: str) -> int:
         """Vehicles counted by a job's last output: the jobs must agree, or a ratio means nothing."""

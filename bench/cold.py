@@ -10,6 +10,7 @@ import argparse
 from bench import baselines
 from bench.data import PIPELINE, scratch_home
 from lakehouse.eventtime import parse_instant
+from lakehouse.location import local_path
 from lakehouse.settings import Settings
 from lakehouse.storage.log import log_glob
 
@@ -24,9 +25,7 @@ def main() -> None:
     start, end = parse_instant(args.start, "start"), parse_instant(args.end, "end")
     target = scratch_home(f"cold-{args.job}")
     if args.job == "duckdb_log":
-        baselines.duckdb_from_log(
-            log_glob(settings, PIPELINE).removeprefix("file:"), start, end, target / "duckdb.parquet"
-        )
+        baselines.duckdb_from_log(str(local_path(log_glob(settings, PIPELINE))), start, end, target / "duckdb.parquet")
         return
     from lakehouse.storage.spark import build_spark_session
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
-from lakehouse.location import local_path
+from lakehouse.location import Location, Scheme, local_path
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import STREAM_PROGRESS, Table, pipeline_tables
 from tests.conftest import make_settings
@@ -272,18 +272,17 @@ def kill_after(
 
 def commits(settings: Settings, table: Table) -> int:
     """The table's commit files: in a local folder, or through boto3 in object storage."""
-    uri = table.uri(settings)
-    if uri.startswith("s3a://"):
+    location = Location.parse(table.uri(settings))
+    if location.scheme is Scheme.S3:
         from lakehouse.storage import object_store
 
-        bucket, key = object_store.split(f"{uri}/_delta_log/")
         s3 = object_store.client(settings)
         try:
-            listed = s3.list_objects_v2(Bucket=bucket, Prefix=key)
+            listed = s3.list_objects_v2(Bucket=location.bucket, Prefix=f"{location.key}/_delta_log/")
         except s3.exceptions.NoSuchBucket:  # the job has not created it yet
             return 0
         return sum(item["Key"].endswith(".json") for item in listed.get("Contents", []))
-    log_dir = local_path(uri) / "_delta_log"
+    log_dir = location.local_path / "_delta_log"
     return len(list(log_dir.glob("*.json"))) if log_dir.exists() else 0
 
 

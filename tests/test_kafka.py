@@ -24,6 +24,7 @@ from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.location import Location
 from lakehouse.storage.archive import Archive, check_covered
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
@@ -100,8 +101,9 @@ def object_names(settings, uri: str, suffix: str) -> list[str]:
     """The keys under an s3a:// location that end with ``suffix``, through boto3."""
     from lakehouse.storage import object_store
 
-    bucket, prefix = object_store.split(uri)
-    pages = object_store.client(settings).get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix)
+    location = Location.parse(uri)
+    pages = object_store.client(settings).get_paginator("list_objects_v2")
+    pages = pages.paginate(Bucket=location.bucket, Prefix=location.key)
     return sorted(item["Key"] for page in pages for item in page.get("Contents", []) if item["Key"].endswith(suffix))
 
 

@@ -25,7 +25,6 @@ from lakehouse.location import local_path, to_uri
 from lakehouse.serving.status import pipeline_status
 from lakehouse.settings import Settings
 from lakehouse.storage import archive as log_module
-from lakehouse.storage import object_store
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
 from lakehouse.storage.faults import check_checkpoint
 from lakehouse.storage.log_files import log_files
@@ -104,7 +103,7 @@ def test_damaged_or_missing_checkpoint_and_commit_files_stop_the_stream_until_pu
     assert lakehouse(capsys, *STREAM) == (0, "")
     with_s3 = Settings.from_env()
     checkpoint = log_files(with_s3, with_s3.speed_checkpoint_uri(PIPELINE.name))
-    s3, (bucket, prefix) = checkpoint.s3, object_store.split(checkpoint.uri)
+    s3, bucket, prefix = checkpoint.s3, checkpoint.bucket, checkpoint.prefix
 
     # The newest commit file damaged: the message says to delete it, and the batch runs again.
     commit = f"commits/{_newest_name(checkpoint, 'commits')}"

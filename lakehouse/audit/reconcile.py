@@ -40,6 +40,7 @@ from lakehouse.dataflow.clocks import received_at
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
+from lakehouse.location import Scheme
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
 from lakehouse.storage.archive import read_log
@@ -264,7 +265,7 @@ class PinnedReads:
             )
             .join(written, on="file_name", how="left")
             .withColumn(
-                "written_at", F.coalesce("file_written_at", F.when(source.startswith("kafka:"), received_at(source)))
+                "written_at", F.coalesce("file_written_at", F.when(Scheme.KAFKA.matches(source), received_at(source)))
             )
         )
         was_read = F.col("read_unit_matched") & (

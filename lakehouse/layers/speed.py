@@ -42,6 +42,7 @@ from lakehouse.layers.micro_batch import (
     progress_row,
 )
 from lakehouse.layers.seen_ids import SeenIdIndex
+from lakehouse.location import Location, Scheme
 from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
@@ -217,7 +218,7 @@ class SpeedLayer:
         before Spark reads it (lakehouse.storage.faults): in a local folder or in S3. Spark's own
         errors stand for a checkpoint elsewhere (HDFS, say)."""
         uri = self.settings.speed_checkpoint_uri(self.pipeline.name)
-        if not uri.startswith(("file:", "s3a://")):
+        if Location.parse(uri).scheme not in (Scheme.FILE, Scheme.S3):
             return
         mine = ds.field("pipeline") == self.pipeline.name
         progress = arrow_at(STREAM_PROGRESS.uri(self.settings), ["batch_id"], mine, self.settings)

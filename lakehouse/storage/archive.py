@@ -22,7 +22,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
 from lakehouse.errors import LakehouseError
-from lakehouse.location import local_path
+from lakehouse.location import Location
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
 from lakehouse.storage.log import LogWriter, partition_dir, read_files
@@ -137,10 +137,7 @@ def check_covered(settings: Settings, topic: str, arrived_from: datetime) -> dat
 
 
 def _location(settings: Settings) -> str:
-    try:
-        return str(local_path(settings.log_uri))
-    except LakehouseError:
-        return settings.log_uri
+    return Location.parse(settings.log_uri).display
 
 
 def read_archive_then_kafka(spark, settings: Settings, topic: str, arrived_from: datetime | None):

@@ -16,6 +16,7 @@ from lakehouse.dataflow.pipelines import DIMENSIONS, PIPELINES, WINDOW_JOINS
 from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
 from lakehouse.dataflow.window_joins import window_join_sql
 from lakehouse.errors import LakehouseError
+from lakehouse.location import Location
 from lakehouse.settings import Settings
 from lakehouse.storage.spark import is_remote
 from lakehouse.vocabulary import AccumulationMode, Layer
@@ -426,7 +427,7 @@ def table_exists(spark: SparkSession, uri: str) -> bool:
     (0.1 ms against 4 ms through a warm session's JVM, 120 ms in a new one; an audit or a
     registration asks for every table) and for a Spark Connect client; of the session otherwise,
     which knows the object store's endpoint and keys."""
-    if is_remote(spark) or uri.startswith("file:"):
+    if is_remote(spark) or Location.parse(uri).is_local:
         return table_in_storage(uri)
     from delta.tables import DeltaTable
 

@@ -12,7 +12,7 @@ import json
 import re
 
 from lakehouse.errors import LakehouseError
-from lakehouse.location import local_path
+from lakehouse.location import Location
 from lakehouse.storage.log_files import LocalFiles, ObjectFiles
 
 
@@ -113,8 +113,7 @@ _ADVICE = {
 
 def _shown(files: LocalFiles | ObjectFiles, name: str = "") -> str:
     """A checkpoint file's location as a user finds it: a local path, or its s3a:// URI."""
-    location = f"{files.uri.rstrip('/')}/{name}" if name else files.uri
-    return str(local_path(location)) if location.startswith("file:") else location
+    return (Location.parse(files.uri) / name).display
 
 
 def _require_json(files: LocalFiles | ObjectFiles, name: str, header: bool) -> None:

@@ -21,6 +21,7 @@ from datetime import UTC, datetime
 from lakehouse.dataflow.clocks import SPARK_STAMP
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
+from lakehouse.location import Scheme
 from lakehouse.settings import Settings
 
 TOPIC_PARTITIONS = 3
@@ -253,7 +254,7 @@ def read_offsets(parsed, units: list[str]) -> list[str]:
     that offset bounds what it has read, and a batch's row stays small whatever its size."""
     from pyspark.sql import functions as F
 
-    if not any(unit.startswith("kafka:") for unit in units):
+    if not any(Scheme.KAFKA.matches(unit) for unit in units):
         return units
     kafka = parsed.where(F.col("source_file").rlike(_LOCATOR))
     last = kafka.groupBy(F.regexp_extract("source_file", _LOCATOR, 1).alias("partition")).agg(

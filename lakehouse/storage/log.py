@@ -18,6 +18,7 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow.clocks import log_file_name
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import EPOCH
+from lakehouse.location import Location, Scheme
 from lakehouse.settings import Settings
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log_files import Entry, local_entries, log_files, object_entries
@@ -50,13 +51,13 @@ class LogWriter:
 def _listing(spark: SparkSession, settings: Settings, uri: str) -> list[Entry]:
     """A folder's entries ([] when it does not exist), without reading any file: a local log
     directly, one in S3 through boto3, any other through Hadoop's file system in this process's JVM."""
-    if uri.startswith("file:"):
+    location = Location.parse(uri)
+    if location.is_local:
         return local_entries(uri)
-    if uri.startswith("s3a://"):
+    if location.scheme is Scheme.S3:
         from lakehouse.storage import object_store
 
-        bucket, key = object_store.split(uri)
-        return object_entries(object_store.client(settings), bucket, key)
+        return object_entries(object_store.client(settings), location.bucket, location.key)
     if is_remote(spark):
         raise LakehouseError(f"a Spark Connect client lists a local or S3 log only, and {uri} is neither")
     path = spark._jvm.org.apache.hadoop.fs.Path(uri)

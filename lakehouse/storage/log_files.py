@@ -13,11 +13,10 @@ import os
 import shutil
 import time
 from datetime import UTC
-from pathlib import Path
 from urllib.parse import unquote
 
 from lakehouse.errors import LakehouseError
-from lakehouse.location import local_path, to_uri
+from lakehouse.location import Location, Scheme, local_path, to_uri
 from lakehouse.settings import Settings
 
 
@@ -79,8 +78,8 @@ class ObjectFiles:
         from lakehouse.storage import object_store
 
         self.uri = uri
-        self.bucket, prefix = object_store.split(uri)
-        self.prefix = prefix.rstrip("/")
+        location = Location.parse(uri)
+        self.bucket, self.prefix = location.bucket, location.key
         self.s3 = object_store.client(settings)
         object_store.ensure_bucket(self.s3, self.bucket)
 
@@ -89,7 +88,7 @@ class ObjectFiles:
 
     def put(self, relative: str, text: str) -> str:
         self.s3.put_object(Bucket=self.bucket, Key=self._key(relative), Body=text.encode("utf-8"))
-        return f"s3a://{self.bucket}/{self._key(relative)}"
+        return Location.in_bucket(self.bucket, self._key(relative)).spark
 
     def read(self, relative: str) -> str | None:
         try:
@@ -104,13 +103,11 @@ class ObjectFiles:
 
     def remove_folder(self, uri: str) -> None:
         """Delete every object under a folder of the log (an expired ingest hour), a page at a time."""
-        from lakehouse.storage import object_store
-
-        bucket, key = object_store.split(uri)
-        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=key.rstrip("/") + "/"):
+        folder = Location.parse(uri)
+        for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=folder.bucket, Prefix=folder.key + "/"):
             keys = [{"Key": item["Key"]} for item in page.get("Contents", [])]
             if keys:
-                self.s3.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+                self.s3.delete_objects(Bucket=folder.bucket, Delete={"Objects": keys, "Quiet": True})
 
 
 def object_entries(s3, bucket: str, folder_key: str) -> list[Entry]:
@@ -120,24 +117,26 @@ def object_entries(s3, bucket: str, folder_key: str) -> list[Entry]:
     for page in s3.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix, Delimiter="/"):
         for folder in page.get("CommonPrefixes", []):
             name = folder["Prefix"][len(prefix) :].rstrip("/")
-            entries.append(Entry(name, f"s3a://{bucket}/{folder['Prefix'].rstrip('/')}", True, 0))
+            entries.append(Entry(name, Location.in_bucket(bucket, folder["Prefix"]).spark, True, 0))
         for item in page.get("Contents", []):
             modified_ms = int(item["LastModified"].astimezone(UTC).timestamp() * 1000)
-            entries.append(Entry(item["Key"][len(prefix) :], f"s3a://{bucket}/{item['Key']}", False, modified_ms))
+            uri = Location.in_bucket(bucket, item["Key"]).spark
+            entries.append(Entry(item["Key"][len(prefix) :], uri, False, modified_ms))
     return entries
 
 
 def log_files(settings: Settings, uri: str) -> LocalFiles | ObjectFiles:
     """The files under ``uri``: a local folder (``file:``) or an S3 prefix (``s3a://``)."""
-    if uri.startswith("file:"):
+    scheme = Location.parse(uri).scheme
+    if scheme is Scheme.FILE:
         return LocalFiles(uri)
-    if uri.startswith("s3a://"):
+    if scheme is Scheme.S3:
         return ObjectFiles(settings, uri)
     raise LakehouseError(f"the platform writes log files to file: or s3a:// locations, not {uri}")
 
 
 def local_entries(uri: str) -> list[Entry]:
-    folder = Path(local_path(uri))
+    folder = local_path(uri)
     if not folder.is_dir():
         return []
     with os.scandir(folder) as entries:
@@ -153,10 +152,11 @@ def unterminated_files(uris: list[str]) -> dict[str, float]:
     whole (a PUT is atomic) and are not looked at."""
     found = {}
     for uri in uris:
-        if not uri.startswith("file:"):
+        location = Location.parse(unquote(uri))  # Spark's URIs are percent-encoded
+        if not location.is_local:
             continue
         try:
-            with open(local_path(unquote(uri)), "rb") as file:  # Spark's URIs are percent-encoded
+            with open(location.local_path, "rb") as file:
                 size = file.seek(0, os.SEEK_END)
                 if size:
                     file.seek(size - 1)

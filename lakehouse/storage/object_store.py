@@ -12,9 +12,9 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
-from urllib.parse import urlparse
 
 from lakehouse.errors import LakehouseError
+from lakehouse.location import Location, Scheme
 from lakehouse.settings import Settings
 
 # hadoop-aws at the version of pyspark's Hadoop, and the AWS SDK bundle and stream reader its POM names.
@@ -70,12 +70,6 @@ def _client(endpoint_url: str, key: str, secret: str):
     )
 
 
-def split(uri: str) -> tuple[str, str]:
-    """``s3a://bucket/some/key`` as (bucket, ``some/key``)."""
-    parsed = urlparse(uri)
-    return parsed.netloc, parsed.path.lstrip("/")
-
-
 def ensure_bucket(s3, bucket: str) -> None:
     """Create the bucket when it does not exist yet (a first write to a new store)."""
     from botocore.exceptions import ClientError
@@ -90,8 +84,8 @@ def ensure_bucket(s3, bucket: str) -> None:
 
 def ensure_buckets(settings: Settings) -> list[str]:
     """Create the buckets the settings' s3a:// locations name, when missing; returns their names."""
-    uris = (settings.log_uri, settings.warehouse_uri, settings.checkpoint_uri)
-    buckets = sorted({split(uri)[0] for uri in uris if uri.startswith("s3a://")})
+    locations = [Location.parse(uri) for uri in (settings.log_uri, settings.warehouse_uri, settings.checkpoint_uri)]
+    buckets = sorted({location.bucket for location in locations if location.scheme is Scheme.S3})
     if buckets:
         s3 = client(settings)
         for bucket in buckets:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+from lakehouse.location import Location
 from lakehouse.settings import Settings
 from lakehouse.storage.table_names import ALERTS_COLUMNS, ALERTS_TABLE
 
@@ -21,15 +22,9 @@ def delta_rs_location(uri: str, settings: Settings | None = None) -> tuple[str, 
     """The location as delta-rs spells it (plain local paths, ``s3://`` for Hadoop's ``s3a://``) and
     the options it needs there: an object store's endpoint and keys, from ``settings`` (None: this
     process's)."""
-    if uri.startswith("file:"):
-        from lakehouse.location import local_path
+    from lakehouse.storage import object_store
 
-        return str(local_path(uri)), {}
-    if uri.startswith("s3a://"):
-        from lakehouse.storage import object_store
-
-        return "s3://" + uri[len("s3a://") :], object_store.delta_rs_options(settings or Settings.from_env())
-    return uri, {}
+    return Location.parse(uri).delta_rs(lambda: object_store.delta_rs_options(settings or Settings.from_env()))
 
 
 def read_rows(
