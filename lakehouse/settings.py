@@ -1,8 +1,9 @@
 """One settings object for every entry point, chosen by environment variables.
 
-Every location is a URI (``file:///...`` locally, ``s3a://bucket/prefix`` on a cluster), so the
-same code runs against local disk and object storage. Paths are derived from ``LAKEHOUSE_HOME``
-unless overridden one by one.
+Every location is a URI in Spark's spelling (``file:/...`` locally, ``s3a://bucket/prefix`` on a
+cluster; lakehouse.location spells it for other clients), so the same code runs against local disk
+and object storage. Paths are derived from ``LAKEHOUSE_HOME`` unless overridden one by one. The
+fields come in groups (paths, Spark, stream tuning, orchestration, services), a record each.
 """
 
 from __future__ import annotations
