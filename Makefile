@@ -83,9 +83,11 @@ bench: setup
 
 # The chaos loop, long (tests/chaos.py): the stream, a backfill, a correction and maintenance at once,
 # 100 SIGKILLs (CHAOS_KILLS) at chosen then random moments, then every table against a clean run.
-# CHAOS_SEED replays a loop's choices. Figures in test-artifacts/chaos.json.
+# CHAOS_SEED replays a loop's choices. Figures in test-artifacts/chaos.json. Then each JVM-free
+# command 1,000 times through the CLI's exit (tests/test_exit_codes.py; the unit tier runs 200).
 chaos: setup
 	$(VENV)/bin/python -m tests.chaos
+	LAKEHOUSE_EXIT_RUNS=1000 $(VENV)/bin/python -m pytest -q tests/test_exit_codes.py
 
 # Every benchmark at a tiny size, one run each (CI runs the backfill suite's: tests/test_bench_smoke.py).
 bench-smoke: setup

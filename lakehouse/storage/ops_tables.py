@@ -75,6 +75,28 @@ def arrow_at(uri: str, columns: list[str] | None = None, where=None, settings: S
         where: a ``pyarrow.dataset`` expression (None: every row).
         settings: where the table's store is (None: this process's settings).
     """
+    dataset = _dataset(uri, settings)
+    return dataset.to_table(columns=columns, filter=where) if dataset is not None else None
+
+
+def row_count(uri: str, settings: Settings | None = None) -> int | None:
+    """The table's rows (None when it does not exist yet), from its files' footers: no data read."""
+    dataset = _dataset(uri, settings)
+    return dataset.count_rows() if dataset is not None else None
+
+
+def _dataset(uri: str, settings: Settings | None):
+    """The table's current files as a pyarrow dataset (None when the table does not exist yet).
+
+    A local table's files are read through Arrow's own file system, not delta-rs's default, a
+    Python object (``deltalake.fs.DeltaStorageHandler`` in a ``pyarrow.fs.PyFileSystem``) whose
+    opened files are Python objects too. Arrow's scan finishes on its own threads after
+    ``to_table`` returns, and the last of them to let go of a Python object takes the GIL to free
+    it; when the interpreter has begun to exit by then, Python 3.11 ends that thread with
+    ``pthread_exit``, whose unwinding through the C++ destructor aborts the process (docs/operations.md,
+    "Exit codes"). Arrow's local file system holds no Python object, so nothing is left to free.
+    """
+    import pyarrow.fs as pa_fs
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -83,19 +105,9 @@ def arrow_at(uri: str, columns: list[str] | None = None, where=None, settings: S
         table = DeltaTable(location, storage_options=options)
     except TableNotFoundError:
         return None
-    return table.to_pyarrow_dataset().to_table(columns=columns, filter=where)
-
-
-def row_count(uri: str, settings: Settings | None = None) -> int | None:
-    """The table's rows (None when it does not exist yet), from its files' footers: no data read."""
-    from deltalake import DeltaTable
-    from deltalake.exceptions import TableNotFoundError
-
-    location, options = delta_rs_location(uri, settings)
-    try:
-        return DeltaTable(location, storage_options=options).to_pyarrow_dataset().count_rows()
-    except TableNotFoundError:
-        return None
+    local = "://" not in location
+    filesystem = pa_fs.SubTreeFileSystem(location, pa_fs.LocalFileSystem()) if local else None
+    return table.to_pyarrow_dataset(filesystem=filesystem)
 
 
 def append_rows(uri: str, schema, rows: list[dict], settings: Settings | None = None) -> None:
