@@ -105,8 +105,8 @@ def _dataset(uri: str, settings: Settings | None):
         table = DeltaTable(location, storage_options=options)
     except TableNotFoundError:
         return None
-    local = "://" not in location
-    filesystem = pa_fs.SubTreeFileSystem(location, pa_fs.LocalFileSystem()) if local else None
+    local = Location.parse(uri)
+    filesystem = pa_fs.SubTreeFileSystem(str(local.local_path), pa_fs.LocalFileSystem()) if local.is_local else None
     return table.to_pyarrow_dataset(filesystem=filesystem)
 
 
