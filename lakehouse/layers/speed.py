@@ -41,7 +41,7 @@ from lakehouse.layers.micro_batch import (
     parse_batch,
     progress_row,
 )
-from lakehouse.layers.seen_ids import SeenIdIndex
+from lakehouse.layers.seen_ids import IdLookup, SeenIdIndex
 from lakehouse.location import Location, Scheme
 from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
@@ -187,6 +187,7 @@ class SpeedLayer:
         self._query_started = threading.Event()
         if query_id:
             self._query_started.set()
+        self._planner = BatchPlanner(settings, pipeline, self.tables, self.watermark_delay, self.allowed_lateness)
         self._writer = BatchWriter(settings, pipeline, self.tables, self.watermark_delay)
         self._last_committed: CommittedBatch | None = None
         self._pane_state: CarriedState | None = None
@@ -240,25 +241,17 @@ class SpeedLayer:
     def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
         started = time.time()
         last_committed, self._last_committed = self._last_committed, None
-        with session_confs(raw.sparkSession, code_generation_for(input_bytes=self._input_bytes(raw, last_committed))):
-            parse = self._parse(raw)
+        planner = self._planner
+        with session_confs(raw.sparkSession, code_generation_for(input_bytes=planner.input_bytes(raw, last_committed))):
+            parse = planner.parse(raw)
         try:
-            batch = self._micro_batch(raw.sparkSession, parse, batch_id, last_committed)
+            batch = planner.micro_batch(raw.sparkSession, parse, self.app_id, batch_id, last_committed)
             with session_confs(batch.spark, code_generation_for(batch.summary["input_rows"])):
                 counts, next_state, next_index = self._label_and_write(batch)
         finally:
             parse.parsed.unpersist()
-        # Written last: a progress row means every write of its batch has committed. One row, so
-        # through delta-rs rather than a Spark job (lakehouse.storage.ops_tables).
-        append_rows_stamped_once(
-            STREAM_PROGRESS.uri(self.settings),
-            STREAM_PROGRESS.arrow_schema,
-            [progress_row(batch, self.pipeline, counts, started, time.time())],
-            batch.app_id,
-            batch_id,
-            first_attempt=batch.first_attempt,
-            settings=self.settings,
-        )
+        # Written last: a progress row means every write of its batch has committed.
+        self._writer.append_progress(batch, counts, started)
         self._last_committed = CommittedBatch(
             batch.app_id, batch_id, batch.max_event_time, batch.summary["input_bytes"]
         )
@@ -267,7 +260,36 @@ class SpeedLayer:
         self._pane_state = CarriedState(batch.app_id, batch_id + 1, next_state)
         self._seen_ids = CarriedState(batch.app_id, batch_id + 1, next_index) if next_index is not None else None
 
-    def _input_bytes(self, raw: DataFrame, last_committed: CommittedBatch | None) -> int | None:
+    def _label_and_write(self, batch: MicroBatch) -> tuple[dict[str, int], pa.Table, SeenIdIndex | None]:
+        """Give the batch's events their fates and write bronze, quarantine and the panes; returns the
+        fate counts, and the pane state and index of accepted ids the next batch starts from."""
+        fates, lookup = self._planner.label_fates(batch, self._seen_ids)
+        try:
+            counts = self._writer.append_events(batch, fates)
+            state = self._writer.emit_panes(batch, fates, counts, self._pane_state)
+            return counts, state, lookup.index_after(batch.max_event_time, self._planner.horizon)
+        finally:
+            fates.unpersist()
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchPlanner:
+    """What a micro-batch will do, decided before any of its writes: its lines parsed, its ids and
+    watermark, and its events' fates. It reads (the log, bronze, the progress table) but writes
+    nothing; the writes are BatchWriter's."""
+
+    settings: Settings
+    pipeline: Pipeline
+    tables: PipelineTables
+    watermark_delay: str
+    allowed_lateness: str
+
+    @property
+    def horizon(self) -> timedelta:
+        """How far back in event time a batch's ids are looked for in bronze."""
+        return parse_duration(self.settings.dedupe_horizon)
+
+    def input_bytes(self, raw: DataFrame, last_committed: CommittedBatch | None) -> int | None:
         """The bytes a batch reads, known before its parse: the sizes of its log files. On Kafka,
         Spark's estimate was not checked against the records' size; there it is the batch before's
         (a stream's batches are alike), and none after a start."""
@@ -275,7 +297,7 @@ class SpeedLayer:
             return planned_bytes(raw)
         return last_committed.input_bytes if last_committed else None
 
-    def _parse(self, raw: DataFrame) -> ParsedBatch:
+    def parse(self, raw: DataFrame) -> ParsedBatch:
         """The batch's lines parsed (cached), summed up and their valid events' digests
         (``parse_batch``); read again whole if a file in it was still being written (see
         whole_files)."""
@@ -286,24 +308,8 @@ class SpeedLayer:
         parse.parsed.unpersist()
         return parse_batch(again, self.pipeline)
 
-    def _label_and_write(self, batch: MicroBatch) -> tuple[dict[str, int], pa.Table, SeenIdIndex | None]:
-        """Give the batch's events their fates and write bronze, quarantine and the panes; returns the
-        fate counts, and the pane state and index of accepted ids the next batch starts from."""
-        horizon = parse_duration(self.settings.dedupe_horizon)
-        with session_confs(batch.spark, BRONZE_SKIPPING):
-            fates, lookup = label_batch_fates(
-                batch, self.tables.bronze.uri(self.settings), self.pipeline, horizon, self._seen_ids
-            )
-            fates = fates.persist()  # planned here, with skipping on
-        try:
-            counts = self._writer.append_events(batch, fates)
-            state = self._writer.emit_panes(batch, fates, counts, self._pane_state)
-            return counts, state, lookup.index_after(batch.max_event_time, horizon)
-        finally:
-            fates.unpersist()
-
-    def _micro_batch(
-        self, spark: SparkSession, parse: ParsedBatch, batch_id: int, last_committed: CommittedBatch | None
+    def micro_batch(
+        self, spark: SparkSession, parse: ParsedBatch, app_id: str, batch_id: int, last_committed: CommittedBatch | None
     ) -> MicroBatch:
         """The batch's ids, parse and watermark; until it commits, a run of it again (after a
         failure) must look for its own rows.
@@ -311,10 +317,10 @@ class SpeedLayer:
         Args:
             spark: the batch's session.
             parse: the batch's parsed lines, their summary and digests.
+            app_id: the stream's query id, which names its transactions.
             batch_id: the micro-batch's id.
             last_committed: the batch this layer committed last in this process (None: none yet).
         """
-        app_id = self.app_id
         first_attempt = last_committed is not None and last_committed.precedes(app_id, batch_id)
         max_before = (
             last_committed.max_event_time
@@ -333,6 +339,21 @@ class SpeedLayer:
             watermark_for(max_before, self.watermark_delay, self.allowed_lateness),
             max_through,
         )
+
+    def label_fates(self, batch: MicroBatch, seen_ids: CarriedState | None) -> tuple[DataFrame, IdLookup]:
+        """The batch's valid events with their fates (``label_batch_fates``), persisted: the caller
+        unpersists them once written. Planned with data skipping on, for the reads of bronze; also
+        returns how the ids were looked up.
+
+        Args:
+            batch: the micro-batch.
+            seen_ids: the index of accepted ids the batch before left (None after a start).
+        """
+        with session_confs(batch.spark, BRONZE_SKIPPING):
+            fates, lookup = label_batch_fates(
+                batch, self.tables.bronze.uri(self.settings), self.pipeline, self.horizon, seen_ids
+            )
+            return fates.persist(), lookup  # planned here, with skipping on
 
 
 @dataclasses.dataclass(frozen=True)
@@ -446,6 +467,19 @@ class BatchWriter:
             transaction=(batch.app_id, batch.batch_id),
             target_rows=window_dates_of(emitted),
             settings=settings,
+        )
+
+    def append_progress(self, batch: MicroBatch, counts: dict[str, int], started: float) -> None:
+        """Append the batch's ``ops.stream_progress`` row, once; the caller writes it last. One row,
+        so through delta-rs rather than a Spark job (lakehouse.storage.ops_tables)."""
+        append_rows_stamped_once(
+            STREAM_PROGRESS.uri(self.settings),
+            STREAM_PROGRESS.arrow_schema,
+            [progress_row(batch, self.pipeline, counts, started, time.time())],
+            batch.app_id,
+            batch.batch_id,
+            first_attempt=batch.first_attempt,
+            settings=self.settings,
         )
 
 
