@@ -12,7 +12,8 @@ import re
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from lakehouse.dataflow.pipelines import DIMENSIONS, PIPELINES, WINDOW_JOINS
+from lakehouse.dataflow.metric_merges import derived_sql, served_sql
+from lakehouse.dataflow.pipelines import all_dimensions, all_pipelines, all_window_joins
 from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
 from lakehouse.dataflow.window_joins import window_join_sql
 from lakehouse.errors import LakehouseError
@@ -126,6 +127,8 @@ BATCH_COVERAGE = Table(
         ("source", STR),
         ("written_at", TS),
         ("input_fingerprint", STR),
+        # The pipeline's definition digest when the range was recomputed (lakehouse stale compares it).
+        ("definition", STR),
     ),
 )
 STRING_MAP, STRINGS = T.MapType(STR, STR), T.ArrayType(STR)
@@ -282,7 +285,8 @@ def dimension_table(dimension: Dimension) -> Table:
     return Table("dim", dimension.name, struct_of(*[(n, STR) for n in names], ("valid_from", TS), ("valid_to", TS)))
 
 
-DIMENSION_TABLES = tuple(dimension_table(d) for d in DIMENSIONS.values())
+def dimension_tables() -> tuple[Table, ...]:
+    return tuple(dimension_table(d) for d in all_dimensions().values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -537,7 +541,10 @@ def serving_view_sql(
     coverage = coverage or BATCH_COVERAGE.qualified_name
     columns = ", ".join(pipeline.gold_columns)
     speed_columns = ", ".join(f"s.{c}" for c in pipeline.gold_columns)
+    served = ", ".join([*pipeline.gold_columns[: -len(pipeline.metrics)], *map(served_sql, pipeline.metrics)])
+    served = ", ".join([served, *derived_sql(pipeline), "source", "is_final", "updated_at"])
     return f"""
+      SELECT {served} FROM (
         SELECT {columns}, '{Layer.BATCH}' AS source, TRUE AS is_final, updated_at
         FROM {batch}
         UNION ALL
@@ -547,6 +554,7 @@ def serving_view_sql(
         LEFT ANTI JOIN (SELECT range_start, range_end FROM {coverage}
                         WHERE pipeline = '{pipeline.name}') AS c
           ON s.window_start >= c.range_start AND s.window_start < c.range_end
+      )
     """
 
 
@@ -560,7 +568,8 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
     """
     panes = pipeline_tables(pipeline).panes.qualified_name
     window_key = ", ".join(["window_start", "window_end", *pipeline.keys])
-    metrics = pipeline.metric_names
+    # What a pane adds or withdraws is a difference: only counts and sums have one.
+    metrics = [m.name for m in pipeline.metrics if m.is_additive or mode == AccumulationMode.ACCUMULATING]
     lagged = ", ".join(f"LAG({m}) OVER w AS _prev_{m}" for m in metrics)
     history = (
         f"SELECT *, {lagged}, LAG(is_retraction) OVER w AS _prev_retraction FROM {panes} "
@@ -568,7 +577,7 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
     )
     pane_columns = "pane_index, timing, batch_id"
     if mode == "accumulating":
-        values = ", ".join(metrics)
+        values = ", ".join([served_sql(m) for m in pipeline.metrics])
         return (
             f"SELECT {window_key}, {values}, {pane_columns} FROM ("
             f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {window_key} ORDER BY pane_index DESC) AS _newest "
@@ -593,8 +602,8 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
 
 def registrable_tables(pipelines: list[Pipeline] | None = None) -> list[Table]:
     """Every table SQL may name, shared ones first (each once), for ``pipelines`` (default: all)."""
-    pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
-    tables = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES + DIMENSION_TABLES)
+    pipelines = list(all_pipelines().values()) if pipelines is None else pipelines
+    tables = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES + dimension_tables())
     for pipeline in pipelines:
         tables += all_tables(pipeline)[:5]  # its own; all_tables lists the shared ones after
     return tables
@@ -611,7 +620,7 @@ def register_tables(
         pipelines: whose tables (default: every shipped pipeline).
         skip: names registered before, left as they are (the Spark service registers new tables only).
     """
-    pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
+    pipelines = list(all_pipelines().values()) if pipelines is None else pipelines
     registered: list[str] = []
     for table in registrable_tables(pipelines):
         uri = table.uri(settings)
@@ -650,7 +659,7 @@ def _window_join_views(pipelines: list[Pipeline], known: set[str]) -> dict[str, 
     """Each windowed join of two of ``pipelines``: over both serving views (``gold.<name>``) and
     over both speed tables (``gold.<name>__speed``, what the stream alone computed)."""
     views = {}
-    for join in WINDOW_JOINS.values():
+    for join in all_window_joins().values():
         if not {join.events.name, join.readings.name} <= {pipeline.name for pipeline in pipelines}:
             continue
         events, readings = pipeline_tables(join.events), pipeline_tables(join.readings)
