@@ -18,6 +18,7 @@ ORDER = (
     "init",
     "check",
     "ingest",
+    "stale",
     "generate",
     "stream",
     "backfill",

@@ -180,3 +180,11 @@ class WindowKind(StrEnum):
     TUMBLING = "tumbling"
     HOPPING = "hopping"
     SESSION = "session"
+
+
+class Staleness(StrEnum):
+    """Why a range of the batch layer's windows no longer stands for its events (lakehouse stale)."""
+
+    OLDER_DEFINITION = "older_definition"  # recomputed by a definition of the pipeline since changed
+    NEVER_RECOMPUTED = "never_recomputed"  # bronze has its events, the batch layer never recomputed it
+    LATER_DATA = "later_data"  # events reached bronze after its recomputation, and no correction folded them

@@ -45,6 +45,14 @@ def merged_with_parent(child: dict, parent: dict) -> dict:
 
 
 def read_field(reader: Reader, name: str, value: Any, where: FieldPath) -> FieldSpec | None:
+    """A field: ``<kind>`` or ``{kind, required, precision, scale}``.
+
+    Args:
+        reader: records the problems.
+        name: the field's name.
+        value: what the file declares for it.
+        where: its field path in the file.
+    """
     declared = {"kind": value} if isinstance(value, str) else reader.mapping(value, where, required=True)
     reader.unknown_keys(declared, where, FIELD_SETTINGS)
     kind = reader.choice(declared.get("kind"), (*where, "kind") if isinstance(value, dict) else where, FieldKind)
@@ -86,7 +94,14 @@ def read_window(reader: Reader, data: dict) -> WindowSpec:
 
 
 def read_metric(reader: Reader, name: str, value: Any, where: FieldPath) -> MetricSpec | None:
-    """``count``, ``{sum|min|max|approx_distinct: <field>}`` or ``{mean: {sum: <metric>, count: <metric>}}``."""
+    """``count``, ``{sum|min|max|approx_distinct: <field>}`` or ``{mean: {sum: <metric>, count: <metric>}}``.
+
+    Args:
+        reader: records the problems.
+        name: the metric's name.
+        value: what the file declares for it.
+        where: its field path in the file.
+    """
     if isinstance(value, str):
         kind = reader.choice(value, where, MetricKind)
         if kind is not None and kind != MetricKind.COUNT:
