@@ -61,7 +61,8 @@ def cmd_ingest(args, settings: Settings) -> None:
         )
     if args.source != "-" and not Path(args.source).is_file():
         raise LakehouseError(f"no such file: {args.source}")
-    writer = _writer(settings, spec.topic)
+    # Kafka keys by the event id: its copies then share a partition, read in the order they arrived.
+    writer = _writer(settings, spec.topic, spec.event_id)
     tag, written, batch = uuid.uuid4().hex[:12], 0, []
     for line in _lines(args.source):
         batch.append(line)
@@ -73,12 +74,12 @@ def cmd_ingest(args, settings: Settings) -> None:
     print(f"ingested {written} lines into the log of {spec.topic}")
 
 
-def _writer(settings: Settings, topic: str):
+def _writer(settings: Settings, topic: str, key_field: str):
     sink = LogSink.KAFKA if settings.kafka_bootstrap else LogSink.FILES
     if sink == LogSink.KAFKA:
         from lakehouse.storage.kafka_log import KafkaLogWriter
 
-        return KafkaLogWriter(settings, topic)
+        return KafkaLogWriter(settings, topic, key_field)
     from lakehouse.storage.log import LogWriter
 
     return LogWriter(settings, topic)

@@ -7,6 +7,7 @@ own in-memory catalog, so any number of JVMs (stream, batch, SQL) can use them a
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 from pyspark.sql import SparkSession
@@ -33,6 +34,8 @@ class Table:
     # Columns Delta computes on every write: (name, type, SQL expression over ``columns``). Writers
     # leave them out; readers may filter on them.
     generated: tuple[tuple[str, T.DataType, str], ...] = ()
+    # A gold table's grouping keys, kept in its properties: a job refuses a pipeline whose keys changed.
+    keys: tuple[str, ...] | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -366,6 +369,7 @@ def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
             struct_of(*gold_fields, ("last_batch_id", LONG), ("updated_at", TS)),
             change_data_feed=True,
             **BY_WINDOW_DATE,
+            keys=pipeline.keys,
         ),
         batch=Table(
             "gold",
@@ -373,6 +377,7 @@ def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
             struct_of(*gold_fields, ("run_id", STR), ("updated_at", TS)),
             change_data_feed=True,
             **BY_WINDOW_DATE,
+            keys=pipeline.keys,
         ),
         # Every pane the speed layer emitted: the value after the pane, its timing and index.
         panes=Table(
@@ -453,6 +458,7 @@ def table_in_storage(uri: str, settings: Settings | None = None) -> bool:
 # checkpoints every 100 commits unless the table says otherwise, and a reader of a table committed
 # to every few seconds would replay up to 99 commit files to build its snapshot.
 CHECKPOINT_EVERY_10_COMMITS = {"delta.checkpointInterval": "10"}
+KEYS_PROPERTY = "lakehouse.keys"
 CHANGE_DATA_FEED = {"delta.enableChangeDataFeed": "true"}
 
 
@@ -496,9 +502,40 @@ def _create(table: Table, uri: str, settings: Settings) -> None:
         location,
         schema=Schema.from_json(delta_schema_json(table)),
         partition_by=list(table.partition_by) or None,
-        configuration={**CHECKPOINT_EVERY_10_COMMITS, **(CHANGE_DATA_FEED if table.change_data_feed else {})},
+        configuration={
+            **CHECKPOINT_EVERY_10_COMMITS,
+            **(CHANGE_DATA_FEED if table.change_data_feed else {}),
+            **({KEYS_PROPERTY: ",".join(table.keys)} if table.keys is not None else {}),
+        },
         storage_options=options,
     )
+
+
+def evolve_table(table: Table, settings: Settings) -> None:
+    """Bring an existing table to the columns its pipeline declares now, keeping its history:
+    a column the declaration added (an optional field, a metric) is added, and old rows read null.
+    A change that would mix two meanings in one table is refused: another type for a column, or
+    other grouping keys (docs/pipelines.md, "Changing a pipeline")."""
+    from deltalake import DeltaTable
+    from deltalake.schema import Field
+
+    from lakehouse.storage.ops_tables import delta_rs_location
+
+    location, options = delta_rs_location(table.uri(settings), settings)
+    current = DeltaTable(location, storage_options=options)
+    existing = {f["name"]: f["type"] for f in json.loads(current.schema().to_json())["fields"]}
+    declared = json.loads(table.columns.json())["fields"]
+    retyped = [f["name"] for f in declared if f["name"] in existing and existing[f["name"]] != f["type"]]
+    keys_then = current.metadata().configuration.get(KEYS_PROPERTY)
+    if retyped or (table.keys is not None and keys_then is not None and keys_then != ",".join(table.keys)):
+        change = f"the type of {', '.join(retyped)}" if retyped else f"its keys ({keys_then or 'none'} before)"
+        raise LakehouseError(
+            f"{table.qualified_name}: the declaration changes {change}, which cannot change in place; "
+            "declare a new pipeline (a new file), then backfill it from the log"
+        )
+    added = [Field.from_json(json.dumps({**f, "nullable": True})) for f in declared if f["name"] not in existing]
+    if added:
+        current.alter.add_columns(added)
 
 
 def _last_cause(error: Exception) -> str:
@@ -518,6 +555,8 @@ def _table_found_at(uri: str, settings: Settings) -> bool:
 def ensure_pipeline_tables(settings: Settings, pipeline: Pipeline) -> PipelineTables:
     for table in all_tables(pipeline):
         ensure_table(table, settings)
+    for table in all_tables(pipeline)[:5]:  # its own; the shared ones follow
+        evolve_table(table, settings)
     return pipeline_tables(pipeline)
 
 
