@@ -458,7 +458,8 @@ def table_in_storage(uri: str, settings: Settings | None = None) -> bool:
 # checkpoints every 100 commits unless the table says otherwise, and a reader of a table committed
 # to every few seconds would replay up to 99 commit files to build its snapshot.
 CHECKPOINT_EVERY_10_COMMITS = {"delta.checkpointInterval": "10"}
-KEYS_PROPERTY = "lakehouse.keys"
+# A gold table's grouping keys are marked in its schema: a job refuses a pipeline whose keys changed.
+KEY_METADATA = {"lakehouse.key": True}
 CHANGE_DATA_FEED = {"delta.enableChangeDataFeed": "true"}
 
 
@@ -468,7 +469,11 @@ def delta_schema_json(table: Table) -> str:
     generated = [
         T.StructField(name, kind, True, {"delta.generationExpression": sql}) for name, kind, sql in table.generated
     ]
-    return T.StructType([*table.columns.fields, *generated]).json()
+    keys = set(table.keys or ())
+    columns = [
+        T.StructField(f.name, f.dataType, f.nullable, KEY_METADATA if f.name in keys else {}) for f in table.columns
+    ]
+    return T.StructType([*columns, *generated]).json()
 
 
 def ensure_table(table: Table, settings: Settings) -> None:
@@ -502,11 +507,7 @@ def _create(table: Table, uri: str, settings: Settings) -> None:
         location,
         schema=Schema.from_json(delta_schema_json(table)),
         partition_by=list(table.partition_by) or None,
-        configuration={
-            **CHECKPOINT_EVERY_10_COMMITS,
-            **(CHANGE_DATA_FEED if table.change_data_feed else {}),
-            **({KEYS_PROPERTY: ",".join(table.keys)} if table.keys is not None else {}),
-        },
+        configuration={**CHECKPOINT_EVERY_10_COMMITS, **(CHANGE_DATA_FEED if table.change_data_feed else {})},
         storage_options=options,
     )
 
@@ -523,12 +524,13 @@ def evolve_table(table: Table, settings: Settings) -> None:
 
     location, options = delta_rs_location(table.uri(settings), settings)
     current = DeltaTable(location, storage_options=options)
-    existing = {f["name"]: f["type"] for f in json.loads(current.schema().to_json())["fields"]}
+    fields = json.loads(current.schema().to_json())["fields"]
+    existing = {f["name"]: f["type"] for f in fields}
     declared = json.loads(table.columns.json())["fields"]
     retyped = [f["name"] for f in declared if f["name"] in existing and existing[f["name"]] != f["type"]]
-    keys_then = current.metadata().configuration.get(KEYS_PROPERTY)
-    if retyped or (table.keys is not None and keys_then is not None and keys_then != ",".join(table.keys)):
-        change = f"the type of {', '.join(retyped)}" if retyped else f"its keys ({keys_then or 'none'} before)"
+    keys_then = ",".join(f["name"] for f in fields if f.get("metadata", {}).get("lakehouse.key"))
+    if retyped or (table.keys is not None and keys_then and keys_then != ",".join(table.keys)):
+        change = f"the type of {', '.join(retyped)}" if retyped else f"its keys ({keys_then} before)"
         raise LakehouseError(
             f"{table.qualified_name}: the declaration changes {change}, which cannot change in place; "
             "declare a new pipeline (a new file), then backfill it from the log"
