@@ -174,6 +174,7 @@ class MetricKind(StrEnum):
     MAX = "max"
     APPROX_DISTINCT = "approx_distinct"  # a HyperLogLog sketch; its estimate is served
     MEAN = "mean"  # derived at query time from a sum and a count, never stored
+    CUSTOM = "custom"  # a function of the project's pipelines/metrics.py, merged as its decorator says
 
 
 class WindowKind(StrEnum):

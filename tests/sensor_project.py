@@ -32,6 +32,7 @@ metrics:
   coldest: {min: celsius}
   warmest: {max: celsius}
   firmwares: {approx_distinct: firmware}
+  warm_readings: {custom: warm_readings}
   mean_celsius: {mean: {sum: celsius_total, count: readings}}
 watermark_delay: 2m
 """
@@ -47,8 +48,22 @@ SUITE = {
 }
 
 
+# A metric the declaration cannot say, in the project's own Python.
+CUSTOM_METRICS = """\
+from pyspark.sql import functions as F
+
+from lakehouse.dataflow.custom_metrics import metric
+
+
+@metric(merge="sum", type="bigint")
+def warm_readings():
+    return F.count(F.when(F.col("celsius") >= 20, 1))
+"""
+
+
 def add_to_project(root: Path) -> None:
     (root / "pipelines" / f"{NAME}.yaml").write_text(PIPELINE)
+    (root / "pipelines" / "metrics.py").write_text(CUSTOM_METRICS)
     (root / "expectations" / f"{NAME}.raw_events.json").write_text(json.dumps(SUITE, indent=2))
 
 
@@ -107,6 +122,7 @@ def _values(readings: list[dict]) -> dict:
         "coldest": min(temperatures),
         "warmest": max(temperatures),
         "firmwares": len({r["firmware"] for r in readings}),
+        "warm_readings": sum(1 for t in temperatures if t >= 20),
         "mean_celsius": total / len(readings),
     }
 

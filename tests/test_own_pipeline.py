@@ -62,7 +62,7 @@ def assert_served_equals(rows: dict, truth: dict, closed_only: bool = False) -> 
     assert set(rows) == set(truth)
     for key, expected in truth.items():
         row = rows[key]
-        for metric in ("readings", "celsius_total", "coldest", "warmest", "firmwares"):
+        for metric in ("readings", "celsius_total", "coldest", "warmest", "firmwares", "warm_readings"):
             assert row[metric] == expected[metric], (key, metric)
         assert abs(row["mean_celsius"] - expected["mean_celsius"]) < Decimal("0.0001"), key
 

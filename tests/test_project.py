@@ -109,6 +109,14 @@ def test_check_names_the_file_line_and_field_of_each_error(tmp_path, change, exp
     assert any(p.startswith(expected) for p in found), found
 
 
+def test_a_custom_metric_names_a_decorated_function_of_the_projects_metrics_module(tmp_path):
+    declared = PIPELINE.replace("  readings: count", "  readings: count\n  heavy: {custom: heavy}")
+    root = project_with(tmp_path, declared)
+    assert problems(root) == ["pipelines/sensors.yaml:10: metrics.heavy.custom: no @metric function 'heavy' in pipelines/metrics.py"]
+    (root / "pipelines" / "metrics.py").write_text("@metric(merge='sum', type='bigint')\ndef heavy():\n    pass\n")
+    assert [m.kind for m in load_project(root).pipelines["sensors"].metrics][1] == "custom"
+
+
 def test_a_suite_rule_on_an_unknown_column_is_named_by_its_line(tmp_path):
     suite = json.loads(json.dumps(SUITE))
     suite["expectations"][0]["kwargs"]["column"] = "celcius"
@@ -165,3 +173,20 @@ def test_airflow_lists_a_pipeline_added_to_the_project_at_its_next_parse(tmp_pat
     (root / "pipelines" / "more.yaml").write_text("extends: sensors\nkeys: []\n")
     assert pipeline_names(settings) == ["more", "sensors"]
     assert backfill_param_schemas(settings)["pipeline"]["enum"] == ["more", "sensors"]
+
+
+def test_ingest_appends_lines_whole_to_the_pipelines_log_and_refuses_an_unknown_pipeline(tmp_path):
+    root = project_with(tmp_path / "project")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LAKEHOUSE_")}
+    env |= {"LAKEHOUSE_PROJECT": str(root), "LAKEHOUSE_HOME": str(tmp_path / "home")}
+    lines = [json.dumps({"event_id": f"e{i}", "sensor": "s", "celsius": 1.5}) for i in range(25)]
+    command = [sys.executable, "-m", "lakehouse.cli", "ingest", "--pipeline", "sensors", "-"]
+    done = subprocess.run(command, input="\n".join(lines) + "\n\n", env=env, capture_output=True, text=True)
+    assert done.returncode == 0 and "ingested 25 lines into the log of sensors" in done.stdout, done.stderr
+    [written] = (tmp_path / "home" / "log" / "sensors").glob("ingest_date=*/ingest_hour=*/*Z-ingest-*.jsonl")
+    assert written.read_text().splitlines() == lines
+    assert not list((tmp_path / "home" / "log" / "sensors" / "_incoming").iterdir())  # renamed in, none left
+    unknown = subprocess.run([*command[:-2], "nope", "-"], input="{}", env=env, capture_output=True, text=True)
+    assert unknown.returncode == 2 and "unknown pipeline 'nope'" in unknown.stderr
+    missing = subprocess.run([*command[:-1], str(tmp_path / "none.jsonl")], env=env, capture_output=True, text=True)
+    assert missing.returncode == 2 and "no such file" in missing.stderr

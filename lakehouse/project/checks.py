@@ -49,7 +49,8 @@ def check_keys(reader: Reader, spec: PipelineSpec) -> None:
             reader.report(("keys", index), f"{key!r} is a column the tables already have")
 
 
-def check_metrics(reader: Reader, spec: PipelineSpec) -> None:
+def check_metrics(reader: Reader, spec: PipelineSpec, custom: dict[str, int]) -> None:
+    """Each metric's field, or custom function (of ``pipelines/metrics.py``), exists and suits its kind."""
     if not spec.metrics:
         reader.report(("metrics",), "declare at least one metric")
     by_name = {m.name: m for m in spec.metrics}
@@ -62,6 +63,10 @@ def check_metrics(reader: Reader, spec: PipelineSpec) -> None:
                 named = by_name.get(metric.mean_of[part == "count"])
                 if named is None or named.kind != kind:
                     reader.report((*where, "mean", part), f"must name a {kind} metric of this pipeline")
+            continue
+        if metric.kind == MetricKind.CUSTOM:
+            if metric.field not in custom:
+                reader.report((*where, metric.kind), f"no @metric function {metric.field!r} in pipelines/metrics.py")
             continue
         if metric.field is None:
             continue

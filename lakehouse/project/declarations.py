@@ -123,7 +123,8 @@ class PipelineSpec:
     session_lookback: str = "1d"
     clocks: ClockSpec | None = None
     joins: JoinSpec | None = None
-    suite_text: str = ""  # the row-rule suite's content, part of the definition
+    # What its results depend on besides the declaration: its row-rule suite, and its custom metrics' code.
+    source_texts: str = ""
 
     def field(self, name: str) -> FieldSpec | None:
         return next((f for f in self.fields if f.name == name), None)
@@ -137,7 +138,7 @@ class PipelineSpec:
         """What the pipeline computes, digested: any change to its declaration or its row rules
         changes it, and no other pipeline's change does."""
         declared = dataclasses.asdict(self)
-        for wording in ("file", "description", "suite_text"):  # they change no value
+        for wording in ("file", "description", "source_texts"):  # they change no value
             declared.pop(wording)
-        text = json.dumps(declared, sort_keys=True, default=str) + "\0" + self.suite_text
+        text = json.dumps(declared, sort_keys=True, default=str) + "\0" + self.source_texts
         return hashlib.sha256(text.encode()).hexdigest()

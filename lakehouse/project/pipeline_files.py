@@ -121,7 +121,7 @@ def read_metric(reader: Reader, name: str, value: Any, where: FieldPath) -> Metr
         return MetricSpec(name, kind, mean_of=(total, count)) if total and count else None
     if kind == MetricKind.COUNT:
         return MetricSpec(name, kind)
-    source = reader.name(argument, (*where, kind_name))
+    source = reader.name(argument, (*where, kind_name))  # a field; for a custom metric, its function
     return MetricSpec(name, kind, field=source) if kind and source else None
 
 

@@ -11,11 +11,13 @@ import functools
 from pathlib import Path
 
 from lakehouse.project import checks
+from lakehouse.project.custom_code import CUSTOM_METRICS_FILE, declared_metric_functions
 from lakehouse.project.declarations import DimensionSpec, PipelineSpec, WindowJoinSpec
 from lakehouse.project.pipeline_files import merged_with_parent, read_pipeline
 from lakehouse.project.project_file import PROJECT_SETTINGS, check_window_join, read_dimensions, read_window_join
 from lakehouse.project.reader import Reader
 from lakehouse.project.yaml_source import Problem, ProjectError, YamlSource, read_yaml
+from lakehouse.vocabulary import MetricKind
 
 PROJECT_FILE = "lakehouse.yaml"
 PIPELINES_DIR = "pipelines"
@@ -84,14 +86,20 @@ class _Loader:
 
     def check(self, spec: PipelineSpec, dimensions: dict[str, DimensionSpec]) -> PipelineSpec:
         reader = Reader(self.sources[spec.name], self.problems)
-        for check in (checks.check_fields, checks.check_keys, checks.check_metrics, checks.check_window):
+        for check in (checks.check_fields, checks.check_keys, checks.check_window):
             check(reader, spec)
+        custom = declared_metric_functions(self.root / PIPELINES_DIR)
+        checks.check_metrics(reader, spec, custom)
         checks.check_joins(reader, spec, dimensions)
+        texts = []
         suite_path = self.root / EXPECTATIONS_DIR / RAW_EVENTS_SUITE.format(suite=spec.suite)
         if (suite := self.read(suite_path)) is not None:
             checks.check_suite(suite, spec, self.problems)
-            spec = dataclasses.replace(spec, suite_text=suite_path.read_text(encoding="utf-8"))
-        return spec
+            texts.append(suite_path.read_text(encoding="utf-8"))
+        custom_code = self.root / PIPELINES_DIR / CUSTOM_METRICS_FILE
+        if any(m.kind == MetricKind.CUSTOM for m in spec.metrics) and custom_code.is_file():
+            texts.append(custom_code.read_text(encoding="utf-8"))
+        return dataclasses.replace(spec, source_texts="\0".join(texts))
 
 
 def _load(root: Path) -> Project:
@@ -124,7 +132,12 @@ def _load(root: Path) -> Project:
 def _stamp(root: Path) -> tuple:
     """What a cached project depends on: its files' names and modification times, so that a pipeline
     added to the project is seen by a long-lived process (the DAG processor) at its next parse."""
-    files = [root / PROJECT_FILE, *(root / PIPELINES_DIR).glob("*.yaml"), *(root / EXPECTATIONS_DIR).glob("*.json")]
+    files = [
+        root / PROJECT_FILE,
+        root / PIPELINES_DIR / CUSTOM_METRICS_FILE,
+        *(root / PIPELINES_DIR).glob("*.yaml"),
+        *(root / EXPECTATIONS_DIR).glob("*.json"),
+    ]
     return tuple(sorted((str(f), f.stat().st_mtime_ns) for f in files if f.exists()))
 
 

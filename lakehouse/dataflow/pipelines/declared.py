@@ -6,6 +6,7 @@ from __future__ import annotations
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
+from lakehouse.dataflow.custom_metrics import CustomMetric, custom_metrics
 from lakehouse.dataflow.pipelines.base import (
     Band,
     ClockCorrection,
@@ -29,7 +30,7 @@ from lakehouse.project.declarations import (
     PipelineSpec,
     WindowJoinSpec,
 )
-from lakehouse.project.project import Project
+from lakehouse.project.project import PIPELINES_DIR, Project
 from lakehouse.vocabulary import FieldKind, MetricKind
 
 _SCALAR_TYPES = {
@@ -54,7 +55,10 @@ def _sum_type(field: Field) -> T.DataType:
     return T.LongType()
 
 
-def metric(spec: MetricSpec, fields: dict[str, Field]) -> Metric:
+def metric(spec: MetricSpec, fields: dict[str, Field], custom: dict[str, CustomMetric]) -> Metric:
+    if spec.kind == MetricKind.CUSTOM:
+        own = custom[spec.field]
+        return Metric(spec.name, own.aggregate, own.spark_type, own.merge)
     if spec.kind == MetricKind.COUNT:
         return Metric(spec.name, lambda: F.count(F.lit(1)), T.LongType(), spec.kind)
     source = fields[spec.field]
@@ -77,6 +81,9 @@ def dimension(spec: DimensionSpec) -> Dimension:
 def pipeline(spec: PipelineSpec, project: Project) -> Pipeline:
     fields = tuple(Field(f.name, f.kind, spark_type(f), f.required) for f in spec.fields)
     by_name = {f.name: f for f in fields}
+    custom = (
+        custom_metrics(project.root / PIPELINES_DIR) if any(m.kind == MetricKind.CUSTOM for m in spec.metrics) else {}
+    )
     joins = spec.joins
     return Pipeline(
         name=spec.name,
@@ -84,7 +91,7 @@ def pipeline(spec: PipelineSpec, project: Project) -> Pipeline:
         fields=fields,
         keys=spec.keys,
         window=Window(size=spec.window.size, slide=spec.window.slide, gap=spec.window.gap),
-        metrics=tuple(metric(m, by_name) for m in spec.stored_metrics),
+        metrics=tuple(metric(m, by_name, custom) for m in spec.stored_metrics),
         derived=tuple(DerivedMetric(m.name, *m.mean_of) for m in spec.metrics if not m.is_stored),
         rules=row_rules(spec.suite, project.expectations_dir),
         watermark_delay=spec.watermark_delay,
