@@ -76,7 +76,7 @@ def project_copy(root: Path, source: Path) -> Path:
     return root
 
 
-def events(count: int = 360, seed: int = 3) -> tuple[list[dict], list[dict]]:
+def events(count: int = 360, seed: int = 3, start: datetime = START) -> tuple[list[dict], list[dict]]:
     """(on time, late): readings of three sensors over an hour, with a copy resent, a reading out
     of range, and a few readings that arrive after the watermark passed their windows."""
     rng = random.Random(seed)
@@ -86,7 +86,7 @@ def events(count: int = 360, seed: int = 3) -> tuple[list[dict], list[dict]]:
             "sensor": f"s{i % 3}",
             "celsius": float(Decimal(rng.randrange(-500, 3500)) / 100),
             "firmware": rng.choice(["1.0", "1.1", "2.0"]),
-            "event_time": (START + timedelta(seconds=10 * i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "event_time": (start + timedelta(seconds=10 * i)).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
         for i in range(count)
     ]
@@ -96,7 +96,7 @@ def events(count: int = 360, seed: int = 3) -> tuple[list[dict], list[dict]]:
 
 
 def _window_starts(moment: datetime):
-    first = moment - (moment - START) % SLIDE - SIZE + SLIDE
+    first = moment.replace(second=0, microsecond=0) - SIZE + SLIDE  # windows align to whole minutes
     return [first + k * SLIDE for k in range(SIZE // SLIDE)]
 
 

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -568,7 +568,7 @@ def test_a_pipeline_added_to_the_project_is_backfilled_through_the_api_to_its_or
     """A pipeline declared only in the running Airflow's project appears in the form's list after the
     dag-processor's next parse; its events go in through `lakehouse ingest`, and a backfill triggered
     through the REST API fills its batch layer with the oracle's windows."""
-    from tests.test_own_pipeline import NAIVE_RANGE, assert_served_equals, ingest, served
+    from tests.test_own_pipeline import assert_served_equals, ingest, served
 
     client, _, _ = live
     project = AIRFLOW_HOME / "project"
@@ -576,7 +576,9 @@ def test_a_pipeline_added_to_the_project_is_backfilled_through_the_api_to_its_or
     sensors.add_to_project(project)
     monkeypatch.setenv("LAKEHOUSE_PROJECT", str(project))
     settings = make_settings(AIRFLOW_HOME / "lakehouse", LAKEHOUSE_PROJECT=str(project))
-    on_time, _ = sensors.events(count=120)
+    # Within the log's retention, which the backfill form checks the range against.
+    first_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    on_time, _ = sensors.events(count=120, start=first_hour + timedelta(hours=1))
     ingest(AIRFLOW_HOME / "lakehouse", sensors.as_lines(on_time))
     pipeline = get_pipeline(sensors.NAME)
     run_speed_layer(spark, settings, pipeline, available_now=True)
@@ -585,7 +587,7 @@ def test_a_pipeline_added_to_the_project_is_backfilled_through_the_api_to_its_or
         assert time.monotonic() < deadline, "the dag-processor never listed the new pipeline"
         time.sleep(3)
     client.unpause("lakehouse_backfill")
-    start, end = (iso(moment) for moment in NAIVE_RANGE)
+    start, end = (iso(moment.replace(tzinfo=None)) for moment in (first_hour, first_hour + timedelta(hours=2)))
     conf = {"pipeline": sensors.NAME, "start": start, "end": end, "source": "bronze", "chunk": "1h"}
     run_id = client.as_user("operator").trigger("lakehouse_backfill", conf)
     assert client.wait_for("lakehouse_backfill", run_id) == "success"

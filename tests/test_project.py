@@ -112,7 +112,8 @@ def test_check_names_the_file_line_and_field_of_each_error(tmp_path, change, exp
 def test_a_custom_metric_names_a_decorated_function_of_the_projects_metrics_module(tmp_path):
     declared = PIPELINE.replace("  readings: count", "  readings: count\n  heavy: {custom: heavy}")
     root = project_with(tmp_path, declared)
-    assert problems(root) == ["pipelines/sensors.yaml:10: metrics.heavy.custom: no @metric function 'heavy' in pipelines/metrics.py"]
+    expected = "pipelines/sensors.yaml:10: metrics.heavy.custom: no @metric function 'heavy' in pipelines/metrics.py"
+    assert problems(root) == [expected]
     (root / "pipelines" / "metrics.py").write_text("@metric(merge='sum', type='bigint')\ndef heavy():\n    pass\n")
     assert [m.kind for m in load_project(root).pipelines["sensors"].metrics][1] == "custom"
 
