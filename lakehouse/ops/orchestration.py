@@ -142,8 +142,8 @@ class BackfillRequest:
 def validate_backfill_request(params: dict, settings: Settings, now: datetime) -> BackfillRequest:
     """Every rule a backfill's parameters must meet, with a message that says how to fix it."""
     pipeline = params.get("pipeline")
-    if pipeline not in pipeline_names():
-        raise LakehouseError(f"unknown pipeline {pipeline!r}; shipped pipelines: {', '.join(pipeline_names())}")
+    if pipeline not in (declared := pipeline_names(settings)):
+        raise LakehouseError(f"unknown pipeline {pipeline!r}; the project's pipelines: {', '.join(declared)}")
     for name, allowed in (("source", choices(Source)), ("reprocess", choices(Reprocess))):
         if params.get(name) not in allowed:
             raise LakehouseError(f"{name} must be one of {', '.join(allowed)}, not {params.get(name)!r}")

@@ -658,7 +658,7 @@ def register_tables(
     Args:
         spark: the session whose catalog registers them.
         settings: where the tables live.
-        pipelines: whose tables (default: every shipped pipeline).
+        pipelines: whose tables (default: every pipeline of the active project).
         skip: names registered before, left as they are (the Spark service registers new tables only).
     """
     pipelines = list(all_pipelines().values()) if pipelines is None else pipelines
