@@ -98,6 +98,8 @@ write_env() {
 export AIRFLOW_HOME='$AIRFLOW_HOME'
 export PATH='$VENV/bin':"\$PATH"
 export AIRFLOW__CORE__DAGS_FOLDER='$ROOT/dags'
+# The DAGs and their tasks import this checkout's package, whichever checkout the venv was installed from.
+export PYTHONPATH='$ROOT'"\${PYTHONPATH:+:\$PYTHONPATH}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM=4
