@@ -32,6 +32,7 @@ ORDER = (
     "cluster",
     "kafka",
     "s3",
+    "prometheus",
 )
 
 

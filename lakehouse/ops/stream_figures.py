@@ -57,7 +57,9 @@ class StreamFigures:
     as_of: datetime
     batches: int = 0
     last_batch: dict | None = None  # the newest progress row
-    recent_lags: tuple[tuple[int, float], ...] = ()  # (batch id, its start less the newest event time seen), oldest first
+    recent_lags: tuple[
+        tuple[int, float], ...
+    ] = ()  # (batch id, its start less the newest event time seen), oldest first
     events: dict[str, int] = dataclasses.field(default_factory=lambda: {str(fate): 0 for fate in Fate})
     duration_counts: tuple[int, ...] = (0,) * len(DURATION_BUCKETS)  # cumulative, per DURATION_BUCKETS bound
     duration_sum: float = 0.0
@@ -87,11 +89,6 @@ class StreamFigures:
     def speed_age(self) -> float | None:
         """Seconds since the stream last changed ``__speed`` (its freshness)."""
         return _seconds(self.as_of, self.speed_written_at)
-
-    @property
-    def dedupe_index_ids(self) -> int | None:
-        """The ids in the stream's index of accepted ids after its last batch."""
-        return self.last_batch.get("seen_ids") if self.last_batch else None
 
 
 def progress_figures(pipeline: str, rows: list[dict], as_of: datetime, recent: int = 6) -> StreamFigures:
@@ -157,7 +154,8 @@ def read_stream_figures(settings: Settings, pipeline: str, as_of: datetime, rece
 
 
 def _progress_rows(settings: Settings, pipeline: str) -> list[dict]:
-    """The pipeline's progress rows, with the index size and, for the newest, the units it read."""
+    """The pipeline's progress rows, the newest with the units it read (only its own: a batch's list
+    of files is the table's largest column)."""
     import pyarrow.dataset as ds
 
     from lakehouse.storage.ops_tables import arrow_at
@@ -170,20 +168,8 @@ def _progress_rows(settings: Settings, pipeline: str) -> list[dict]:
     rows = table.to_pylist()
     last = max(rows, key=lambda row: naive_utc(row["started_at"]))
     newest = mine & (ds.field("app_id") == last["app_id"]) & (ds.field("batch_id") == last["batch_id"])
-    extra = [c for c in ("source_files", "seen_ids") if c in _column_names(uri, settings)]
-    if extra:
-        last.update(arrow_at(uri, extra, newest, settings).to_pylist()[0])
+    last.update(arrow_at(uri, ["source_files"], newest, settings).to_pylist()[0])
     return rows
-
-
-def _column_names(uri: str, settings: Settings) -> set[str]:
-    """The table's columns: ``seen_ids`` came after the table; an older one lacks it until its next append."""
-    from deltalake import DeltaTable
-
-    from lakehouse.storage.ops_tables import delta_rs_location
-
-    location, options = delta_rs_location(uri, settings)
-    return {field.name for field in DeltaTable(location, storage_options=options).schema().fields}
 
 
 def _rows(settings: Settings, schema: str, name: str, columns: list[str], pipeline: str) -> list[dict]:
