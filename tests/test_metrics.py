@@ -1,0 +1,180 @@
+"""Operating the stream: its metrics endpoint reads the figures `lakehouse health` judges, the alert
+rules hold under promtool, the dashboard's queries parse, and a real Prometheus scrapes a running
+stream and sees the stall alert fire and resolve."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.ops.health import check_stream_health
+from lakehouse.ops.metrics import start_endpoint, target_file
+from lakehouse.ops.stream_figures import read_stream_figures
+from lakehouse.storage.catalog import BACKFILL_RUNS, STREAM_PROGRESS, pipeline_tables
+from lakehouse.storage.ops_tables import append_rows
+from tests.conftest import make_settings
+
+PROJECT = Path(__file__).resolve().parents[1]
+MONITORING = PROJECT / "monitoring"
+PIPELINE = "toll_traffic"
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    """The endpoint's samples, by name and sorted labels."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {
+        (sample.name, tuple(sorted(sample.labels.items()))): sample.value
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+    }
+
+
+def _progress(batch_id: int, started: datetime, source_file: str, **counts: int) -> dict:
+    return {
+        "pipeline": PIPELINE,
+        "app_id": "speed:toll_traffic:q1",
+        "batch_id": batch_id,
+        "started_at": started,
+        "duration_ms": 1500 + 1000 * batch_id,
+        "input_rows": sum(counts.values()),
+        "watermark": started - timedelta(minutes=20) if batch_id else None,
+        "max_event_time": started - timedelta(minutes=5),
+        "panes_emitted": 4,
+        "source_files": [source_file],
+        **{"quarantined": 0, "duplicates": 0, "on_time": 0, "late": 0, **counts},
+    }
+
+
+def _a_home_with_two_batches_read_of_three_files(tmp_path: Path, **env: str):
+    """A home whose log holds three files, the stream having read the first two, quarantined three
+    lines for two reasons, and whose one backfill failed."""
+    settings = make_settings(tmp_path / "home", **env)
+    generate(settings, GeneratorConfig(events=300, events_per_file=100, seed=5, malformed_fraction=0))
+    files = sorted(str(p) for p in Path(settings.pipeline_log_uri(PIPELINE).removeprefix("file:")).rglob("*.jsonl"))
+    now = datetime.now(UTC)
+    rows = [
+        _progress(0, now - timedelta(seconds=40), f"file:{files[0]}", on_time=95, quarantined=2, duplicates=3),
+        _progress(1, now - timedelta(seconds=20), f"file:{files[1]}", on_time=90, late=9, quarantined=1),
+    ]
+    append_rows(STREAM_PROGRESS.uri(settings), STREAM_PROGRESS.arrow_schema, rows, settings)
+    quarantine = pipeline_tables(get_pipeline(PIPELINE)).quarantine
+    reasons = ["bad_json", "bad_json", "missing_field:plate"]
+    append_rows(
+        quarantine.uri(settings),
+        quarantine.arrow_schema,
+        [{"raw": "{", "reason": reason, "app_id": "speed:toll_traffic:q1", "batch_id": 0} for reason in reasons],
+        settings,
+    )
+    run = {"run_id": "r1", "pipeline": PIPELINE, "status": "failed", "started_at": now - timedelta(hours=1)}
+    append_rows(BACKFILL_RUNS.uri(settings), BACKFILL_RUNS.arrow_schema, [run], settings)
+    return settings, files
+
+
+def test_the_endpoint_exports_the_figures_health_judges(tmp_path):
+    settings, files = _a_home_with_two_batches_read_of_three_files(tmp_path)
+    endpoint = start_endpoint(settings, PIPELINE, index_ids=lambda: 1234)
+    try:
+        samples = scrape(endpoint.port)
+        figures = read_stream_figures(settings, PIPELINE, datetime.now(UTC))
+        verdict = check_stream_health(settings, PIPELINE, datetime.now(UTC))
+    finally:
+        endpoint.close()
+    assert json.loads(target_file(settings, PIPELINE).read_text()) == [
+        {"targets": [f"127.0.0.1:{endpoint.port}"], "labels": {"pipeline": PIPELINE}}
+    ]
+    mine = (("pipeline", PIPELINE),)
+
+    def value(name: str, **labels: str) -> float:
+        return samples[(name, tuple(sorted({"pipeline": PIPELINE, **labels}.items())))]
+
+    assert verdict.ok and value("lakehouse_stream_healthy") == 1 and value("lakehouse_stream_falling_behind") == 0
+    assert value("lakehouse_stream_batches_total") == figures.batches == 2
+    fates = {"on_time": 185, "late": 9, "duplicate": 3, "quarantined": 3}
+    assert {fate: value("lakehouse_stream_events_total", fate=fate) for fate in fates} == fates == figures.events
+    reasons = {"bad_json": 2, "missing_field:plate": 1}
+    assert {r: value("lakehouse_stream_quarantined_by_reason_total", reason=r) for r in reasons} == reasons
+    assert value("lakehouse_stream_batch_duration_seconds_count") == 2
+    assert value("lakehouse_stream_batch_duration_seconds_sum") == pytest.approx(4.0)
+    assert value("lakehouse_stream_batch_duration_seconds_bucket", le="2.0") == 1
+    assert value("lakehouse_stream_dedupe_index_ids") == 1234
+    assert value("lakehouse_backfill_last_run_failed") == 1
+    assert value("lakehouse_backfill_runs_total", status="failed") == 1
+    # The log's third file came after the second, the newest read: the processing lag between them.
+    assert value("lakehouse_stream_processing_lag_seconds") == pytest.approx(figures.processing_lag)
+    assert figures.processing_lag > 0
+    for name, figure in (
+        ("lakehouse_stream_last_batch_age_seconds", figures.last_batch_age),
+        ("lakehouse_stream_event_lag_seconds", figures.event_lag),
+        ("lakehouse_stream_watermark_lag_seconds", figures.watermark_lag),
+        ("lakehouse_stream_speed_age_seconds", figures.speed_age),
+    ):
+        assert value(name) == pytest.approx(figure, abs=2), name
+    assert value("lakehouse_stream_event_lag_seconds") == pytest.approx(20 + 300, abs=2)
+    assert ("lakehouse_audit_unexplained", mine) not in samples  # no audit has run
+
+
+def test_a_stale_stream_is_unhealthy_in_both_health_and_the_endpoint(tmp_path):
+    settings, _ = _a_home_with_two_batches_read_of_three_files(tmp_path, LAKEHOUSE_STREAM_MAX_STALENESS="10s")
+    endpoint = start_endpoint(settings, PIPELINE, index_ids=lambda: None)
+    try:
+        samples = scrape(endpoint.port)
+    finally:
+        endpoint.close()
+    verdict = check_stream_health(settings, PIPELINE, datetime.now(UTC))
+    assert not verdict.ok and "is stale" in verdict.message
+    mine = (("pipeline", PIPELINE),)
+    assert samples[("lakehouse_stream_healthy", mine)] == 0
+    assert samples[("lakehouse_stream_max_staleness_seconds", mine)] == 10
+    assert samples[("lakehouse_stream_last_batch_age_seconds", mine)] > 10
+    assert ("lakehouse_stream_dedupe_index_ids", mine) not in samples
+
+
+def test_metrics_port_off_serves_nothing_and_a_bad_port_is_a_one_line_error(tmp_path):
+    from lakehouse.errors import LakehouseError
+
+    assert start_endpoint(make_settings(tmp_path, LAKEHOUSE_METRICS_PORT="off"), PIPELINE, lambda: None) is None
+    with pytest.raises(LakehouseError, match="LAKEHOUSE_METRICS_PORT must be a port number, 0"):
+        make_settings(tmp_path, LAKEHOUSE_METRICS_PORT="ninety")
+
+
+def test_the_alert_rules_pass_their_promtool_tests():
+    finished = subprocess.run(
+        ["promtool", "test", "rules", "alerts_test.yml"], cwd=MONITORING, capture_output=True, text=True, timeout=60
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "SUCCESS" in finished.stdout
+
+
+def test_every_query_of_the_dashboard_parses_as_promql(tmp_path):
+    """promtool parses each expression as a recording rule: a query that is not PromQL fails."""
+    import yaml
+
+    dashboard = json.loads((MONITORING / "grafana-dashboard.json").read_text())
+    queries = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    assert len(queries) >= 15
+    rules = [{"record": f"dashboard:query_{i}", "expr": query} for i, query in enumerate(queries)]
+    (tmp_path / "queries.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboard", "rules": rules}]}))
+    finished = subprocess.run(
+        ["promtool", "check", "rules", "queries.yml"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    # And a query that is not PromQL is caught the same way.
+    (tmp_path / "bad.yml").write_text(
+        yaml.safe_dump({"groups": [{"name": "d", "rules": [{"record": "a:b", "expr": "rate(x[5m]"}]}]})
+    )
+    assert subprocess.run(["promtool", "check", "rules", "bad.yml"], cwd=tmp_path, capture_output=True).returncode == 1
