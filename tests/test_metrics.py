@@ -178,3 +178,99 @@ def test_every_query_of_the_dashboard_parses_as_promql(tmp_path):
         yaml.safe_dump({"groups": [{"name": "d", "rules": [{"record": "a:b", "expr": "rate(x[5m]"}]}]})
     )
     assert subprocess.run(["promtool", "check", "rules", "bad.yml"], cwd=tmp_path, capture_output=True).returncode == 1
+
+
+# Every figure of a running stream, as Prometheus names it.
+FIGURES = (
+    "lakehouse_stream_event_lag_seconds",
+    "lakehouse_stream_watermark_lag_seconds",
+    "lakehouse_stream_processing_lag_seconds",
+    "lakehouse_stream_speed_age_seconds",
+    "lakehouse_stream_events_total",
+    "lakehouse_stream_batch_duration_seconds_bucket",
+    "lakehouse_stream_dedupe_index_ids",
+    "lakehouse_stream_quarantined_by_reason_total",
+    "lakehouse_audit_unexplained",
+)
+
+
+def prometheus_api(url: str, path: str, **params: str) -> dict:
+    query = f"?{urllib.parse.urlencode(params)}" if params else ""
+    with urllib.request.urlopen(f"{url}/api/v1/{path}{query}", timeout=10) as answer:
+        return json.loads(answer.read())["data"]
+
+
+def until(condition, seconds: float, what: str, process: subprocess.Popen | None = None):
+    """``condition()``'s first truthy value, polled every half second; fails after ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if process is not None and process.poll() is not None:
+            pytest.fail(f"the stream ended while waiting for {what}: {process.stderr.read().decode()[-2000:]}")
+        value = condition()
+        if value:
+            return value
+        time.sleep(0.5)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def stall_alert(url: str) -> str | None:
+    """The state of the stall alert in Prometheus (pending, firing), None when it is not raised."""
+    alerts = prometheus_api(url, "alerts")["alerts"]
+    return next((a["state"] for a in alerts if a["labels"]["alertname"] == "LakehouseStreamStalled"), None)
+
+
+def start_stream(env: dict[str, str]) -> subprocess.Popen:
+    command = [sys.executable, "-m", "lakehouse.cli", "stream"]
+    return subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+def stop_stream(stream: subprocess.Popen) -> None:
+    os.killpg(stream.pid, signal.SIGKILL)
+    stream.wait()
+
+
+@pytest.mark.slow
+def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert_fires_and_resolves(
+    spark, tmp_path, cli_env
+):
+    from lakehouse.audit.reconcile import Auditor
+    from lakehouse.services import prometheus
+    from tests.services import free_port
+
+    watched = {
+        "LAKEHOUSE_METRICS_PORT": str(free_port()),  # the same after the restart: the same target comes back
+        "LAKEHOUSE_TRIGGER_INTERVAL": "1s",
+        "LAKEHOUSE_MAX_FILES_PER_TRIGGER": "1",
+        "LAKEHOUSE_PROMETHEUS_PORT": "0",
+        "LAKEHOUSE_PROMETHEUS_SCRAPE_INTERVAL": "1s",
+        "LAKEHOUSE_ALERT_FOR": "2s",
+    }
+    env = {**cli_env, **watched}
+    settings = make_settings(Path(cli_env["LAKEHOUSE_HOME"]), **watched)
+    generate(settings, GeneratorConfig(events=900, events_per_file=300, seed=3))
+    url = prometheus.start(settings)["url"]
+    stream = start_stream(env)
+    try:
+        progress = Path(STREAM_PROGRESS.uri(settings).removeprefix("file:")) / "_delta_log"
+        until(lambda: len(list(progress.glob("*.json"))) >= 4, 240, "three micro-batches", stream)  # created + 3
+        start = datetime(2026, 1, 5, 8, 0)
+        Auditor(spark, settings, get_pipeline(PIPELINE)).reconcile(start, start + timedelta(hours=1))
+
+        def scraped() -> set[str]:
+            names = prometheus_api(url, "query", query='{__name__=~"lakehouse_.+", pipeline="toll_traffic"}')
+            return {series["metric"]["__name__"] for series in names["result"]}
+
+        until(lambda: set(FIGURES) <= scraped(), 30, "every figure in Prometheus", stream)
+        fates = prometheus_api(url, "query", query="lakehouse_stream_events_total")["result"]
+        lines = sum(
+            len(f.read_text().splitlines()) for f in Path(settings.log_uri.removeprefix("file:")).rglob("*.jsonl")
+        )
+        assert sum(float(series["value"][1]) for series in fates) == lines  # every record read, one fate each
+        assert stall_alert(url) is None
+        stop_stream(stream)
+        until(lambda: stall_alert(url) == "firing", 30, "the stall alert to fire")
+        stream = start_stream(env)
+        until(lambda: stall_alert(url) is None, 60, "the stall alert to resolve", stream)
+    finally:
+        stop_stream(stream)
+        prometheus.stop(settings)
