@@ -152,6 +152,9 @@ def test_metrics_port_off_serves_nothing_and_a_bad_port_is_a_one_line_error(tmp_
         make_settings(tmp_path, LAKEHOUSE_METRICS_PORT="ninety")
 
 
+# promtool comes with Debian's prometheus package, which scripts/system-deps.sh installs: these run
+# in the tier after it (make test-rest), not beside it.
+@pytest.mark.services
 def test_the_alert_rules_pass_their_promtool_tests():
     finished = subprocess.run(
         ["promtool", "test", "rules", "alerts_test.yml"], cwd=MONITORING, capture_output=True, text=True, timeout=60
@@ -160,6 +163,7 @@ def test_the_alert_rules_pass_their_promtool_tests():
     assert "SUCCESS" in finished.stdout
 
 
+@pytest.mark.services
 def test_every_query_of_the_dashboard_parses_as_promql(tmp_path):
     """promtool parses each expression as a recording rule: a query that is not PromQL fails."""
     import yaml
