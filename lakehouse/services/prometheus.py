@@ -20,6 +20,8 @@ from lakehouse.errors import LakehouseError
 from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
 from lakehouse.settings import PROJECT_ROOT, Settings
 
+# Where Spark's PrometheusServlet answers on the service's UI (lakehouse.serving.server).
+SPARK_METRICS_PATH = "/metrics/prometheus/"
 RULES = PROJECT_ROOT / "monitoring" / "alerts.yml"
 START_SECONDS = 30
 STOP_SECONDS = 10
@@ -60,7 +62,7 @@ def config_text(settings: Settings, rules_file: Path) -> str:
                 "job_name": job,
                 # The endpoints label their samples with their pipeline themselves.
                 "honor_labels": True,
-                "metrics_path": "/metrics/prometheus" if job == "spark_service" else "/metrics",
+                "metrics_path": SPARK_METRICS_PATH if job == "spark_service" else "/metrics",
                 "file_sd_configs": [{"files": [str(metrics / pattern)], "refresh_interval": "30s"}],
             }
             for job, pattern in SCRAPE_JOBS.items()
