@@ -278,3 +278,66 @@ def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert
     finally:
         stop_stream(stream)
         prometheus.stop(settings)
+
+
+def test_statsd_lines_become_prometheus_samples_as_statsd_exporter_names_them():
+    from lakehouse.ops.statsd_exporter import Sample, metric_name, parse_line
+
+    assert parse_line("airflow.ti_failures:1|c") == Sample("airflow.ti_failures", 1.0, "c")
+    assert parse_line("airflow.pool.open_slots.default_pool:-2|g") == Sample(
+        "airflow.pool.open_slots.default_pool", -2.0, "g", relative=True
+    )
+    assert parse_line("airflow.dag_processing.last_duration.x:12.5|ms|@0.5") == Sample(
+        "airflow.dag_processing.last_duration.x", 12.5, "ms", rate=0.5
+    )
+    assert parse_line("no value") is None and parse_line("a:b|c") is None and parse_line("a:1|zz") is None
+    assert metric_name("airflow.dagrun.duration.failed.lakehouse_backfill") == (
+        "airflow_dagrun_duration_failed_lakehouse_backfill"
+    )
+    assert metric_name("airflow.ti.finish.my-dag.9task") == "airflow_ti_finish_my_dag_9task"
+
+
+@pytest.mark.services
+def test_the_statsd_exporter_serves_what_airflows_statsd_client_sends(tmp_path):
+    """Airflow's own client (the statsd package, which Airflow's StatsD logger wraps) against the exporter
+    scripts/airflow.sh runs."""
+    import socket
+
+    import statsd
+
+    from tests.services import free_port
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        udp_port = probe.getsockname()[1]
+    http_port = free_port()
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home")}
+    command = [sys.executable, "-m", "lakehouse.ops.statsd_exporter", "--udp-port", str(udp_port)]
+    exporter = subprocess.Popen([*command, "--http-port", str(http_port)], env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert "StatsD on udp" in exporter.stdout.readline()
+        client = statsd.StatsClient("127.0.0.1", udp_port, prefix="airflow")
+        client.incr("ti_failures", 3)
+        client.gauge("executor.open_slots", 30)
+        client.gauge("executor.open_slots", -2, delta=True)
+        client.timing("dagrun.duration.success.lakehouse_backfill", 1500)
+        names = {"airflow_ti_failures_total", "airflow_executor_open_slots"}
+
+        def scraped() -> dict:
+            samples = scrape(http_port)
+            return samples if names <= {name for name, _ in samples} else None
+
+        samples = until(scraped, 10, "the samples")
+        assert samples[("airflow_ti_failures_total", ())] == 3
+        assert samples[("airflow_executor_open_slots", ())] == 28
+        timer = until(
+            lambda: scrape(http_port).get(("airflow_dagrun_duration_success_lakehouse_backfill_sum", ())),
+            10,
+            "the timer",
+        )
+        assert timer == 1.5
+        target = json.loads((tmp_path / "home" / "metrics" / "airflow" / "airflow.json").read_text())
+        assert target == [{"targets": [f"127.0.0.1:{http_port}"], "labels": {}}]
+    finally:
+        exporter.kill()
+        exporter.wait()

@@ -5,8 +5,8 @@ streams' metrics endpoints (lakehouse.ops.metrics) and evaluates the alert rules
 The server is Debian's ``prometheus`` package (scripts/system-deps.sh installs it). Its
 configuration, time-series data and log stay in the home's ``prometheus/`` folder, so a restart keeps
 its history. It finds the streams through the files they write under ``<home>/metrics/`` (file
-service discovery, watched as they change), and the Spark service's own metrics through the same
-folder.
+service discovery, watched as they change), and the Spark service's and Airflow's metrics through
+the same folder.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ RULES = PROJECT_ROOT / "monitoring" / "alerts.yml"
 START_SECONDS = 30
 STOP_SECONDS = 10
 # The jobs Prometheus scrapes, by the files under <home>/metrics/ that name their targets.
-SCRAPE_JOBS = {"lakehouse_stream": "*.json", "spark_service": "spark/*.json"}
+SCRAPE_JOBS = {"lakehouse_stream": "*.json", "spark_service": "spark/*.json", "airflow": "airflow/*.json"}
 
 
 def rules_text(rules: str, alert_for: str) -> str:
@@ -91,7 +91,8 @@ class ServerFiles:
         """The configuration and rules, written at each start (settings may have changed); returns the
         configuration file."""
         (self.folder / "data").mkdir(parents=True, exist_ok=True)
-        settings.metrics_dir().joinpath("spark").mkdir(parents=True, exist_ok=True)
+        for folder in ("spark", "airflow"):  # Prometheus watches folders that exist
+            settings.metrics_dir().joinpath(folder).mkdir(parents=True, exist_ok=True)
         rules = self.folder / "alerts.yml"
         rules.write_text(rules_text(RULES.read_text(), settings.alert_for))
         config = self.folder / "prometheus.yml"
