@@ -242,6 +242,9 @@ PY
     start_scheduler
     start_process dag-processor dag-processor
     wait_for_api || { stop >/dev/null; exit 1; }
+    if ! kill -0 "$(cat "$RUN/statsd-exporter.pid")" 2>/dev/null; then
+        tail -n 20 "$LOGS/statsd-exporter.log"; echo "the StatsD exporter exited" >&2; stop >/dev/null; exit 1
+    fi
     echo "Airflow is up: http://127.0.0.1:$PORT  (users admin, operator, viewer; logs in $LOGS)"
     while read -r user password; do
         [ -n "$user" ] && echo "Generated $user password (shown once; kept in $PASSWORDS): $password"

@@ -115,6 +115,8 @@ def live(spark, tmp_path_factory):
         "AIRFLOW_PORT": str(free_port()),
         "AIRFLOW_PG_PORT": str(free_port()),
         "AIRFLOW_HEALTH_PORT": str(free_port()),
+        "AIRFLOW_STATSD_PORT": str(free_port()),
+        "AIRFLOW_METRICS_PORT": str(free_port()),
         "LAKEHOUSE_HOME": str(lakehouse_home),
         "LAKEHOUSE_PIPELINES": "toll_traffic",
         "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"}),
@@ -144,6 +146,24 @@ def live(spark, tmp_path_factory):
         yield client, settings, oracle
     finally:
         subprocess.run([script, "stop"], env=env, capture_output=True, timeout=120)
+
+
+def test_airflows_metrics_reach_prometheus_format_through_the_statsd_exporter(live):
+    """Airflow's own StatsD metrics, from its running scheduler, at the address the exporter names."""
+    import urllib.request
+
+    _, settings, _ = live
+    [target] = json.loads((settings.metrics_dir() / "airflow" / "airflow.json").read_text())
+    [address] = target["targets"]
+    deadline = time.monotonic() + 60
+    while True:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as answer:
+            text = answer.read().decode()
+        if "airflow_scheduler_heartbeat_total" in text or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    heartbeats = [line for line in text.splitlines() if line.startswith("airflow_scheduler_heartbeat_total ")]
+    assert heartbeats and float(heartbeats[0].split()[1]) > 0, text[-2000:]
 
 
 def wait_for_dags(client: Airflow, timeout: float = 300) -> None:
