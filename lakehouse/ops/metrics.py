@@ -20,6 +20,7 @@ from pathlib import Path
 from lakehouse.ops.health import HealthBounds, HealthVerdict, judge
 from lakehouse.ops.stream_figures import DURATION_BUCKETS, StreamFigures, read_stream_figures
 from lakehouse.settings import Settings
+from lakehouse.vocabulary import RunStatus
 
 # What each gauge of a stream's figures means, by its name (without the ``lakehouse_`` prefix).
 GAUGES = {
@@ -70,7 +71,7 @@ def gauge_values(
         "audit_unexplained": figures.audit_unexplained,
         "backfill_last_run_failed": None
         if figures.last_backfill_status is None
-        else float(figures.last_backfill_status == "failed"),
+        else float(figures.last_backfill_status == RunStatus.FAILED),
     }
 
 
