@@ -7,10 +7,11 @@ from datetime import datetime, timedelta
 from airflow.sdk import Param, dag, task
 
 from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, spark_job_mapped, through_service
-from lakehouse.ops.orchestration import BACKFILL_POOL, DEFAULT_PIPELINE, backfill_param_schemas
+from lakehouse.ops.orchestration import BACKFILL_POOL, backfill_param_schemas, default_pipeline
 from lakehouse.settings import Settings
 
-SCHEMAS = backfill_param_schemas(Settings.from_env())
+SETTINGS = Settings.from_env()
+SCHEMAS = backfill_param_schemas(SETTINGS)
 
 DOC = """
 ### Backfill a pipeline
@@ -43,7 +44,7 @@ Recomputes `gold.<pipeline>__batch` for the windows starting in **[start, end)**
     max_active_runs=2,
     user_defined_macros=USER_DEFINED_MACROS,
     params={
-        "pipeline": Param(DEFAULT_PIPELINE, **SCHEMAS["pipeline"]),
+        "pipeline": Param(default_pipeline(SETTINGS), **SCHEMAS["pipeline"]),
         "start": Param("2026-01-05T08:00:00Z", **SCHEMAS["start"]),
         "end": Param("2026-01-05T09:00:00Z", **SCHEMAS["end"]),
         "source": Param("bronze", **SCHEMAS["source"]),

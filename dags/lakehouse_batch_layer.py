@@ -83,11 +83,11 @@ def lakehouse_batch_layer():
 @task(max_active_tis_per_dag=1)
 def apply_dimension_changes() -> list[str]:
     """Every dimension's inbox (``lakehouse dim apply``, no JVM)."""
-    from lakehouse.dataflow.pipelines import DIMENSIONS
+    from lakehouse.dataflow.pipelines import all_dimensions
     from lakehouse.storage.dimensions import apply_inbox
 
     settings = Settings.from_env()
-    return [report.summary() for dimension in DIMENSIONS.values() for report in apply_inbox(settings, dimension)]
+    return [report.summary() for dimension in all_dimensions().values() for report in apply_inbox(settings, dimension)]
 
 
 lakehouse_batch_layer()

@@ -1,11 +1,13 @@
-"""The ``lakehouse`` command line: generate, stream, backfill, correct, replay, sql, status, audit, demo."""
+"""The ``lakehouse`` command line: a project's pipelines (init, check, ingest), the layers (stream,
+backfill, correct, replay), reading them (sql, status, audit, health) and the services."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 
-from lakehouse.commands import layers, log, maintenance, reading, services
+from lakehouse.commands import layers, log, maintenance, project, reading, services
 from lakehouse.commands.base import AuditFailed, Unhealthy
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
@@ -13,6 +15,10 @@ from lakehouse.settings import Settings
 # The order `lakehouse --help` has always listed the commands in, whichever module adds each; a command
 # missing here fails build_parser.
 ORDER = (
+    "init",
+    "check",
+    "ingest",
+    "stale",
     "generate",
     "stream",
     "backfill",
@@ -38,15 +44,26 @@ ORDER = (
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
+    parser.add_argument(
+        "--project", help="the project folder whose pipelines to run (default: LAKEHOUSE_PROJECT, else the examples)"
+    )
     commands = parser.add_subparsers(dest="command", required=True)
-    every = [command for group in (log, layers, reading, maintenance, services) for command in group.COMMANDS]
+    groups = (project, log, layers, reading, maintenance, services)
+    every = [command for group in groups for command in group.COMMANDS]
     for command in sorted(every, key=lambda command: ORDER.index(command.name)):
         command.add_to(commands)
     return parser
 
 
 def _settings_for(args) -> Settings:
+    if args.project:
+        # Through the environment, so that every process a command starts (a job, the service) serves it too.
+        os.environ["LAKEHOUSE_PROJECT"] = args.project
     settings = Settings.from_env()
+    if getattr(args, "pipeline", "") is None:
+        from lakehouse.ops.orchestration import default_pipeline
+
+        args.pipeline = default_pipeline(settings)
     overrides = {
         name: getattr(args, name)
         for name in ("max_files_per_trigger", "max_bytes_per_trigger", "watermark_delay", "allowed_lateness")

@@ -84,6 +84,7 @@ def parse_size(text: str) -> int:
 
 
 _STRIPPED_FIELDS = (
+    "project",
     "driver_java_options",
     "class_archive",
     "metastore_url",
@@ -197,7 +198,10 @@ class StreamTuning:
 class Orchestration:
     """Airflow's DAGs, maintenance and health checks."""
 
-    # The pipelines the scheduled DAGs run (empty: every shipped pipeline).
+    # The project folder whose pipelines every command, DAG and the Spark service run (docs/pipelines.md;
+    # empty: the shipped examples at the checkout's root).
+    project: str = ""
+    # The pipelines the scheduled DAGs run (empty: every pipeline of the project).
     pipelines: tuple[str, ...] = ()
     # The longest range one backfill may recompute, and how far back the retained log reaches.
     backfill_max_range: str = "31d"

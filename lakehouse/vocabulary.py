@@ -151,3 +151,41 @@ class LogSink(StrEnum):
 
     FILES = "files"
     KAFKA = "kafka"
+
+
+class FieldKind(StrEnum):
+    """The JSON value kinds an event field may hold, checked against the type its JSON text carries.
+    MONEY and DECIMAL are JSON numbers read exactly (never through a float)."""
+
+    STRING = "string"
+    INTEGER = "integer"
+    MONEY = "money"
+    DECIMAL = "decimal"
+    TIMESTAMP = "timestamp"
+
+
+class MetricKind(StrEnum):
+    """What a metric computes over a window's events; each kind says how partial values combine
+    (docs/design.md, "Metrics and how they merge")."""
+
+    COUNT = "count"
+    SUM = "sum"
+    MIN = "min"
+    MAX = "max"
+    APPROX_DISTINCT = "approx_distinct"  # a HyperLogLog sketch; its estimate is served
+    MEAN = "mean"  # derived at query time from a sum and a count, never stored
+    CUSTOM = "custom"  # a function of the project's pipelines/metrics.py, merged as its decorator says
+
+
+class WindowKind(StrEnum):
+    TUMBLING = "tumbling"
+    HOPPING = "hopping"
+    SESSION = "session"
+
+
+class Staleness(StrEnum):
+    """Why a range of the batch layer's windows no longer stands for its events (lakehouse stale)."""
+
+    OLDER_DEFINITION = "older_definition"  # recomputed by a definition of the pipeline since changed
+    NEVER_RECOMPUTED = "never_recomputed"  # bronze has its events, the batch layer never recomputed it
+    LATER_DATA = "later_data"  # events reached bronze after its recomputation, and no correction folded them

@@ -15,7 +15,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,7 @@ from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.location import local_path
 from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, pipeline_tables
+from tests import sensor_project as sensors
 from tests.airflow_env import PROJECT
 from tests.conftest import make_settings
 from tests.oracle import gold_rows, run_oracle, truth
@@ -120,10 +121,13 @@ def live(spark, tmp_path_factory):
         "LAKEHOUSE_HOME": str(lakehouse_home),
         "LAKEHOUSE_PIPELINES": "toll_traffic",
         "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"}),
+        # A project of the tests' own, the examples' copy: a test adds a pipeline to it while Airflow runs.
+        "LAKEHOUSE_PROJECT": str(airflow_home / "project"),
     }
     script = str(PROJECT / "scripts" / "airflow.sh")
     subprocess.run([script, "stop"], env=env, capture_output=True)
     subprocess.run(["rm", "-rf", str(airflow_home)], check=True)
+    sensors.project_copy(airflow_home / "project", PROJECT)
     settings = make_settings(lakehouse_home)
     generate(
         settings,
@@ -574,3 +578,40 @@ def test_a_hung_scheduler_is_restarted_by_its_liveness_probe_and_runs_what_was_t
     log = (AIRFLOW_HOME / "process-logs" / "scheduler.log").read_text()
     assert "failed its liveness check 4 times in a row; stopping it" in log
     assert scheduler_process(supervisor) != hung
+
+
+def backfill_choices(client: Airflow) -> list[str]:
+    return client.request("GET", "/api/v2/dags/lakehouse_backfill/details")["params"]["pipeline"]["schema"]["enum"]
+
+
+def test_a_pipeline_added_to_the_project_is_backfilled_through_the_api_to_its_oracle(spark, live, monkeypatch):
+    """A pipeline declared only in the running Airflow's project appears in the form's list after the
+    dag-processor's next parse; its events go in through `lakehouse ingest`, and a backfill triggered
+    through the REST API fills its batch layer with the oracle's windows."""
+    from tests.test_own_pipeline import assert_served_equals, ingest, served
+
+    client, _, _ = live
+    project = AIRFLOW_HOME / "project"
+    assert sensors.NAME not in backfill_choices(client)
+    sensors.add_to_project(project)
+    monkeypatch.setenv("LAKEHOUSE_PROJECT", str(project))
+    settings = make_settings(AIRFLOW_HOME / "lakehouse", LAKEHOUSE_PROJECT=str(project))
+    # Within the log's retention, which the backfill form checks the range against.
+    first_hour = datetime.now(UTC).replace(minute=0, second=0, microsecond=0) - timedelta(hours=3)
+    on_time, _ = sensors.events(count=120, start=first_hour + timedelta(hours=1))
+    ingest(AIRFLOW_HOME / "lakehouse", sensors.as_lines(on_time))
+    pipeline = get_pipeline(sensors.NAME)
+    run_speed_layer(spark, settings, pipeline, available_now=True)
+    deadline = time.monotonic() + 120
+    while sensors.NAME not in backfill_choices(client):
+        assert time.monotonic() < deadline, "the dag-processor never listed the new pipeline"
+        time.sleep(3)
+    client.unpause("lakehouse_backfill")
+    start, end = (iso(moment.replace(tzinfo=None)) for moment in (first_hour, first_hour + timedelta(hours=2)))
+    conf = {"pipeline": sensors.NAME, "start": start, "end": end, "source": "bronze", "chunk": "1h"}
+    run_id = client.as_user("operator").trigger("lakehouse_backfill", conf)
+    assert client.wait_for("lakehouse_backfill", run_id) == "success"
+    truth = sensors.oracle(on_time)
+    rows = served(spark, settings, pipeline)
+    assert {row.source for row in rows.values()} == {"batch"}
+    assert_served_equals(rows, truth)

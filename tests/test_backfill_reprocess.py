@@ -185,12 +185,12 @@ def test_a_redo_run_records_the_fingerprints_a_skip_run_computes_empty_chunks_in
 
 def test_bookkeeping_tables_created_before_their_newer_columns_gain_them(spark, settings):
     """Coverage and run rows are appended through delta-rs: a table from an older release, without
-    input_fingerprint (coverage) or chunks_skipped and label (runs), gains the columns, keeps its old
+    input_fingerprint and definition (coverage) or chunks_skipped and label (runs), gains the columns, keeps its old
     rows, and Spark reads both, timestamps exact."""
     from lakehouse.storage.catalog import BACKFILL_RUNS, ensure_table
     from lakehouse.storage.frames import literal_frame
 
-    newer = {BATCH_COVERAGE: ("input_fingerprint",), BACKFILL_RUNS: ("chunks_skipped", "label")}
+    newer = {BATCH_COVERAGE: ("input_fingerprint", "definition"), BACKFILL_RUNS: ("chunks_skipped", "label")}
     for table, added in newer.items():
         older = dataclasses.replace(table, columns=T.StructType([f for f in table.columns if f.name not in added]))
         ensure_table(older, settings)

@@ -56,7 +56,8 @@ def test_unknown_pipeline_is_named_with_the_shipped_ones(cli_env):
     )
     assert finished.returncode == 2
     assert (
-        "unknown pipeline 'nope'; shipped pipelines: team_scores, team_scores_sessions, toll_traffic" in finished.stderr
+        "unknown pipeline 'nope'; the project's pipelines: team_scores, team_scores_sessions, toll_traffic"
+        in finished.stderr
     )
 
 

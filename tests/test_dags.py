@@ -42,6 +42,7 @@ DAG_IDS = {
     "lakehouse_audit",
     "lakehouse_maintenance",
     "lakehouse_stream_health",
+    "lakehouse_stale",
 }
 # Recent enough for the log retention, whole hours so every range falls on window boundaries.
 HOUR0 = (datetime.now(UTC) - timedelta(hours=5)).replace(minute=0, second=0, microsecond=0, tzinfo=None)

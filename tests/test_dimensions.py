@@ -14,7 +14,7 @@ import pytest
 
 from lakehouse.audit.reconcile import Auditor
 from lakehouse.dataflow.dimensions import apply_changes, parse_changes
-from lakehouse.dataflow.pipelines import BRIDGES, get_pipeline
+from lakehouse.dataflow.pipelines import get_dimension, get_pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
@@ -25,6 +25,8 @@ from lakehouse.storage.dimensions import apply_change_file, apply_inbox, dimensi
 from lakehouse.storage.log import LogWriter
 from lakehouse.storage.ops_tables import rows_at
 from tests.oracle import run_oracle
+
+BRIDGES = get_dimension("bridges")
 
 BY_REGION = get_pipeline("toll_traffic_by_region")
 TABLES = pipeline_tables(BY_REGION)

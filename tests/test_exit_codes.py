@@ -12,8 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.dataflow.pipelines.toll_traffic import BRIDGES
+from lakehouse.dataflow.pipelines import get_dimension, get_pipeline
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import STREAM_PROGRESS, all_tables, ensure_table, pipeline_tables
 from lakehouse.storage.dimensions import apply_change_file
@@ -123,7 +122,7 @@ def test_status_of_a_drained_stream_exits_0_every_time(tmp_path, drained):
 def bridges(tmp_path) -> Settings:
     """dim.bridges with one version of bridge-01, from 2026-01-05."""
     settings = make_settings(tmp_path / "home")
-    apply_change_file(settings, BRIDGES, change_log(tmp_path / "first.jsonl", FIRST))
+    apply_change_file(settings, get_dimension("bridges"), change_log(tmp_path / "first.jsonl", FIRST))
     return settings
 
 

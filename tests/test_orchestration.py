@@ -45,23 +45,23 @@ def params(**changes) -> dict:
 
 
 def test_pipeline_names_match_the_shipped_pipelines():
-    from lakehouse.dataflow.pipelines import PIPELINES
+    from lakehouse.dataflow.pipelines import all_pipelines
 
-    assert pipeline_names() == sorted(PIPELINES)
+    assert pipeline_names() == sorted(all_pipelines())
 
 
 def test_session_pipeline_names_match_the_shipped_session_pipelines():
-    from lakehouse.dataflow.pipelines import PIPELINES
+    from lakehouse.dataflow.pipelines import all_pipelines
 
-    assert session_pipeline_names() == sorted(n for n, p in PIPELINES.items() if p.window.is_session)
+    assert session_pipeline_names() == sorted(n for n, p in all_pipelines().items() if p.window.is_session)
 
 
 def test_joining_pipeline_names_match_the_shipped_pipelines_with_a_join():
-    from lakehouse.dataflow.pipelines import PIPELINES
+    from lakehouse.dataflow.pipelines import all_pipelines
 
     assert (
         joining_pipeline_names()
-        == sorted(n for n, p in PIPELINES.items() if p.joins)
+        == sorted(n for n, p in all_pipelines().items() if p.joins)
         == ["toll_traffic_by_region", "toll_traffic_by_zone"]
     )
 
@@ -194,11 +194,11 @@ def test_a_lag_that_rose_at_every_batch_but_stays_within_the_tolerance_is_not_fa
 
 
 def test_a_windowed_join_is_audited_when_both_its_pipelines_run():
-    from lakehouse.dataflow.pipelines import WINDOW_JOINS
+    from lakehouse.dataflow.pipelines import all_window_joins
     from lakehouse.ops.orchestration import audited_window_joins
 
-    every_side = sorted({side.name for join in WINDOW_JOINS.values() for side in (join.events, join.readings)})
-    assert audited_window_joins(every_side) == sorted(WINDOW_JOINS) == ["toll_weather"]
+    every_side = sorted({side.name for join in all_window_joins().values() for side in (join.events, join.readings)})
+    assert audited_window_joins(every_side) == sorted(all_window_joins()) == ["toll_weather"]
     assert audited_window_joins(["toll_traffic_by_zone", "zone_temperatures", "toll_traffic"]) == ["toll_weather"]
     assert audited_window_joins(["toll_traffic_by_zone", "toll_traffic"]) == []
     assert audited_window_joins(["zone_temperatures"]) == []

@@ -13,17 +13,10 @@ from lakehouse.audit.quality import gx_context, validate_frame
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.dataflow.pipelines.row_rules import (
-    BRONZE,
-    EXPECTATIONS_DIR,
-    GOLD,
-    RAW_EVENTS,
-    load_suite,
-    row_rules,
-    suite_path,
-)
-from lakehouse.dataflow.pipelines.toll_traffic import VEHICLE_TYPES
+from lakehouse.dataflow.pipelines.row_rules import BRONZE, GOLD, RAW_EVENTS, load_suite, row_rules, suite_path
 from lakehouse.errors import LakehouseError
+from lakehouse.generator import VEHICLE_TYPES
+from lakehouse.project.active import active_project
 from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.storage.frames import literal_frame
 
@@ -274,7 +267,7 @@ def test_a_suite_that_cannot_route_rows_fails_to_load_with_the_reason(tmp_path, 
 def test_every_shipped_suite_is_a_valid_gx_suite(context):
     import great_expectations as gx
 
-    for path in sorted(EXPECTATIONS_DIR.glob("*.json")):
+    for path in sorted(active_project().expectations_dir.glob("*.json")):
         document = load_suite(path)
         suite = gx.ExpectationSuite(**{k: document[k] for k in ("name", "expectations", "meta")})
         assert len(suite.expectations) == len(document["expectations"]), path.name

@@ -13,7 +13,7 @@ from decimal import ROUND_HALF_UP, Decimal
 import pytest
 
 from lakehouse.audit.window_join import audit_window_join
-from lakehouse.dataflow.pipelines import BRIDGES, WINDOW_JOINS, get_pipeline
+from lakehouse.dataflow.pipelines import all_window_joins, get_dimension, get_pipeline
 from lakehouse.generator import ReadingsConfig, generate, reading_records
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
@@ -26,7 +26,8 @@ from lakehouse.storage.ops_tables import arrow_at
 from tests.oracle import run_oracle
 from tests.test_dimensions import CHANGES, CONFIG, example_event, write_changes
 
-TOLL_WEATHER = WINDOW_JOINS["toll_weather"]
+TOLL_WEATHER = all_window_joins()["toll_weather"]
+BRIDGES = get_dimension("bridges")
 BY_ZONE, READINGS = get_pipeline("toll_traffic_by_zone"), get_pipeline("zone_temperatures")
 HALF_HOURS = [datetime(2026, 1, 5, 8, 0), datetime(2026, 1, 5, 8, 30), datetime(2026, 1, 5, 9, 0)]
 

@@ -13,9 +13,11 @@ from datetime import datetime
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql import types as T
 
 from lakehouse.dataflow import transforms as tx
-from lakehouse.dataflow.pipelines.base import Pipeline
+from lakehouse.dataflow.metric_merges import compared
+from lakehouse.dataflow.pipelines.base import Metric, Pipeline
 from lakehouse.vocabulary import Cause, Layer, Verdict
 
 
@@ -30,8 +32,14 @@ def grouping(pipeline: Pipeline) -> list[str]:
 def metric_totals(events: DataFrame, pipeline: Pipeline, prefix: str) -> DataFrame:
     """The pipeline's metrics over ``events`` per window and key, as ``<prefix>_<metric>`` columns."""
     return tx.aggregate_metrics(events, pipeline).select(
-        *grouping(pipeline), *[F.col(m).alias(f"{prefix}_{m}") for m in pipeline.metric_names]
+        *grouping(pipeline), *[compared(m, F.col(m.name)).alias(f"{prefix}_{m.name}") for m in pipeline.metrics]
     )
+
+
+def _audited_value(audited: DataFrame, metric: Metric) -> Column:
+    """A stored metric as compared: a sketch (in a gold table) estimated; a view already serves the estimate."""
+    stored = audited.schema[metric.name].dataType
+    return compared(metric, F.col(metric.name)) if isinstance(stored, T.BinaryType) else F.col(metric.name)
 
 
 def closed_audited_rows(
@@ -49,7 +57,7 @@ def closed_audited_rows(
     """
     return audited.where(tx.in_window_range(start, end) & in_scope & tx.closed_by(watermark)).select(
         *grouping(pipeline),
-        *[F.col(m).alias(f"speed_{m}") for m in pipeline.metric_names],
+        *[_audited_value(audited, m).alias(f"speed_{m.name}") for m in pipeline.metrics],
         "source",
         F.col("updated_at").alias("row_written_at"),
     )

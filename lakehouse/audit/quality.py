@@ -27,7 +27,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.dataflow.pipelines.row_rules import BRONZE, EXPECTATIONS_DIR, GOLD, RAW_EVENTS, load_suite, suite_path
+from lakehouse.dataflow.pipelines.row_rules import BRONZE, GOLD, RAW_EVENTS, load_suite, suite_path
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.location import local_path
@@ -247,7 +247,7 @@ def validate_audit(
     start: datetime,
     end: datetime,
     newest_event_time: datetime | None,
-    expectations_dir: Path = EXPECTATIONS_DIR,
+    expectations_dir: Path | None = None,
     record: bool = True,
 ) -> QualityResult:
     """Validate every suite the pipeline has, record the outcomes, and rebuild the Data Docs.
@@ -261,7 +261,7 @@ def validate_audit(
         start: first window start of the range.
         end: end of the range (exclusive).
         newest_event_time: the newest event time the stream had read, for suites that bound times by it.
-        expectations_dir: where the suite files are.
+        expectations_dir: where the suite files are (default: the active project's).
         record: False to validate without writing ``audit.data_quality``.
     """
     context = gx_context(settings)

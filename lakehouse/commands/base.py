@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 from lakehouse.settings import Settings
 
-# The pipeline a command works on when none is named: the one `lakehouse generate` writes.
+# The pipeline `lakehouse generate` writes by default; other commands default to the project's first
+# pipeline (lakehouse.ops.orchestration.default_pipeline), which is this one in the shipped examples.
 DEFAULT_PIPELINE = "toll_traffic"
 
 
@@ -41,7 +42,8 @@ class Unhealthy(Exception):
 
 
 def pipeline_option(command: argparse.ArgumentParser, **options) -> None:
-    command.add_argument("--pipeline", **({"default": DEFAULT_PIPELINE} | options))
+    """``--pipeline``; left out, the project's default pipeline (filled in by ``lakehouse.cli.main``)."""
+    command.add_argument("--pipeline", **({"default": None} | options))
 
 
 # Spark and the pipelines (which import pyspark) are imported when a command runs, not when the

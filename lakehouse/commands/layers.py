@@ -176,7 +176,31 @@ def _repair_options(repair) -> None:
     repair.add_argument("--by", default=os_user(), help="who asks (default: this user)")
 
 
+def cmd_stale(args, settings: Settings) -> None:
+    """List the pipeline's stale hours; with --fill, recompute each run of them from bronze."""
+    from lakehouse.layers.batch import BatchLayer
+    from lakehouse.layers.staleness import find_stale, hour_ranges
+
+    pipeline = pipeline_named(args.pipeline)
+    spark = spark_session(settings, f"stale-{pipeline.name}")
+    stale = find_stale(spark, settings, pipeline)
+    for item in stale:
+        print(f"{item.hour.isoformat()}  {item.reason:<17} {item.detail}")
+    print(f"{pipeline.name}: {len(stale)} stale hours" + ("" if stale else " (the batch layer is current)"))
+    if args.fill and stale:
+        layer = BatchLayer(spark, settings, pipeline)
+        for start, end in hour_ranges(stale):
+            result = layer.backfill(start, end, source="bronze", chunk="1h", label="stale-fill", triggered_by=os_user())
+            print(f"filled [{start.isoformat()}, {end.isoformat()}): {result.chunks} chunks, run {result.run_id}")
+
+
+def _stale_options(parser) -> None:
+    pipeline_option(parser)
+    parser.add_argument("--fill", action="store_true", help="recompute the stale hours from bronze")
+
+
 COMMANDS = (
+    Command("stale", "list (and --fill) hours the batch layer must recompute", cmd_stale, _stale_options),
     Command("stream", "run the speed layer (continuously, or drain and stop)", cmd_stream, _stream_options),
     Command("backfill", "recompute gold.<p>__batch for an event-time range", cmd_backfill, _backfill_options),
     Command("correct", "fold late events into gold.<p>__batch, logging retractions", cmd_correct, pipeline_option),

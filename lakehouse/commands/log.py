@@ -37,11 +37,14 @@ def _alike(args) -> dict:
 
 def _readings_config(args):
     """Readings for every zone toll_weather knows, over the time the same options' toll events span."""
-    from lakehouse.dataflow.pipelines.weather import TOLL_WEATHER
+    from lakehouse.dataflow.pipelines import all_window_joins
     from lakehouse.generator import ReadingsConfig
 
+    joins = [join for join in all_window_joins().values() if join.readings.topic == args.pipeline]
+    if not joins:
+        raise LakehouseError(f"{args.pipeline} is not the readings side of a windowed join: no zones to read for")
     return ReadingsConfig(
-        zones=tuple(TOLL_WEATHER.key_values),
+        zones=tuple(joins[0].key_values),
         span=timedelta(seconds=args.events / args.rate),
         gap_fraction=args.gap_fraction,
         **_alike(args),
@@ -77,7 +80,7 @@ def cmd_generate(args, settings: Settings) -> None:
 
 def _generate_options(generate) -> None:
     """The producer: deterministic events into the retained log."""
-    pipeline_option(generate, choices=[DEFAULT_PIPELINE, READINGS_PIPELINE])
+    pipeline_option(generate, default=DEFAULT_PIPELINE, choices=[DEFAULT_PIPELINE, READINGS_PIPELINE])
     generate.add_argument("--events", type=int, default=10_000)
     generate.add_argument("--seed", type=int, default=7)
     generate.add_argument("--start", default="2026-01-05T08:00:00Z", help="first event time (ISO-8601) or 'now'")

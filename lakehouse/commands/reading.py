@@ -68,10 +68,10 @@ def _audit_window_join(args, settings: Settings) -> None:
     """A windowed join's audit: the stream's joined rows against the join of both logs' truth,
     recorded in the audit tables."""
     from lakehouse.audit.window_join import audit_window_join
-    from lakehouse.dataflow.pipelines import WINDOW_JOINS
+    from lakehouse.dataflow.pipelines import all_window_joins
     from lakehouse.layers.batch import parse_range
 
-    join = WINDOW_JOINS[args.pipeline]
+    join = all_window_joins()[args.pipeline]
     given = [option for option, value in _PIPELINE_AUDIT_OPTIONS.items() if getattr(args, value[0]) != value[1]]
     if given:
         raise LakehouseError(
@@ -89,10 +89,10 @@ def _audit_window_join(args, settings: Settings) -> None:
 
 def cmd_audit(args, settings: Settings) -> None:
     from lakehouse.audit.reconcile import Auditor, render_audit
-    from lakehouse.dataflow.pipelines import WINDOW_JOINS
+    from lakehouse.dataflow.pipelines import all_window_joins
     from lakehouse.layers.batch import parse_range
 
-    if args.pipeline in WINDOW_JOINS:
+    if args.pipeline in all_window_joins():
         return _audit_window_join(args, settings)
     pipeline = pipeline_named(args.pipeline)
     start, end = parse_range(args.start, args.end, pipeline)

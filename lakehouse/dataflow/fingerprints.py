@@ -4,6 +4,7 @@ version and the code, its change feed telling since when the chunk's events chan
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from pathlib import Path
@@ -14,20 +15,28 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow.pipelines.base import Pipeline
 
 LAKEHOUSE = Path(__file__).resolve().parents[1]
-# The code that turns inputs into batch rows; a change to any of it changes every fingerprint.
+# The platform's code that turns inputs into batch rows; a change to any of it changes every fingerprint.
 BATCH_CODE = (
     LAKEHOUSE / "dataflow" / "transforms.py",
     LAKEHOUSE / "dataflow" / "fingerprints.py",
+    LAKEHOUSE / "dataflow" / "metric_merges.py",
     LAKEHOUSE / "layers" / "batch.py",
 )
 
 
-def definition_fingerprint() -> str:
-    """The code that turns inputs into batch rows: the pipelines and transforms, by their source text."""
+@functools.cache
+def code_fingerprint() -> str:
+    """The platform's batch code, by its source text."""
     digest = hashlib.sha256()
     for path in [*BATCH_CODE, *sorted((LAKEHOUSE / "dataflow" / "pipelines").glob("*.py"))]:
         digest.update(path.name.encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()
+
+
+def definition_fingerprint(pipeline: Pipeline) -> str:
+    """What turns inputs into this pipeline's batch rows: the platform's code and the pipeline's own
+    declaration, so that a change to one pipeline recomputes that pipeline only."""
+    return hashlib.sha256(f"{code_fingerprint()}|{pipeline.definition}".encode()).hexdigest()
 
 
 def bronze_fingerprint(pipeline: Pipeline, version: int) -> str:
@@ -41,7 +50,7 @@ def bronze_fingerprint(pipeline: Pipeline, version: int) -> str:
 
 
 def bronze_code_digest(pipeline: Pipeline) -> str:
-    return hashlib.sha256(f"{pipeline.name}|bronze|{definition_fingerprint()}".encode()).hexdigest()
+    return hashlib.sha256(f"{pipeline.name}|bronze|{definition_fingerprint(pipeline)}".encode()).hexdigest()
 
 
 def parse_bronze_fingerprint(fingerprint: str | None) -> tuple[int, str] | None:
@@ -75,5 +84,7 @@ def fingerprint_totals(events: DataFrame) -> list[Column]:
 
 
 def fingerprint_digest(totals, pipeline: Pipeline, source: str) -> str:
-    text = f"{pipeline.name}|{source}|{definition_fingerprint()}|{totals['rows']}|{totals['high']}|{totals['low']}"
+    text = (
+        f"{pipeline.name}|{source}|{definition_fingerprint(pipeline)}|{totals['rows']}|{totals['high']}|{totals['low']}"
+    )
     return hashlib.sha256(text.encode()).hexdigest()

@@ -21,6 +21,7 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow import transforms as tx
+from lakehouse.dataflow.metric_merges import combined
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.vocabulary import PaneTiming
 
@@ -94,8 +95,8 @@ def next_panes(
     """Tumbling and hopping windows: the panes one micro-batch emits.
 
     ``partials`` are this batch's on-time values per window and key; each touched window's new value
-    is its previous one plus the partial. Untouched windows the watermark has just passed get their
-    ON_TIME pane with an unchanged value.
+    is its previous one combined with the partial (lakehouse.dataflow.metric_merges). Untouched
+    windows the watermark has just passed get their ON_TIME pane with an unchanged value.
 
     Args:
         state: the latest pane of each live window before this batch.
@@ -106,10 +107,7 @@ def next_panes(
     keys = window_key(pipeline)
     touched = partials.join(_renamed(state, pipeline), on=keys, how="left").select(
         *keys,
-        *[
-            (F.coalesce(F.col(f"_prev_{m.name}"), F.lit(0)) + F.col(m.name)).cast(m.spark_type).alias(m.name)
-            for m in pipeline.metrics
-        ],
+        *[combined(m, F.col(f"_prev_{m.name}"), F.col(m.name)).alias(m.name) for m in pipeline.metrics],
         F.coalesce(F.col("_prev_pane_index") + 1, F.lit(0)).alias("pane_index"),
         F.coalesce(F.col("_prev_fired"), F.lit(False)).alias("fired"),
         F.lit(False).alias("is_retraction"),

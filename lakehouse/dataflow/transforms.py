@@ -20,9 +20,10 @@ from pyspark.sql import Window as W
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow import clocks
-from lakehouse.dataflow.pipelines.base import DECIMAL, INTEGER, MONEY, RECEIVED_AT, STRING, TIMESTAMP, Field, Pipeline
+from lakehouse.dataflow.metric_merges import combined_over
+from lakehouse.dataflow.pipelines.base import RECEIVED_AT, Field, Pipeline
 from lakehouse.eventtime import micros_of, parse_duration
-from lakehouse.vocabulary import Fate
+from lakehouse.vocabulary import Fate, FieldKind
 
 # ISO-8601 with an explicit zone: a timestamp without one would silently take the reader's zone.
 ISO_TIMESTAMP_WITH_ZONE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"
@@ -31,8 +32,11 @@ ISO_TIMESTAMP_WITH_ZONE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[
 # and a Python client (lakehouse sql, a BI tool's driver) failed on any query returning them.
 READABLE_INSTANTS = ("0001-01-02T00:00:00Z", "9999-12-31T00:00:00Z")
 _INTEGER_JSON_TYPES = ("TINYINT", "SMALLINT", "INT", "BIGINT")
-# A JSON number with at most two decimals ("12.5" is DECIMAL(3,1) in a variant).
-_CENT_DECIMAL = r"^DECIMAL\(\d+,[0-2]\)$"
+
+
+def _decimal_shape(field: Field) -> str:
+    """A JSON number with at most the field's decimals ("12.5" is DECIMAL(3,1) in a variant)."""
+    return rf"^DECIMAL\(\d+,[0-{field.spark_type.scale}]\)$"
 
 
 def _json_value(name: str) -> Column:
@@ -50,21 +54,21 @@ def _is_present(name: str) -> Column:
 
 def _typed_value(field: Field) -> Column:
     value = _json_value(field.name)
-    if field.kind == TIMESTAMP:
+    if field.kind == FieldKind.TIMESTAMP:
         return F.try_variant_get(value, "$", "string").try_cast("timestamp")
     return F.try_variant_get(value, "$", field.spark_type.simpleString())
 
 
 def _has_right_type(field: Field) -> Column:
     json_type = _json_type(field.name)
-    if field.kind == STRING:
+    if field.kind == FieldKind.STRING:
         return json_type == "STRING"
-    if field.kind == INTEGER:
+    if field.kind == FieldKind.INTEGER:
         return json_type.isin(*_INTEGER_JSON_TYPES) & _typed_value(field).isNotNull()
-    if field.kind in (MONEY, DECIMAL):
-        shape_ok = json_type.isin(*_INTEGER_JSON_TYPES) | json_type.rlike(_CENT_DECIMAL)
+    if field.kind in (FieldKind.MONEY, FieldKind.DECIMAL):
+        shape_ok = json_type.isin(*_INTEGER_JSON_TYPES) | json_type.rlike(_decimal_shape(field))
         return shape_ok & _typed_value(field).isNotNull()
-    if field.kind == TIMESTAMP:
+    if field.kind == FieldKind.TIMESTAMP:
         return json_type == "STRING"
     raise ValueError(f"unknown field kind {field.kind}")
 
@@ -84,7 +88,7 @@ def _field_problems(field: Field) -> list[tuple[Column, str]]:
     if field.required:
         problems.append((~present, f"missing_field:{field.name}"))
     problems.append((present & ~_has_right_type(field), f"wrong_type:{field.name}"))
-    if field.kind == TIMESTAMP:
+    if field.kind == FieldKind.TIMESTAMP:
         problems.append((present & ~_is_valid_timestamp(field), f"bad_timestamp:{field.name}"))
     return problems
 
@@ -217,7 +221,7 @@ def first_window_end(pipeline: Pipeline) -> Column:
 
 
 def merge_sessions(sessions: DataFrame, pipeline: Pipeline, carry: dict[str, Column] | None = None) -> DataFrame:
-    """Merge overlapping session windows of each key into one: start = min, end = max, metrics add.
+    """Merge overlapping session windows of each key into one: start = min, end = max, metrics combine.
 
     Windows are half-open, so a window starting exactly where the previous one ends is a new
     session. ``carry`` adds more aggregates per merged session (the speed layer collects the
@@ -230,7 +234,7 @@ def merge_sessions(sessions: DataFrame, pipeline: Pipeline, carry: dict[str, Col
     numbered = sessions.withColumn("_starts", starts_session.cast("long")).withColumn(
         "_session", F.sum("_starts").over(by_start.rowsBetween(W.unboundedPreceding, W.currentRow))
     )
-    metrics = [F.sum(m.name).cast(m.spark_type).alias(m.name) for m in pipeline.metrics]
+    metrics = [combined_over(m, F.col(m.name)).alias(m.name) for m in pipeline.metrics]
     extra = [column.alias(name) for name, column in (carry or {}).items()]
     merged = numbered.groupBy(*keys, "_session").agg(
         F.min("window_start").alias("window_start"), F.max("window_end").alias("window_end"), *metrics, *extra

@@ -379,6 +379,7 @@ class ChunkWriter:
                     "source": result.source,
                     "written_at": datetime.now(UTC),
                     "input_fingerprint": fingerprint,
+                    "definition": pipeline.definition,
                 }
             ],
             settings,

@@ -22,6 +22,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.dataflow import transforms as tx
+from lakehouse.dataflow.metric_merges import compared
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.layers.batch import event_span, sql_timestamp
 from lakehouse.settings import Settings
@@ -84,9 +85,11 @@ def changed_rows(old: DataFrame, new: DataFrame, late_counts: DataFrame, pipelin
     """
     window_key = ["window_start", "window_end", *pipeline.keys]
     metrics = pipeline.metric_names
+    # Compared as served: the view estimates a sketch, the recomputed values hold it.
+    recomputed = [compared(m, F.col(m.name)).alias(f"_new_{m.name}") for m in pipeline.metrics]
     joined = (
         old.select(*window_key, *[F.col(m).alias(f"_old_{m}") for m in metrics])
-        .join(new.select(*window_key, *[F.col(m).alias(f"_new_{m}") for m in metrics]), on=window_key, how="full")
+        .join(new.select(*window_key, *recomputed), on=window_key, how="full")
         .join(late_counts, on=window_key, how="left")
     )
     differs = F.lit(False)

@@ -7,16 +7,15 @@ cheap), and tasks call it at run time. Spark work happens in ``jobs/`` under spa
 
 from __future__ import annotations
 
-import ast
 import dataclasses
-import functools
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import format_duration, parse_duration, parse_instant
+from lakehouse.project.active import active_project
+from lakehouse.project.project import Project
 from lakehouse.settings import Settings
-from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
+from lakehouse.vocabulary import Reprocess, RunStatus, Source, WindowKind, choices
 
 CHUNK_CHOICES = ("15m", "1h", "6h", "1d")
 # ISO-8601 date-time with an optional zone: what the UI's date-time picker sends and what people type.
@@ -30,119 +29,53 @@ BACKFILL_POOL = "lakehouse_backfill"
 SCHEDULED_BY = "schedule"
 
 
-@dataclasses.dataclass(frozen=True)
-class DeclaredPipeline:
-    """What a DAG file needs to know of a shipped pipeline."""
-
-    is_session: bool  # session windows: the audit compares fixed windows and skips it
-    joins: bool  # joins a versioned dimension: its recomputation waits for the dimension's changes
+def _project(settings: Settings | None = None) -> Project:
+    """The active project's declarations: plain files, read in milliseconds at each DAG parse (and
+    again only when a file changed), never a pipeline module that imports Spark."""
+    return active_project(settings)
 
 
-@functools.cache
-def _pipeline_modules() -> tuple[ast.Module, ...]:
-    """The syntax trees of ``lakehouse/dataflow/pipelines/``, read once per process (the readers
-    below are cached too): a DAG file asks for the declarations several times, and each reading
-    cost about 6 ms on a quiet machine, 40-60 ms on a loaded one."""
-    return tuple(
-        ast.parse(path.read_text()) for path in (Path(__file__).parents[1] / "dataflow" / "pipelines").glob("*.py")
-    )
+def pipeline_names(settings: Settings | None = None) -> list[str]:
+    """The project's pipelines' names."""
+    return sorted(_project(settings).pipelines)
 
 
-def _callee(node: ast.AST) -> str:
-    """The name a call calls (``Pipeline``, ``variant``); "" for anything but a call."""
-    if not isinstance(node, ast.Call):
-        return ""
-    return node.func.attr if isinstance(node.func, ast.Attribute) else getattr(node.func, "id", "")
+def session_pipeline_names(settings: Settings | None = None) -> list[str]:
+    """Pipelines with session windows: the audit compares fixed windows and skips them."""
+    pipelines = _project(settings).pipelines.values()
+    return sorted(p.name for p in pipelines if p.window.kind == WindowKind.SESSION)
 
 
-@functools.cache
-def _declared_pipelines() -> dict[str, DeclaredPipeline]:
-    """Each shipped pipeline, read from ``lakehouse/dataflow/pipelines/`` without importing it (a
-    pipeline module imports pyspark, too slow for DAG parsing): the ``name=`` of each
-    ``Pipeline(...)`` and the name of each ``.variant("...")``, with a ``window=Window(gap=...)``
-    or a ``joins=`` among their arguments. A test pins this to ``lakehouse.dataflow.pipelines``."""
-
-    def declared(call: ast.Call) -> DeclaredPipeline:
-        session = any(
-            k.arg == "window" and isinstance(k.value, ast.Call) and any(w.arg == "gap" for w in k.value.keywords)
-            for k in call.keywords
-        )
-        return DeclaredPipeline(session, any(k.arg == "joins" for k in call.keywords))
-
-    pipelines = {}
-    for module in _pipeline_modules():
-        for node in ast.walk(module):
-            called = _callee(node)
-            if called == "Pipeline":
-                names = [k.value.value for k in node.keywords if k.arg == "name" and isinstance(k.value, ast.Constant)]
-                pipelines.update({name: declared(node) for name in names})
-            elif called == "variant" and node.args and isinstance(node.args[0], ast.Constant):
-                pipelines[node.args[0].value] = declared(node)
-    return pipelines
+def joining_pipeline_names(settings: Settings | None = None) -> list[str]:
+    """Pipelines that join a versioned dimension."""
+    return sorted(p.name for p in _project(settings).pipelines.values() if p.joins)
 
 
-def pipeline_names() -> list[str]:
-    """The shipped pipelines' names (see ``_declared_pipelines``)."""
-    return sorted(_declared_pipelines())
+# The backfill form's first choice: the shipped example's main pipeline, or a project's first.
+MAIN_EXAMPLE = "toll_traffic"
 
 
-def session_pipeline_names() -> list[str]:
-    """Shipped pipelines with session windows: the audit compares fixed windows and skips them."""
-    return sorted(name for name, pipeline in _declared_pipelines().items() if pipeline.is_session)
+def default_pipeline(settings: Settings | None = None) -> str:
+    names = pipeline_names(settings)
+    return MAIN_EXAMPLE if MAIN_EXAMPLE in names else names[0]
 
 
-def joining_pipeline_names() -> list[str]:
-    """Shipped pipelines that join a versioned dimension."""
-    return sorted(name for name, pipeline in _declared_pipelines().items() if pipeline.joins)
-
-
-DEFAULT_PIPELINE = "toll_traffic"
-
-
-@functools.cache
-def _declared_window_joins() -> dict[str, tuple[str, str]]:
-    """Each shipped windowed join's name and its two sides' pipeline names (events, readings), read
-    as ``_declared_pipelines`` reads the pipelines: from module-level assignments, ``X = Pipeline(
-    name=...)`` or ``X = Y.variant("...")``, and the ``events=`` and ``readings=`` of each
-    ``WindowJoin(...)``. A test pins this to ``lakehouse.dataflow.pipelines.WINDOW_JOINS``."""
-
-    def keyword(call: ast.Call, name: str) -> ast.AST | None:
-        return next((k.value for k in call.keywords if k.arg == name), None)
-
-    assigned: dict[str, ast.Call] = {}
-    for module in _pipeline_modules():
-        for node in module.body:
-            single = isinstance(node, ast.Assign) and len(node.targets) == 1
-            if single and isinstance(node.targets[0], ast.Name) and _callee(node.value):
-                assigned[node.targets[0].id] = node.value
-    names = {}
-    for variable, call in assigned.items():
-        name = keyword(call, "name") if _callee(call) == "Pipeline" else (call.args or [None])[0]
-        if isinstance(name, ast.Constant):
-            names[variable] = name.value
-    joins = {}
-    for call in assigned.values():
-        sides = [keyword(call, side) for side in ("events", "readings")]
-        if _callee(call) == "WindowJoin" and all(isinstance(side, ast.Name) for side in sides):
-            joins[keyword(call, "name").value] = (names[sides[0].id], names[sides[1].id])
-    return joins
-
-
-def audited_window_joins(active: list[str]) -> list[str]:
-    """The shipped windowed joins both of whose sides are among the ``active`` pipelines: the audit
-    DAG audits each, as it audits each pipeline."""
-    return sorted(join for join, sides in _declared_window_joins().items() if set(sides) <= set(active))
+def audited_window_joins(active: list[str], settings: Settings | None = None) -> list[str]:
+    """The windowed joins both of whose sides are among the ``active`` pipelines: the audit DAG
+    audits each, as it audits each pipeline."""
+    joins = _project(settings).window_joins.values()
+    return sorted(j.name for j in joins if {j.events, j.readings} <= set(active))
 
 
 def active_pipelines(settings: Settings) -> list[str]:
-    """The pipelines the scheduled DAGs run: ``LAKEHOUSE_PIPELINES``, or every shipped one."""
-    shipped = pipeline_names()
-    unknown = sorted(set(settings.pipelines) - set(shipped))
+    """The pipelines the scheduled DAGs run: ``LAKEHOUSE_PIPELINES``, or every one of the project."""
+    declared = pipeline_names(settings)
+    unknown = sorted(set(settings.pipelines) - set(declared))
     if unknown:
         raise LakehouseError(
-            f"LAKEHOUSE_PIPELINES names unknown pipelines {', '.join(unknown)}; shipped: {', '.join(shipped)}"
+            f"LAKEHOUSE_PIPELINES names unknown pipelines {', '.join(unknown)}; the project's: {', '.join(declared)}"
         )
-    return list(settings.pipelines) or shipped
+    return list(settings.pipelines) or declared
 
 
 def backfill_param_schemas(settings: Settings) -> dict[str, dict]:
@@ -155,7 +88,7 @@ def backfill_param_schemas(settings: Settings) -> dict[str, dict]:
     return {
         "pipeline": {
             "type": "string",
-            "enum": pipeline_names(),
+            "enum": pipeline_names(settings),
             "title": "Pipeline",
             "description": "Which pipeline's gold.<p>__batch to recompute.",
         },
@@ -209,8 +142,8 @@ class BackfillRequest:
 def validate_backfill_request(params: dict, settings: Settings, now: datetime) -> BackfillRequest:
     """Every rule a backfill's parameters must meet, with a message that says how to fix it."""
     pipeline = params.get("pipeline")
-    if pipeline not in pipeline_names():
-        raise LakehouseError(f"unknown pipeline {pipeline!r}; shipped pipelines: {', '.join(pipeline_names())}")
+    if pipeline not in (declared := pipeline_names(settings)):
+        raise LakehouseError(f"unknown pipeline {pipeline!r}; the project's pipelines: {', '.join(declared)}")
     for name, allowed in (("source", choices(Source)), ("reprocess", choices(Reprocess))):
         if params.get(name) not in allowed:
             raise LakehouseError(f"{name} must be one of {', '.join(allowed)}, not {params.get(name)!r}")

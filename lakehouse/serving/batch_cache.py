@@ -23,12 +23,12 @@ from datetime import timedelta
 
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
-from lakehouse.storage.catalog import BATCH_COVERAGE, PIPELINES, Table, pipeline_tables, table_version
+from lakehouse.storage.catalog import BATCH_COVERAGE, Table, all_pipelines, pipeline_tables, table_version
 
 
 def cached_tables() -> list[Table]:
     """The tables the serving views read that only the batch layer writes."""
-    return [*(pipeline_tables(pipeline).batch for pipeline in PIPELINES.values()), BATCH_COVERAGE]
+    return [*(pipeline_tables(pipeline).batch for pipeline in all_pipelines().values()), BATCH_COVERAGE]
 
 
 class BatchCache:

@@ -7,12 +7,14 @@ own in-memory catalog, so any number of JVMs (stream, batch, SQL) can use them a
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 
 from pyspark.sql import SparkSession
 from pyspark.sql import types as T
 
-from lakehouse.dataflow.pipelines import DIMENSIONS, PIPELINES, WINDOW_JOINS
+from lakehouse.dataflow.metric_merges import derived_sql, served_sql
+from lakehouse.dataflow.pipelines import all_dimensions, all_pipelines, all_window_joins
 from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
 from lakehouse.dataflow.window_joins import window_join_sql
 from lakehouse.errors import LakehouseError
@@ -32,6 +34,8 @@ class Table:
     # Columns Delta computes on every write: (name, type, SQL expression over ``columns``). Writers
     # leave them out; readers may filter on them.
     generated: tuple[tuple[str, T.DataType, str], ...] = ()
+    # A gold table's grouping keys, kept in its properties: a job refuses a pipeline whose keys changed.
+    keys: tuple[str, ...] | None = None
 
     @property
     def qualified_name(self) -> str:
@@ -126,6 +130,8 @@ BATCH_COVERAGE = Table(
         ("source", STR),
         ("written_at", TS),
         ("input_fingerprint", STR),
+        # The pipeline's definition digest when the range was recomputed (lakehouse stale compares it).
+        ("definition", STR),
     ),
 )
 STRING_MAP, STRINGS = T.MapType(STR, STR), T.ArrayType(STR)
@@ -282,7 +288,8 @@ def dimension_table(dimension: Dimension) -> Table:
     return Table("dim", dimension.name, struct_of(*[(n, STR) for n in names], ("valid_from", TS), ("valid_to", TS)))
 
 
-DIMENSION_TABLES = tuple(dimension_table(d) for d in DIMENSIONS.values())
+def dimension_tables() -> tuple[Table, ...]:
+    return tuple(dimension_table(d) for d in all_dimensions().values())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -362,6 +369,7 @@ def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
             struct_of(*gold_fields, ("last_batch_id", LONG), ("updated_at", TS)),
             change_data_feed=True,
             **BY_WINDOW_DATE,
+            keys=pipeline.keys,
         ),
         batch=Table(
             "gold",
@@ -369,6 +377,7 @@ def pipeline_tables(pipeline: Pipeline) -> PipelineTables:
             struct_of(*gold_fields, ("run_id", STR), ("updated_at", TS)),
             change_data_feed=True,
             **BY_WINDOW_DATE,
+            keys=pipeline.keys,
         ),
         # Every pane the speed layer emitted: the value after the pane, its timing and index.
         panes=Table(
@@ -449,6 +458,8 @@ def table_in_storage(uri: str, settings: Settings | None = None) -> bool:
 # checkpoints every 100 commits unless the table says otherwise, and a reader of a table committed
 # to every few seconds would replay up to 99 commit files to build its snapshot.
 CHECKPOINT_EVERY_10_COMMITS = {"delta.checkpointInterval": "10"}
+# A gold table's grouping keys are marked in its schema: a job refuses a pipeline whose keys changed.
+KEY_METADATA = {"lakehouse.key": True}
 CHANGE_DATA_FEED = {"delta.enableChangeDataFeed": "true"}
 
 
@@ -458,7 +469,11 @@ def delta_schema_json(table: Table) -> str:
     generated = [
         T.StructField(name, kind, True, {"delta.generationExpression": sql}) for name, kind, sql in table.generated
     ]
-    return T.StructType([*table.columns.fields, *generated]).json()
+    keys = set(table.keys or ())
+    columns = [
+        T.StructField(f.name, f.dataType, f.nullable, KEY_METADATA if f.name in keys else {}) for f in table.columns
+    ]
+    return T.StructType([*columns, *generated]).json()
 
 
 def ensure_table(table: Table, settings: Settings) -> None:
@@ -497,6 +512,34 @@ def _create(table: Table, uri: str, settings: Settings) -> None:
     )
 
 
+def evolve_table(table: Table, settings: Settings) -> None:
+    """Bring an existing table to the columns its pipeline declares now, keeping its history:
+    a column the declaration added (an optional field, a metric) is added, and old rows read null.
+    A change that would mix two meanings in one table is refused: another type for a column, or
+    other grouping keys (docs/pipelines.md, "Changing a pipeline")."""
+    from deltalake import DeltaTable
+    from deltalake.schema import Field
+
+    from lakehouse.storage.ops_tables import delta_rs_location
+
+    location, options = delta_rs_location(table.uri(settings), settings)
+    current = DeltaTable(location, storage_options=options)
+    fields = json.loads(current.schema().to_json())["fields"]
+    existing = {f["name"]: f["type"] for f in fields}
+    declared = json.loads(table.columns.json())["fields"]
+    retyped = [f["name"] for f in declared if f["name"] in existing and existing[f["name"]] != f["type"]]
+    keys_then = ",".join(f["name"] for f in fields if f.get("metadata", {}).get("lakehouse.key"))
+    if retyped or (table.keys is not None and keys_then and keys_then != ",".join(table.keys)):
+        change = f"the type of {', '.join(retyped)}" if retyped else f"its keys ({keys_then} before)"
+        raise LakehouseError(
+            f"{table.qualified_name}: the declaration changes {change}, which cannot change in place; "
+            "declare a new pipeline (a new file), then backfill it from the log"
+        )
+    added = [Field.from_json(json.dumps({**f, "nullable": True})) for f in declared if f["name"] not in existing]
+    if added:
+        current.alter.add_columns(added)
+
+
 def _last_cause(error: Exception) -> str:
     """delta-rs's error on one line: it prints a chain of causes, one a line, coloured; the last is
     the one a user can act on ("Not a directory", "Access Denied")."""
@@ -514,6 +557,8 @@ def _table_found_at(uri: str, settings: Settings) -> bool:
 def ensure_pipeline_tables(settings: Settings, pipeline: Pipeline) -> PipelineTables:
     for table in all_tables(pipeline):
         ensure_table(table, settings)
+    for table in all_tables(pipeline)[:5]:  # its own; the shared ones follow
+        evolve_table(table, settings)
     return pipeline_tables(pipeline)
 
 
@@ -537,7 +582,10 @@ def serving_view_sql(
     coverage = coverage or BATCH_COVERAGE.qualified_name
     columns = ", ".join(pipeline.gold_columns)
     speed_columns = ", ".join(f"s.{c}" for c in pipeline.gold_columns)
+    served = ", ".join([*pipeline.gold_columns[: -len(pipeline.metrics)], *map(served_sql, pipeline.metrics)])
+    served = ", ".join([served, *derived_sql(pipeline), "source", "is_final", "updated_at"])
     return f"""
+      SELECT {served} FROM (
         SELECT {columns}, '{Layer.BATCH}' AS source, TRUE AS is_final, updated_at
         FROM {batch}
         UNION ALL
@@ -547,6 +595,7 @@ def serving_view_sql(
         LEFT ANTI JOIN (SELECT range_start, range_end FROM {coverage}
                         WHERE pipeline = '{pipeline.name}') AS c
           ON s.window_start >= c.range_start AND s.window_start < c.range_end
+      )
     """
 
 
@@ -560,7 +609,8 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
     """
     panes = pipeline_tables(pipeline).panes.qualified_name
     window_key = ", ".join(["window_start", "window_end", *pipeline.keys])
-    metrics = pipeline.metric_names
+    # What a pane adds or withdraws is a difference: only counts and sums have one.
+    metrics = [m.name for m in pipeline.metrics if m.is_additive or mode == AccumulationMode.ACCUMULATING]
     lagged = ", ".join(f"LAG({m}) OVER w AS _prev_{m}" for m in metrics)
     history = (
         f"SELECT *, {lagged}, LAG(is_retraction) OVER w AS _prev_retraction FROM {panes} "
@@ -568,7 +618,7 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
     )
     pane_columns = "pane_index, timing, batch_id"
     if mode == "accumulating":
-        values = ", ".join(metrics)
+        values = ", ".join([served_sql(m) for m in pipeline.metrics])
         return (
             f"SELECT {window_key}, {values}, {pane_columns} FROM ("
             f"SELECT *, ROW_NUMBER() OVER (PARTITION BY {window_key} ORDER BY pane_index DESC) AS _newest "
@@ -593,8 +643,8 @@ def accumulation_view_sql(pipeline: Pipeline, mode: str) -> str:
 
 def registrable_tables(pipelines: list[Pipeline] | None = None) -> list[Table]:
     """Every table SQL may name, shared ones first (each once), for ``pipelines`` (default: all)."""
-    pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
-    tables = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES + DIMENSION_TABLES)
+    pipelines = list(all_pipelines().values()) if pipelines is None else pipelines
+    tables = list(SHARED_TABLES + AUDIT_TABLES + ORCHESTRATION_TABLES + dimension_tables())
     for pipeline in pipelines:
         tables += all_tables(pipeline)[:5]  # its own; all_tables lists the shared ones after
     return tables
@@ -608,10 +658,10 @@ def register_tables(
     Args:
         spark: the session whose catalog registers them.
         settings: where the tables live.
-        pipelines: whose tables (default: every shipped pipeline).
+        pipelines: whose tables (default: every pipeline of the active project).
         skip: names registered before, left as they are (the Spark service registers new tables only).
     """
-    pipelines = list(PIPELINES.values()) if pipelines is None else pipelines
+    pipelines = list(all_pipelines().values()) if pipelines is None else pipelines
     registered: list[str] = []
     for table in registrable_tables(pipelines):
         uri = table.uri(settings)
@@ -650,7 +700,7 @@ def _window_join_views(pipelines: list[Pipeline], known: set[str]) -> dict[str, 
     """Each windowed join of two of ``pipelines``: over both serving views (``gold.<name>``) and
     over both speed tables (``gold.<name>__speed``, what the stream alone computed)."""
     views = {}
-    for join in WINDOW_JOINS.values():
+    for join in all_window_joins().values():
         if not {join.events.name, join.readings.name} <= {pipeline.name for pipeline in pipelines}:
             continue
         events, readings = pipeline_tables(join.events), pipeline_tables(join.readings)

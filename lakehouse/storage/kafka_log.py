@@ -56,27 +56,28 @@ def ensure_topic(settings: Settings, topic: str) -> None:
             ) from None
 
 
-def _bridge_key(line: str) -> bytes | None:
-    """The record's key: its bridge, when the line is an event that names one."""
+def _record_key(line: str, field: str) -> bytes | None:
+    """The record's key: the line's ``field`` (the toll example's bridge), when it is an event that names one."""
     try:
         document = json.loads(line)
     except ValueError:
         return None
-    bridge = document.get("bridge_id") if isinstance(document, dict) else None
-    return bridge.encode() if isinstance(bridge, str) else None
+    value = document.get(field) if isinstance(document, dict) else None
+    return str(value).encode() if isinstance(value, str | int) and not isinstance(value, bool) else None
 
 
 class KafkaLogWriter:
     """Produces log records into a pipeline's topic, each stamped with its own receive time.
 
     Idempotent and acknowledged by every replica: a retried send is not written twice, and
-    ``append`` returns once the broker has the records."""
+    ``append`` returns once the broker has the records. Records are keyed by ``key_field``: the
+    copies of one key's events share a partition, and so keep their order."""
 
-    def __init__(self, settings: Settings, topic: str):
+    def __init__(self, settings: Settings, topic: str, key_field: str = "bridge_id"):
         from confluent_kafka import Producer
 
         ensure_topic(settings, topic)
-        self.topic = settings.kafka_topic(topic)
+        self.topic, self.key_field = settings.kafka_topic(topic), key_field
         self.retention = parse_duration(settings.log_retention)
         self._errors: list[str] = []
         self._producer = Producer(
@@ -100,7 +101,7 @@ class KafkaLogWriter:
             self._producer.produce(
                 self.topic,
                 value=line.encode("utf-8", "surrogateescape"),
-                key=_bridge_key(line),
+                key=_record_key(line, self.key_field),
                 timestamp=_millis(arrival),
                 on_delivery=self._delivered,
             )

@@ -1,51 +1,71 @@
-"""The shipped pipelines, by name."""
+"""The active project's pipelines, dimensions and windowed joins, by name (lakehouse.project).
 
+The project is ``LAKEHOUSE_PROJECT`` (or ``--project``), the shipped examples when unset. Its
+declarations are read again when a file of it changes, so a long-lived process sees a new pipeline.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+
+from lakehouse.dataflow.pipelines import declared
 from lakehouse.dataflow.pipelines.base import Dimension, Pipeline, WindowJoin
-from lakehouse.dataflow.pipelines.team_scores import TEAM_SCORES, TEAM_SCORES_SESSIONS
-from lakehouse.dataflow.pipelines.toll_traffic import (
-    BRIDGES,
-    TOLL_TRAFFIC,
-    TOLL_TRAFFIC_5M,
-    TOLL_TRAFFIC_BY_REGION,
-    TOLL_TRAFFIC_BY_ZONE,
-    TOLL_TRAFFIC_CORRECTED_CLOCKS,
-    TOLL_TRIPS,
-)
-from lakehouse.dataflow.pipelines.weather import TOLL_WEATHER, ZONE_TEMPERATURES
 from lakehouse.errors import LakehouseError
+from lakehouse.project.active import active_project
+from lakehouse.project.project import Project
 
-PIPELINES: dict[str, Pipeline] = {
-    p.name: p
-    for p in (
-        TOLL_TRAFFIC,
-        TOLL_TRAFFIC_5M,
-        TOLL_TRIPS,
-        TOLL_TRAFFIC_CORRECTED_CLOCKS,
-        TOLL_TRAFFIC_BY_REGION,
-        TOLL_TRAFFIC_BY_ZONE,
-        ZONE_TEMPERATURES,
-        TEAM_SCORES,
-        TEAM_SCORES_SESSIONS,
+__all__ = ["Dimension", "Pipeline", "WindowJoin"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Catalogue:
+    """A project's declarations built for Spark."""
+
+    pipelines: dict[str, Pipeline]
+    dimensions: dict[str, Dimension]
+    window_joins: dict[str, WindowJoin]
+
+
+@functools.lru_cache(maxsize=8)
+def _built(project: Project) -> Catalogue:
+    pipelines = {name: declared.pipeline(spec, project) for name, spec in project.pipelines.items()}
+    return Catalogue(
+        pipelines=pipelines,
+        dimensions={name: declared.dimension(spec) for name, spec in project.dimensions.items()},
+        window_joins={name: declared.window_join(spec, pipelines) for name, spec in project.window_joins.items()},
     )
-}
+
+
+def catalogue() -> Catalogue:
+    return _built(active_project())
+
+
+def all_pipelines() -> dict[str, Pipeline]:
+    return catalogue().pipelines
+
+
+def all_dimensions() -> dict[str, Dimension]:
+    return catalogue().dimensions
+
+
+def all_window_joins() -> dict[str, WindowJoin]:
+    return catalogue().window_joins
 
 
 def get_pipeline(name: str) -> Pipeline:
+    pipelines = all_pipelines()
     try:
-        return PIPELINES[name]
+        return pipelines[name]
     except KeyError:
-        raise LakehouseError(f"unknown pipeline {name!r}; shipped pipelines: {', '.join(sorted(PIPELINES))}") from None
-
-
-DIMENSIONS: dict[str, Dimension] = {d.name: d for d in (BRIDGES,)}
+        raise LakehouseError(
+            f"unknown pipeline {name!r}; the project's pipelines: {', '.join(sorted(pipelines))}"
+        ) from None
 
 
 def get_dimension(name: str) -> Dimension:
+    dimensions = all_dimensions()
     try:
-        return DIMENSIONS[name]
+        return dimensions[name]
     except KeyError:
-        raise LakehouseError(f"unknown dimension {name!r}; dimensions: {', '.join(sorted(DIMENSIONS))}") from None
-
-
-# Joins of two pipelines' windows, served as views over both sides' tables.
-WINDOW_JOINS: dict[str, WindowJoin] = {j.name: j for j in (TOLL_WEATHER,)}
+        raise LakehouseError(f"unknown dimension {name!r}; dimensions: {', '.join(sorted(dimensions))}") from None

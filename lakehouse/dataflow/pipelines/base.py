@@ -11,18 +11,16 @@ from pyspark.sql import Column
 from pyspark.sql import types as T
 
 from lakehouse.eventtime import parse_duration
+from lakehouse.project.checks import RECEIVED_AT  # when the log received an event (docs/design.md, "Device clocks")
+from lakehouse.vocabulary import FieldKind, MetricKind, WindowKind
 
-# When the log received an event, by the log's clock (docs/design.md, "Device clocks").
-RECEIVED_AT = "received_at"
-# JSON value kinds a field may hold, checked against the type the JSON text actually carries. MONEY
-# and DECIMAL are both JSON numbers with at most two decimals, read exactly (never through a float).
-STRING, INTEGER, MONEY, DECIMAL, TIMESTAMP = "string", "integer", "money", "decimal", "timestamp"
+__all__ = ["RECEIVED_AT"]
 
 
 @dataclasses.dataclass(frozen=True)
 class Field:
     name: str
-    kind: str
+    kind: FieldKind
     spark_type: T.DataType
     required: bool = True
 
@@ -37,14 +35,27 @@ class Rule:
 
 @dataclasses.dataclass(frozen=True)
 class Metric:
-    """An additive metric: the speed layer adds per-batch partial values with ``+``."""
+    """A stored metric: ``aggregate`` computes it over events, and its ``kind`` says how two partial
+    values of one window combine (lakehouse.dataflow.metric_merges)."""
 
     name: str
     aggregate: Callable[[], Column]
     spark_type: T.DataType
+    kind: MetricKind = MetricKind.SUM
+
+    @property
+    def is_additive(self) -> bool:
+        """Partial values add, and a withdrawn one subtracts (the discarding and retracting views)."""
+        return self.kind in (MetricKind.COUNT, MetricKind.SUM)
 
 
-TUMBLING, HOPPING, SESSION = "tumbling", "hopping", "session"
+@dataclasses.dataclass(frozen=True)
+class DerivedMetric:
+    """A mean served as ``total / count`` of two stored metrics, computed where it is read."""
+
+    name: str
+    total: str
+    count: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,14 +75,14 @@ class Window:
             raise ValueError("a window has either a size (tumbling or hopping) or a gap (session)")
 
     @property
-    def kind(self) -> str:
+    def kind(self) -> WindowKind:
         if self.gap is not None:
-            return SESSION
-        return HOPPING if self.slide and self.slide != self.size else TUMBLING
+            return WindowKind.SESSION
+        return WindowKind.HOPPING if self.slide and self.slide != self.size else WindowKind.TUMBLING
 
     @property
     def is_session(self) -> bool:
-        return self.kind == SESSION
+        return self.kind == WindowKind.SESSION
 
     @property
     def size_delta(self) -> timedelta:
@@ -89,9 +100,9 @@ class Window:
         return parse_duration(self.gap) if self.gap else timedelta(0)
 
     def describe(self) -> str:
-        if self.kind == SESSION:
+        if self.kind == WindowKind.SESSION:
             return f"session windows (gap {self.gap})"
-        if self.kind == HOPPING:
+        if self.kind == WindowKind.HOPPING:
             return f"{self.size} windows sliding by {self.slide}"
         return f"{self.size} tumbling windows"
 
@@ -157,6 +168,10 @@ class Pipeline:
     clocks: ClockCorrection | None = None
     # Attributes taken from a versioned dimension as of each event's time, when set.
     joins: DimensionJoin | None = None
+    # Means of two stored metrics, served beside them.
+    derived: tuple[DerivedMetric, ...] = ()
+    # What the pipeline computes, digested (lakehouse.project.declarations.PipelineSpec.definition_digest).
+    definition: str = ""
 
     def __post_init__(self):
         names = {f.name for f in self.fields}

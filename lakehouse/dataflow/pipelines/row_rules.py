@@ -21,9 +21,8 @@ from pyspark.sql import Column
 from pyspark.sql import functions as F
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import PROJECT_ROOT
+from lakehouse.project.active import active_project
 
-EXPECTATIONS_DIR = PROJECT_ROOT / "expectations"
 RAW_EVENTS, BRONZE, GOLD = "raw_events", "bronze", "gold"
 # The one query shape a row rule may take: its WHERE clause is the Spark SQL condition of a bad row.
 _UNEXPECTED_ROWS = re.compile(
@@ -31,8 +30,9 @@ _UNEXPECTED_ROWS = re.compile(
 )
 
 
-def suite_path(pipeline: str, layer: str, directory: Path = EXPECTATIONS_DIR) -> Path:
-    return directory / f"{pipeline}.{layer}.json"
+def suite_path(pipeline: str, layer: str, directory: Path | None = None) -> Path:
+    """A suite of the pipeline (or of the one it extends), in ``directory`` or the active project's."""
+    return (directory or active_project().expectations_dir) / f"{pipeline}.{layer}.json"
 
 
 def load_suite(path: Path) -> dict:
@@ -105,7 +105,7 @@ def rule_from_expectation(expectation: dict, source: str = "suite"):
     return Rule(reason, lambda: violated(kwargs))
 
 
-def row_rules(pipeline: str, directory: Path = EXPECTATIONS_DIR) -> tuple:
+def row_rules(pipeline: str, directory: Path | None = None) -> tuple:
     """The pipeline's row rules, in suite order (a row's reason is the first rule it breaks)."""
     path = suite_path(pipeline, RAW_EVENTS, directory)
     suite = load_suite(path)

@@ -1,0 +1,11 @@
+"""Stale-hours entry point for spark-submit: ``spark-submit jobs/stale.py --pipeline P --fill``.
+
+Takes the arguments of ``lakehouse stale``; settings come from LAKEHOUSE_* environment variables.
+"""
+
+import sys
+
+from lakehouse.cli import main
+
+if __name__ == "__main__":
+    sys.exit(main(["stale", *sys.argv[1:]]))

@@ -1,0 +1,1 @@
+"""A team's own pipelines, declared in a project folder (docs/pipelines.md). No Spark here."""

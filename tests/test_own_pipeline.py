@@ -1,0 +1,138 @@
+"""The whole loop on a pipeline declared only in a temporary project (tests/sensor_project.py):
+ingest through the CLI, the stream, a backfill, late events and their correction, the audit, the
+stale hours a definition change leaves, and SQL, each equal to a plain-Python oracle."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from datetime import UTC, timedelta
+from decimal import Decimal
+
+import pytest
+
+from lakehouse.settings import PROJECT_ROOT
+from tests import sensor_project as sensors
+from tests.conftest import make_settings
+
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+END = sensors.START + timedelta(hours=1)
+# The first readings also fall in windows starting in the hour before (10-minute windows, 1-minute slide).
+FIRST_HOUR = sensors.START - timedelta(hours=1)
+# The batch layer addresses UTC instants without a zone, as the CLI parses them.
+NAIVE_RANGE = (FIRST_HOUR.replace(tzinfo=None), END.replace(tzinfo=None))
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    root = tmp_path / "team"
+    (root / "pipelines").mkdir(parents=True)
+    (root / "expectations").mkdir()
+    (root / "lakehouse.yaml").write_text("name: team\n")
+    sensors.add_to_project(root)
+    monkeypatch.setenv("LAKEHOUSE_PROJECT", str(root))
+    return root
+
+
+def ingest(home, lines: str) -> str:
+    env = {**os.environ, "LAKEHOUSE_HOME": str(home)}
+    done = subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", "ingest", "--pipeline", sensors.NAME, "-"],
+        input=lines,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def served(spark, settings, pipeline) -> dict:
+    from lakehouse.storage.catalog import register_tables
+
+    register_tables(spark, settings, [pipeline])
+    rows = spark.sql(f"SELECT * FROM gold.{sensors.NAME}").collect()
+    return {(r.window_start.replace(tzinfo=UTC), r.sensor): r for r in rows}
+
+
+def assert_served_equals(rows: dict, truth: dict, closed_only: bool = False) -> None:
+    assert set(rows) == set(truth)
+    for key, expected in truth.items():
+        row = rows[key]
+        for metric in ("readings", "celsius_total", "coldest", "warmest", "firmwares", "warm_readings"):
+            assert row[metric] == expected[metric], (key, metric)
+        assert abs(row["mean_celsius"] - expected["mean_celsius"]) < Decimal("0.0001"), key
+
+
+def test_a_pipeline_of_a_users_project_runs_the_whole_loop_to_the_oracle(spark, project, tmp_path):
+    from lakehouse.audit.reconcile import Auditor
+    from lakehouse.dataflow.pipelines import get_pipeline
+    from lakehouse.layers.batch import BatchLayer
+    from lakehouse.layers.corrections import CorrectionRun
+    from lakehouse.layers.speed import run_speed_layer
+    from lakehouse.layers.staleness import find_stale
+
+    settings = make_settings(tmp_path / "home", LAKEHOUSE_PROJECT=str(project))
+    on_time, late = sensors.events()
+    assert "ingested 362 lines" in ingest(tmp_path / "home", sensors.as_lines(on_time))
+    pipeline = get_pipeline(sensors.NAME)
+    run_speed_layer(spark, settings, pipeline, available_now=True)
+    never = [(s.hour, s.reason) for s in find_stale(spark, settings, pipeline)]
+    assert never == [(FIRST_HOUR, "never_recomputed"), (sensors.START, "never_recomputed")]
+
+    BatchLayer(spark, settings, pipeline).backfill(*NAIVE_RANGE, source="bronze", chunk="1h")
+    assert find_stale(spark, settings, pipeline) == []
+    truth = sensors.oracle(on_time)
+    in_range = {k: v for k, v in truth.items() if k[0] < END}
+    assert_served_equals({k: v for k, v in served(spark, settings, pipeline).items() if k in in_range}, in_range)
+
+    ingest(tmp_path / "home", sensors.as_lines(late))
+    run_speed_layer(spark, settings, pipeline, available_now=True)
+    assert CorrectionRun(spark, settings, pipeline).run().late_events == len(late)
+    everything = sensors.oracle(on_time + late)
+    rows = served(spark, settings, pipeline)
+    assert_served_equals(
+        {k: v for k, v in rows.items() if k[0] < END}, {k: v for k, v in everything.items() if k[0] < END}
+    )
+
+    audit = Auditor(spark, settings, pipeline).reconcile(*NAIVE_RANGE, target="serving")
+    assert audit.ok and audit.windows_compared > 0 and audit.matched == audit.windows_compared
+
+
+def test_a_metric_change_marks_that_pipelines_hours_stale_and_the_fill_recomputes_them(spark, project, tmp_path):
+    from lakehouse.dataflow.pipelines import get_pipeline
+    from lakehouse.layers.batch import BatchLayer
+    from lakehouse.layers.speed import run_speed_layer
+    from lakehouse.layers.staleness import find_stale
+
+    settings = make_settings(tmp_path / "home", LAKEHOUSE_PROJECT=str(project))
+    on_time, _ = sensors.events(count=120)
+    ingest(tmp_path / "home", sensors.as_lines(on_time))
+    pipeline = get_pipeline(sensors.NAME)
+    run_speed_layer(spark, settings, pipeline, available_now=True)
+    BatchLayer(spark, settings, pipeline).backfill(*NAIVE_RANGE, source="bronze", chunk="1h")
+    assert find_stale(spark, settings, pipeline) == []
+
+    time.sleep(0.01)
+    declaration = project / "pipelines" / f"{sensors.NAME}.yaml"
+    declaration.write_text(
+        sensors.PIPELINE.replace("warmest: {max: celsius}", "warmest: {max: celsius}\n  hottest: {max: celsius}")
+    )
+    changed = get_pipeline(sensors.NAME)
+    stale = find_stale(spark, settings, changed)
+    assert [(s.hour, s.reason) for s in stale] == [
+        (FIRST_HOUR, "older_definition"),
+        (sensors.START, "older_definition"),
+    ]
+    BatchLayer(spark, settings, changed).backfill(*NAIVE_RANGE, source="bronze", chunk="1h")
+    assert find_stale(spark, settings, changed) == []
+    rows = served(spark, settings, changed)
+    assert all(row.hottest == row.warmest for row in rows.values() if row.source == "batch")
+
+    declaration.write_text(sensors.PIPELINE.replace("keys: [sensor]", "keys: [firmware]"))
+    with pytest.raises(Exception, match="declare a new pipeline"):
+        BatchLayer(spark, settings, get_pipeline(sensors.NAME))
+    assert PROJECT_ROOT.joinpath("pipelines", f"{sensors.NAME}.yaml").exists() is False
