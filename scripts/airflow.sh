@@ -191,9 +191,10 @@ start_statsd_exporter() {
     if [ -f "$RUN/statsd-exporter.pid" ] && kill -0 "$(cat "$RUN/statsd-exporter.pid")" 2>/dev/null; then
         return
     fi
-    (cd "$ROOT" && setsid "$VENV/bin/python" -m lakehouse.ops.statsd_exporter --udp-port "$STATSD_PORT" \
-        --http-port "$METRICS_PORT" > "$LOGS/statsd-exporter.log" 2>&1 < /dev/null &
-     echo $! > "$RUN/statsd-exporter.pid")
+    # This checkout's code, whatever the working directory; in a session of its own, as start_process's.
+    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" setsid "$VENV/bin/python" -m lakehouse.ops.statsd_exporter \
+        --udp-port "$STATSD_PORT" --http-port "$METRICS_PORT" > "$LOGS/statsd-exporter.log" 2>&1 < /dev/null &
+    echo $! > "$RUN/statsd-exporter.pid"
 }
 
 start_scheduler() {

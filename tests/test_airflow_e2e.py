@@ -159,15 +159,15 @@ def test_airflows_metrics_reach_prometheus_format_through_the_statsd_exporter(li
     _, settings, _ = live
     [target] = json.loads((settings.metrics_dir() / "airflow" / "airflow.json").read_text())
     [address] = target["targets"]
+    heartbeats = "airflow_scheduler_executor_heartbeat_duration_count"  # a summary: a timer in StatsD
     deadline = time.monotonic() + 60
     while True:
         with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as answer:
-            text = answer.read().decode()
-        if "airflow_scheduler_heartbeat_total" in text or time.monotonic() > deadline:
+            samples = dict(line.rsplit(" ", 1) for line in answer.read().decode().splitlines() if line[:1] != "#")
+        if heartbeats in samples or time.monotonic() > deadline:
             break
         time.sleep(1)
-    heartbeats = [line for line in text.splitlines() if line.startswith("airflow_scheduler_heartbeat_total ")]
-    assert heartbeats and float(heartbeats[0].split()[1]) > 0, text[-2000:]
+    assert float(samples.get(heartbeats, 0)) > 0 and float(samples["airflow_job_start_total"]) >= 1, samples
 
 
 def wait_for_dags(client: Airflow, timeout: float = 300) -> None:

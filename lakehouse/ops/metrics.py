@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from lakehouse.ops.health import HealthBounds, HealthVerdict, judge
-from lakehouse.ops.stream_figures import DURATION_BUCKETS, StreamFigures, read_stream_figures
+from lakehouse.ops.stream_figures import DURATION_BUCKETS, FileCache, StreamFigures, read_stream_figures
 from lakehouse.settings import Settings
 from lakehouse.vocabulary import RunStatus
 
@@ -133,10 +133,11 @@ class StreamCollector:
         self.pipeline = pipeline
         self.index_ids = index_ids
         self.bounds = HealthBounds.of(settings)
+        self.progress = FileCache()
 
     def collect(self):
         figures = read_stream_figures(
-            self.settings, self.pipeline, datetime.now(UTC), recent=self.bounds.lag_batches + 1
+            self.settings, self.pipeline, datetime.now(UTC), self.bounds.lag_batches + 1, self.progress
         )
         yield from metric_families(figures, judge(figures, self.bounds), self.bounds, self.index_ids())
 
