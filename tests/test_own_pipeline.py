@@ -102,7 +102,10 @@ def test_a_pipeline_of_a_users_project_runs_the_whole_loop_to_the_oracle(spark, 
     assert audit.ok and audit.windows_compared > 0 and audit.matched == audit.windows_compared
 
 
-def test_a_metric_change_marks_that_pipelines_hours_stale_and_the_fill_recomputes_them(spark, project, tmp_path):
+def test_a_metric_change_marks_that_pipelines_hours_stale_and_the_fill_recomputes_them(
+    spark, project, tmp_path, monkeypatch
+):
+    from lakehouse.cli import main
     from lakehouse.dataflow.pipelines import get_pipeline
     from lakehouse.layers.batch import BatchLayer
     from lakehouse.layers.speed import run_speed_layer
@@ -127,7 +130,9 @@ def test_a_metric_change_marks_that_pipelines_hours_stale_and_the_fill_recompute
         (FIRST_HOUR, "older_definition"),
         (sensors.START, "older_definition"),
     ]
-    BatchLayer(spark, settings, changed).backfill(*NAIVE_RANGE, source="bronze", chunk="1h")
+    # The fill as `lakehouse stale --fill` (and the lakehouse_stale DAG's task) runs it, in this session.
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    assert main(["stale", "--pipeline", sensors.NAME, "--fill"]) == 0
     assert find_stale(spark, settings, changed) == []
     rows = served(spark, settings, changed)
     assert all(row.hottest == row.warmest for row in rows.values() if row.source == "batch")

@@ -190,7 +190,9 @@ def cmd_stale(args, settings: Settings) -> None:
     if args.fill and stale:
         layer = BatchLayer(spark, settings, pipeline)
         for start, end in hour_ranges(stale):
-            result = layer.backfill(start, end, source="bronze", chunk="1h", label="stale-fill", triggered_by=os_user())
+            # The batch layer addresses UTC instants without a zone, as parse_range gives them.
+            naive = (start.replace(tzinfo=None), end.replace(tzinfo=None))
+            result = layer.backfill(*naive, source="bronze", chunk="1h", label="stale-fill", triggered_by=os_user())
             print(f"filled [{start.isoformat()}, {end.isoformat()}): {result.chunks} chunks, run {result.run_id}")
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import importlib.util
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -41,11 +42,36 @@ def metric(merge: str, type: str):  # noqa: A002 (the word a user writes)
     if merge not in [kind.value for kind in MERGEABLE]:
         raise LakehouseError(f"a custom metric merges as one of {', '.join(MERGEABLE)}, not {merge!r}")
 
+    stored = stored_type(type)
+
     def mark(function: Callable[[], Column]) -> Callable[[], Column]:
-        function.lakehouse_metric = CustomMetric(function, MetricKind(merge), T._parse_datatype_string(type))
+        function.lakehouse_metric = CustomMetric(function, MetricKind(merge), stored)
         return function
 
     return mark
+
+
+_SIMPLE_TYPES = {
+    "bigint": T.LongType(),
+    "int": T.IntegerType(),
+    "double": T.DoubleType(),
+    "boolean": T.BooleanType(),
+    "string": T.StringType(),
+    "timestamp": T.TimestampType(),
+    "date": T.DateType(),
+    "binary": T.BinaryType(),
+}
+_DECIMAL = re.compile(r"^decimal\((\d+),\s*(\d+)\)$")
+
+
+def stored_type(text: str) -> T.DataType:
+    """A SQL type name as a Spark type, read in Python: a DAG task imports metrics without a JVM."""
+    name = text.strip().lower()
+    if name in _SIMPLE_TYPES:
+        return _SIMPLE_TYPES[name]
+    if match := _DECIMAL.match(name):
+        return T.DecimalType(int(match[1]), int(match[2]))
+    raise LakehouseError(f"a custom metric stores one of {', '.join(_SIMPLE_TYPES)} or decimal(p,s), not {text!r}")
 
 
 def custom_metrics(pipelines_dir: Path) -> dict[str, CustomMetric]:

@@ -518,12 +518,16 @@ def evolve_table(table: Table, settings: Settings) -> None:
     A change that would mix two meanings in one table is refused: another type for a column, or
     other grouping keys (docs/pipelines.md, "Changing a pipeline")."""
     from deltalake import DeltaTable
+    from deltalake.exceptions import DeltaError
     from deltalake.schema import Field
 
     from lakehouse.storage.ops_tables import delta_rs_location
 
     location, options = delta_rs_location(table.uri(settings), settings)
-    current = DeltaTable(location, storage_options=options)
+    try:
+        current = DeltaTable(location, storage_options=options)
+    except DeltaError:
+        return  # a damaged log: the job's own read of the table stops it, and says how to put it right
     fields = json.loads(current.schema().to_json())["fields"]
     existing = {f["name"]: f["type"] for f in fields}
     declared = json.loads(table.columns.json())["fields"]
