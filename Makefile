@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 PACKAGES_STAMP := $(VENV)/.packages-installed
 
 .PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke chaos lock clean airflow airflow-stop \
-	system-deps test-airflow serve serve-stop kafka kafka-stop cluster cluster-stop s3 s3-stop
+	system-deps test-airflow serve serve-stop kafka kafka-stop cluster cluster-stop s3 s3-stop prometheus prometheus-stop
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -135,6 +135,14 @@ s3: setup
 
 s3-stop:
 	@$(VENV)/bin/lakehouse s3 stop
+
+# Prometheus on loopback (docs/operations.md, "Metrics and alerts"): scrapes the running streams' metrics
+# endpoints and evaluates monitoring/alerts.yml; its data under .lakehouse/prometheus/. Prints its URL.
+prometheus: setup system-deps
+	@$(VENV)/bin/lakehouse prometheus start
+
+prometheus-stop:
+	@$(VENV)/bin/lakehouse prometheus stop
 
 # A Spark standalone cluster (a master, two workers) from pyspark's spark-class; prints its spark:// address.
 cluster: setup

@@ -49,6 +49,49 @@ from lakehouse.storage.log import LogWriter, log_glob
 # The speed layer; the hand-written lambda job doing the same durable work (the goal is set against
 # it); the bare aggregate-only stream, which persists nothing else (the limit line).
 JOBS = ("lakehouse", "hand_written", "bare")
+# The speed layer again, serving its metrics endpoint (lakehouse.ops.metrics) while a scraper reads
+# it every METERED_SCRAPE_S: the throughput suite measures it beside the speed layer without one.
+METERED = "lakehouse_metered"
+THROUGHPUT_JOBS = (JOBS[0], METERED, *JOBS[1:])
+# Fifteen times as often as Prometheus's default interval (15 s), so that a drain of a few batches
+# sees scrapes beside every batch.
+METERED_SCRAPE_S = 1.0
+
+
+class Metered:
+    """A speed layer's query whose metrics endpoint serves, and is scraped every ``every_s``, until it
+    has terminated; the query's own methods pass through."""
+
+    def __init__(self, query, settings, layer: SpeedLayer, every_s: float):
+        from lakehouse.ops.metrics import start_endpoint
+
+        self.query = query
+        self.endpoint = start_endpoint(settings.replace(metrics_port="0"), PIPELINE, lambda: layer.dedupe_index_ids)
+        self.scrape_seconds: list[float] = []
+        self._stop = threading.Event()
+        self._scraper = threading.Thread(target=self._scrape, args=(every_s,), daemon=True)
+        self._scraper.start()
+
+    def _scrape(self, every_s: float) -> None:
+        import urllib.request
+
+        while not self._stop.wait(every_s):
+            started = time.perf_counter()
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.endpoint.port}/metrics", timeout=30) as answer:
+                answer.read()
+            self.scrape_seconds.append(time.perf_counter() - started)
+
+    def awaitTermination(self, timeout=None):  # noqa: N802 (StreamingQuery's name)
+        try:
+            return self.query.awaitTermination(timeout)
+        finally:
+            if not self.query.isActive:
+                self._stop.set()
+                self._scraper.join()
+                self.endpoint.close()
+
+    def __getattr__(self, name):
+        return getattr(self.query, name)
 
 
 def start_job(spark, job: str, home, trigger: str, files_per_trigger: int = 0, available_now: bool = False):
@@ -57,9 +100,12 @@ def start_job(spark, job: str, home, trigger: str, files_per_trigger: int = 0, a
     settings = settings_for(
         home, LAKEHOUSE_MAX_FILES_PER_TRIGGER=str(files_per_trigger), LAKEHOUSE_TRIGGER_INTERVAL=trigger
     )
-    if job == "lakehouse":
+    if job in (JOBS[0], METERED):
         pipeline = get_pipeline(PIPELINE)
-        query = SpeedLayer(spark, settings, pipeline).start(available_now=available_now)
+        layer = SpeedLayer(spark, settings, pipeline)
+        query = layer.start(available_now=available_now)
+        if job == METERED:
+            query = Metered(query, settings, layer, METERED_SCRAPE_S)
         # The serving view shows the speed layer's rows as __speed commits them (no backfill here).
         return query, f"gold.{PIPELINE}", local_path(pipeline_tables(pipeline).speed.uri(settings))
     # The baselines: each writes under its own folder and checkpoint, from the same log.
@@ -138,8 +184,9 @@ def sustainable_rate(points: list[tuple[int, float]], trigger_s: float) -> tuple
 def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, int], batches: int) -> dict:
     """Sustainable events/s of each job, fitted per run from drains at two batch sizes."""
     trigger_s = parse_duration(trigger).total_seconds()
-    results: dict[str, dict] = {job: {"rate": [], "fixed_s": [], "per_event_us": []} for job in JOBS}
-    drained: dict[str, dict[int, list[float]]] = {job: {size: [] for size in sizes} for job in JOBS}
+    jobs = THROUGHPUT_JOBS
+    results: dict[str, dict] = {job: {"rate": [], "fixed_s": [], "per_event_us": []} for job in jobs}
+    drained: dict[str, dict[int, list[float]]] = {job: {size: [] for size in sizes} for job in jobs}
     memory: dict[str, dict] = {}
     # One drain of each job first, not measured: the JVM's JIT compiles Spark's and Delta's code
     # paths during the first drains it runs, and the job that came first paid for all of them (its
@@ -147,10 +194,10 @@ def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, 
     # turns each run: a job run right after the bare stream drained slower (the speed layer, at 4
     # files per trigger, took 1.15-1.19x the hand-written job's time when it ran after the bare
     # stream, and 0.99-1.05x when it ran after the hand-written job).
-    for job in JOBS:
+    for job in jobs:
         drain(spark, data, job, sizes[0], batches)
     for run in range(runs):
-        for job in JOBS[run % len(JOBS) :] + JOBS[: run % len(JOBS)]:
+        for job in jobs[run % len(jobs) :] + jobs[: run % len(jobs)]:
             points = []
             with PeakMemory(os.getpid()) as peak:
                 for size in sizes:

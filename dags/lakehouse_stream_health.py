@@ -1,4 +1,5 @@
-"""Every five minutes: is the speed layer alive and keeping up? Read from ops.stream_progress."""
+"""Every five minutes: is the speed layer alive and keeping up? Judged on the stream's figures, the
+ones its metrics endpoint serves (lakehouse.ops.stream_figures)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from lakehouse.settings import Settings
 DOC = """
 ### Stream health
 
-Reads `ops.stream_progress` (no Spark: a few rows through delta-rs) for each pipeline and fails
+Reads each pipeline's stream figures (no Spark: `ops.stream_progress` and a few more rows through
+delta-rs; the same figures the stream's metrics endpoint serves to Prometheus) and fails
 with a message that says what is wrong when the speed layer is **stale** (no micro-batch for
 `LAKEHOUSE_STREAM_MAX_STALENESS`) or **falling behind** (its lag grew at each of the last
 `LAKEHOUSE_STREAM_LAG_BATCHES` micro-batches, by more than one trigger interval in all, to more than

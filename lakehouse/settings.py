@@ -48,6 +48,7 @@ _DURATION_FIELDS = (
     "stream_lag_tolerance",
     "batch_lateness_delay",
     "sql_staleness",
+    "prometheus_scrape_interval",
 )
 _TEXT_FIELDS = (
     "spark_master",
@@ -55,6 +56,8 @@ _TEXT_FIELDS = (
     "ivy_dir",
     "metastore_password",
     "max_bytes_per_trigger",
+    "metrics_port",
+    "alert_for",
     *_DURATION_FIELDS,
 )
 # Read by name rather than from a field of the same name (Settings.from_env).
@@ -103,8 +106,9 @@ _INTEGER_FIELDS = (
     "kafka_port",
     "cluster_port",
     "s3_port",
+    "prometheus_port",
 )
-_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port", "cluster_port", "s3_port")
+_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port", "cluster_port", "s3_port", "prometheus_port")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +145,14 @@ class Paths:
     def s3_dir(self) -> Path:
         """Where the S3 server of ``lakehouse s3 start`` keeps its configuration, objects and log."""
         return local_path(self.home) / "s3"
+
+    def metrics_dir(self) -> Path:
+        """Where each stream writes the address of its metrics endpoint, which Prometheus discovers."""
+        return local_path(self.home) / "metrics"
+
+    def prometheus_dir(self) -> Path:
+        """Where the Prometheus of ``lakehouse prometheus start`` keeps its configuration, data and log."""
+        return local_path(self.home) / "prometheus"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +255,19 @@ class Services:
     s3_access_key: str = dataclasses.field(default="", repr=False)
     s3_secret_key: str = dataclasses.field(default="", repr=False)
     s3_port: int = 9000
+    # --- Metrics (docs/operations.md, "Metrics and alerts") ---
+    # The port of a stream's metrics endpoint on loopback: 0 any free one, a number that one, off none.
+    metrics_port: str = "0"
+    # The Prometheus `lakehouse prometheus start` runs on loopback (0: any free port), how often it
+    # scrapes and evaluates its rules, and the `for:` of every alert rule instead of the rule's own
+    # (empty: the rule's own; tests shorten it).
+    prometheus_port: int = 9090
+    prometheus_scrape_interval: str = "15s"
+    alert_for: str = ""
+
+    def metrics_port_number(self) -> int | None:
+        """The metrics endpoint's port (0: any free one; None: no endpoint)."""
+        return None if self.metrics_port.strip().lower() == "off" else int(self.metrics_port)
 
     def kafka_topic(self, pipeline_topic: str) -> str:
         return f"{self.kafka_topic_prefix}{pipeline_topic}"
@@ -342,5 +367,14 @@ def _validate(settings: Settings) -> None:
         )
     if not re.match(r"^[\w.-]*$", settings.kafka_topic_prefix):
         raise LakehouseError("LAKEHOUSE_KAFKA_TOPIC_PREFIX may hold letters, digits, '.', '_' and '-' only")
+    _validate_metrics(settings)
     if settings.max_offsets_per_trigger < 0:
         raise LakehouseError("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER must be 0 (no limit) or more")
+
+
+def _validate_metrics(settings: Settings) -> None:
+    port = settings.metrics_port.strip().lower()
+    if port != "off" and not (port.isdigit() and int(port) <= 65535):
+        raise LakehouseError(f"LAKEHOUSE_METRICS_PORT must be a port number, 0 (any free one) or off, not {port!r}")
+    if settings.alert_for:
+        parse_duration(settings.alert_for)

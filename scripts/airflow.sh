@@ -10,7 +10,8 @@
 #
 # Everything lives under $AIRFLOW_HOME (default .cache/airflow, git-ignored). Knobs (environment):
 #   AIRFLOW_HOME, AIRFLOW_PORT (8080), AIRFLOW_PG_PORT (54329), AIRFLOW_HEALTH_PORT (8974: the
-#   scheduler's health check), LAKEHOUSE_HOME,
+#   scheduler's health check), AIRFLOW_STATSD_PORT (8125, UDP: Airflow's metrics) and
+#   AIRFLOW_METRICS_PORT (9102: the same metrics for Prometheus), LAKEHOUSE_HOME,
 #   LAKEHOUSE_SPARK_CONN: the spark_default connection as JSON (default local[2]; e.g.
 #   '{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}' for a cluster).
 set -Eeuo pipefail
@@ -23,6 +24,8 @@ export AIRFLOW_HOME="${AIRFLOW_HOME:-$ROOT/.cache/airflow}"
 PORT="${AIRFLOW_PORT:-8080}"
 PG_PORT="${AIRFLOW_PG_PORT:-54329}"
 HEALTH_PORT="${AIRFLOW_HEALTH_PORT:-8974}"
+STATSD_PORT="${AIRFLOW_STATSD_PORT:-8125}"
+METRICS_PORT="${AIRFLOW_METRICS_PORT:-9102}"
 PG_DATA="$AIRFLOW_HOME/postgres"
 RUN="$AIRFLOW_HOME/run"
 LOGS="$AIRFLOW_HOME/process-logs"
@@ -120,6 +123,10 @@ export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT=600
 export AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK=True
 export AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST=127.0.0.1
 export AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_PORT=$HEALTH_PORT
+export AIRFLOW__METRICS__STATSD_ON=True
+export AIRFLOW__METRICS__STATSD_HOST=127.0.0.1
+export AIRFLOW__METRICS__STATSD_PORT=$STATSD_PORT
+export AIRFLOW__METRICS__STATSD_PREFIX=airflow
 export AIRFLOW__LOGGING__BASE_LOG_FOLDER='$AIRFLOW_HOME/logs'
 export AIRFLOW_CONN_SPARK_DEFAULT='$SPARK_CONN'
 EOF
@@ -180,6 +187,18 @@ start_process() {
     echo $! > "$RUN/$name.pid"
 }
 
+# Airflow's metrics go out as StatsD datagrams; this exporter (lakehouse.ops.statsd_exporter) serves
+# them to Prometheus and names its address under the lakehouse home's metrics/ folder.
+start_statsd_exporter() {
+    if [ -f "$RUN/statsd-exporter.pid" ] && kill -0 "$(cat "$RUN/statsd-exporter.pid")" 2>/dev/null; then
+        return
+    fi
+    # This checkout's code, whatever the working directory; in a session of its own, as start_process's.
+    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" setsid "$VENV/bin/python" -m lakehouse.ops.statsd_exporter \
+        --udp-port "$STATSD_PORT" --http-port "$METRICS_PORT" > "$LOGS/statsd-exporter.log" 2>&1 < /dev/null &
+    echo $! > "$RUN/statsd-exporter.pid"
+}
+
 start_scheduler() {
     SUPERVISE_LIVENESS="curl -fsS --max-time 10 http://127.0.0.1:$HEALTH_PORT/health" start_process scheduler scheduler
 }
@@ -221,10 +240,14 @@ PY
 )"
     airflow db migrate > "$LOGS/db-migrate.log" 2>&1 || { tail -n 40 "$LOGS/db-migrate.log"; exit 1; }
     airflow pools set lakehouse_backfill 1 "Backfill chunks run one at a time, leaving slots for the stream's DAGs" >/dev/null
+    start_statsd_exporter
     start_process api-server api-server --port "$PORT"
     start_scheduler
     start_process dag-processor dag-processor
     wait_for_api || { stop >/dev/null; exit 1; }
+    if ! kill -0 "$(cat "$RUN/statsd-exporter.pid")" 2>/dev/null; then
+        tail -n 20 "$LOGS/statsd-exporter.log"; echo "the StatsD exporter exited" >&2; stop >/dev/null; exit 1
+    fi
     echo "Airflow is up: http://127.0.0.1:$PORT  (users admin, operator, viewer; logs in $LOGS)"
     while read -r user password; do
         [ -n "$user" ] && echo "Generated $user password (shown once; kept in $PASSWORDS): $password"
@@ -244,7 +267,7 @@ stop_session() {
 }
 
 stop() {
-    for name in scheduler dag-processor api-server; do
+    for name in scheduler dag-processor api-server statsd-exporter; do
         local pidfile="$RUN/$name.pid"
         if [ -f "$pidfile" ]; then
             stop_session "$(cat "$pidfile")"

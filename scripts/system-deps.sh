@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Debian packages the tests need: PostgreSQL (Airflow's metadata database; SQLite cannot run Airflow 3
-# backfills) and Chromium (the browser the UI tests drive). Installed only when absent.
+# backfills), Chromium (the browser the UI tests drive) and Prometheus (with promtool: the metrics
+# tests and `lakehouse prometheus start`). Installed only when absent.
 set -Eeuo pipefail
 trap 'echo "scripts/system-deps.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
 missing=()
@@ -11,4 +12,11 @@ if [ ${#missing[@]} -gt 0 ]; then
     SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
     $SUDO apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+if ! command -v promtool >/dev/null 2>&1; then
+    echo "Installing prometheus (Debian package) ..."
+    SUDO=""; [ "$(id -u)" = 0 ] || SUDO=sudo
+    $SUDO apt-get update -qq
+    # Without recommends: they add a node exporter, which nothing here uses.
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 fi

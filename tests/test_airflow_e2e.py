@@ -116,6 +116,8 @@ def live(spark, tmp_path_factory):
         "AIRFLOW_PORT": str(free_port()),
         "AIRFLOW_PG_PORT": str(free_port()),
         "AIRFLOW_HEALTH_PORT": str(free_port()),
+        "AIRFLOW_STATSD_PORT": str(free_port()),
+        "AIRFLOW_METRICS_PORT": str(free_port()),
         "LAKEHOUSE_HOME": str(lakehouse_home),
         "LAKEHOUSE_PIPELINES": "toll_traffic",
         "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"}),
@@ -148,6 +150,24 @@ def live(spark, tmp_path_factory):
         yield client, settings, oracle
     finally:
         subprocess.run([script, "stop"], env=env, capture_output=True, timeout=120)
+
+
+def test_airflows_metrics_reach_prometheus_format_through_the_statsd_exporter(live):
+    """Airflow's own StatsD metrics, from its running scheduler, at the address the exporter names."""
+    import urllib.request
+
+    _, settings, _ = live
+    [target] = json.loads((settings.metrics_dir() / "airflow" / "airflow.json").read_text())
+    [address] = target["targets"]
+    heartbeats = "airflow_scheduler_executor_heartbeat_duration_count"  # a summary: a timer in StatsD
+    deadline = time.monotonic() + 60
+    while True:
+        with urllib.request.urlopen(f"http://{address}/metrics", timeout=10) as answer:
+            samples = dict(line.rsplit(" ", 1) for line in answer.read().decode().splitlines() if line[:1] != "#")
+        if heartbeats in samples or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert float(samples.get(heartbeats, 0)) > 0 and float(samples["airflow_job_start_total"]) >= 1, samples
 
 
 def wait_for_dags(client: Airflow, timeout: float = 300) -> None:

@@ -105,6 +105,27 @@ def test_the_speed_layer_figures_set_it_against_the_hand_written_job_with_the_ba
     }
 
 
+def test_the_metrics_endpoints_cost_is_set_against_the_same_speed_layer_without_it():
+    from bench.run import headline
+    from bench.stream import METERED
+
+    def seconds(value):
+        return {"median": value, "min": value, "max": value, "runs": 1}
+
+    def stream_job(rate, one_file):
+        return {"events_per_s": seconds(rate), "drain_s": {"1": seconds(one_file)}}
+
+    jobs = {"lakehouse": stream_job(1000.0, 10.0), METERED: stream_job(990.0, 10.1)}
+    jobs |= {"hand_written": stream_job(2000.0, 8.0), "bare": stream_job(4000.0, 5.0)}
+    rows = {
+        row["figure"]: (row["ratio"], row["target"])
+        for row in headline({"throughput": {"files_per_trigger": [1], "jobs": jobs}})
+    }
+
+    assert rows["speed layer sustainable rate, metrics off vs scraped every second"] == (1.01, "<= 1.02")
+    assert rows["speed layer drain, metrics scraped every second vs off, 1 file(s) per trigger"] == (1.01, "<= 1.02")
+
+
 def test_the_process_suites_run_commands_the_cli_and_the_backfill_dag_accept():
     """The topology and orchestration suites start whole processes: their arguments still parse,
     their settings are read, and the DAG they trigger still takes their conf."""

@@ -22,9 +22,9 @@ from tests.airflow_env import PROJECT
 pytestmark = [pytest.mark.slow, pytest.mark.airflow, pytest.mark.services]
 README = (PROJECT / "README.md").read_text()
 AIRFLOW_DOC = (PROJECT / "docs" / "airflow.md").read_text()
-# The ports `make airflow` uses when nothing is set: the README's http://127.0.0.1:8080, PostgreSQL's
-# and the scheduler's health check's.
-DEFAULT_PORTS = (8080, 54329, 8974)
+# The ports `make airflow` uses when nothing is set: the README's http://127.0.0.1:8080, PostgreSQL's,
+# the scheduler's health check's and the StatsD exporter's metrics (its datagrams come on UDP 8125).
+DEFAULT_PORTS = (8080, 54329, 8974, 9102)
 
 
 def documented(command: str, text: str = README) -> str:

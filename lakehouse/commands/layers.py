@@ -14,15 +14,21 @@ from lakehouse.vocabulary import Layer, OutputFormat, Reprocess, Source, choices
 
 def cmd_stream(args, settings: Settings) -> None:
     from lakehouse.layers.speed import run_speed_layer
+    from lakehouse.ops.metrics import stream_endpoint
 
     timeout = parse_duration(args.timeout) if args.timeout else None
-    run_speed_layer(
-        spark_session(settings, f"speed-{args.pipeline}"),
-        settings,
-        pipeline_named(args.pipeline),
-        available_now=args.available_now,
-        timeout=timeout,
-    )
+    # A running stream serves its metrics; a drain (--available-now) is a batch job, not one to watch.
+    watched = settings if not args.available_now else settings.replace(metrics_port="off")
+    layers = []  # the running layer, once started: the endpoint asks it for the size of its index of ids
+    with stream_endpoint(watched, args.pipeline, lambda: layers[0].dedupe_index_ids if layers else None):
+        run_speed_layer(
+            spark_session(settings, f"speed-{args.pipeline}"),
+            settings,
+            pipeline_named(args.pipeline),
+            available_now=args.available_now,
+            timeout=timeout,
+            on_start=layers.append,
+        )
 
 
 def _stream_options(stream) -> None:

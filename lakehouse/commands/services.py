@@ -1,5 +1,5 @@
-"""The long-running services the platform starts: the Spark service, a Spark cluster, a Kafka broker
-and an S3 server. Each prints its status as JSON and exits 1 when it is down."""
+"""The long-running services the platform starts: the Spark service, a Spark cluster, a Kafka broker,
+an S3 server and Prometheus. Each prints its status as JSON and exits 1 when it is down."""
 
 from __future__ import annotations
 
@@ -85,5 +85,12 @@ COMMANDS = (
         module="lakehouse.services.s3",
         label="S3 server",
         status_help="status exits 1 unless it answers",
+    ),
+    _service(
+        "prometheus",
+        "a Prometheus on loopback: scrapes the streams' metrics, evaluates monitoring/alerts.yml",
+        module="lakehouse.services.prometheus",
+        label="Prometheus",
+        status_help="status exits 1 unless it is ready",
     ),
 )

@@ -14,6 +14,7 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
@@ -224,6 +225,13 @@ class SpeedLayer:
         mine = ds.field("pipeline") == self.pipeline.name
         progress = arrow_at(STREAM_PROGRESS.uri(self.settings), ["batch_id"], mine, self.settings)
         check_checkpoint(log_files(self.settings, uri), progress.num_rows if progress is not None else 0)
+
+    @property
+    def dedupe_index_ids(self) -> int | None:
+        """The ids in the index of accepted ids the last batch handed on (None: none yet). Read by
+        the metrics endpoint's thread: the batch swaps the whole state in one assignment."""
+        carried = self._seen_ids
+        return len(carried.value) if carried is not None else None
 
     @property
     def app_id(self) -> str:
@@ -501,7 +509,12 @@ def _utc_date(moment: datetime) -> str:
 
 
 def run_speed_layer(
-    spark: SparkSession, settings: Settings, pipeline: Pipeline, available_now: bool, timeout: timedelta | None = None
+    spark: SparkSession,
+    settings: Settings,
+    pipeline: Pipeline,
+    available_now: bool,
+    timeout: timedelta | None = None,
+    on_start: Callable[[SpeedLayer], object] | None = None,
 ) -> None:
     """Run the streaming query until it drains (``available_now``), times out, or is stopped.
 
@@ -511,8 +524,12 @@ def run_speed_layer(
         pipeline: the pipeline the rows belong to.
         available_now: drain what the log holds, then stop.
         timeout: stop after this long (None: no limit).
+        on_start: called with the layer once its query has started (the metrics endpoint watches it).
     """
-    query = SpeedLayer(spark, settings, pipeline).start(available_now=available_now)
+    layer = SpeedLayer(spark, settings, pipeline)
+    query = layer.start(available_now=available_now)
+    if on_start is not None:
+        on_start(layer)
     try:
         query.awaitTermination(timeout.total_seconds() if timeout else None)
     finally:

@@ -1,4 +1,5 @@
-"""Is the speed layer alive and keeping up? Decided from ``ops.stream_progress`` alone.
+"""Is the speed layer alive and keeping up? Judged on its figures (lakehouse.ops.stream_figures), the
+same figures its metrics endpoint exports.
 
 Stale: its last micro-batch started longer ago than ``LAKEHOUSE_STREAM_MAX_STALENESS``.
 Falling behind: its lag (a batch's start, wall time, minus the newest event time it had seen)
@@ -17,6 +18,7 @@ import itertools
 from datetime import datetime, timedelta
 
 from lakehouse.eventtime import format_duration, parse_duration
+from lakehouse.ops.stream_figures import StreamFigures, progress_figures, read_stream_figures
 from lakehouse.settings import Settings
 
 
@@ -25,17 +27,30 @@ class HealthVerdict:
     pipeline: str
     ok: bool
     message: str
+    falling_behind: bool = False
 
 
-def _naive_utc(moment: datetime) -> datetime:
-    """Rows from delta-rs carry UTC zones, Spark's none: compare them all as naive UTC."""
-    if moment.tzinfo is None:
-        return moment
-    return moment.replace(tzinfo=None) - moment.utcoffset()
+@dataclasses.dataclass(frozen=True)
+class HealthBounds:
+    """What the verdict holds a stream's figures against (the settings' LAKEHOUSE_STREAM_*)."""
+
+    max_staleness: timedelta
+    lag_batches: int
+    noise: timedelta = timedelta(0)  # the trigger interval
+    tolerance: timedelta = timedelta(0)
+
+    @classmethod
+    def of(cls, settings: Settings) -> HealthBounds:
+        return cls(
+            parse_duration(settings.stream_max_staleness),
+            settings.stream_lag_batches,
+            noise=parse_duration(settings.trigger_interval),
+            tolerance=parse_duration(settings.stream_lag_tolerance),
+        )
 
 
-def _ago(delta: timedelta) -> str:
-    return format_duration(timedelta(seconds=int(delta.total_seconds())))
+def _ago(seconds: float) -> str:
+    return format_duration(timedelta(seconds=int(seconds)))
 
 
 def assess_stream_health(
@@ -60,40 +75,45 @@ def assess_stream_health(
         noise: ... by more than this in all (the trigger interval) ...
         tolerance: ... to more than this.
     """
-    as_of = _naive_utc(as_of)
-    batches = [b for b in batches if _naive_utc(b["started_at"]) <= as_of]
-    if not batches:
+    figures = progress_figures(pipeline, batches, as_of, recent=lag_batches + 1)
+    return judge(figures, HealthBounds(max_staleness, lag_batches, noise, tolerance))
+
+
+def judge(figures: StreamFigures, bounds: HealthBounds) -> HealthVerdict:
+    """The verdict on a stream's figures (lakehouse.ops.stream_figures): never run, stale, falling
+    behind or healthy."""
+    pipeline, last = figures.pipeline, figures.last_batch
+    if last is None:
         return HealthVerdict(
             pipeline,
             False,
             f"speed layer for {pipeline} has never run: ops.stream_progress "
             "has no micro-batch (start it with `lakehouse stream`)",
         )
-    ordered = sorted(batches, key=lambda b: _naive_utc(b["started_at"]))
-    last = ordered[-1]
-    silent_for = as_of - _naive_utc(last["started_at"])
-    if silent_for > max_staleness:
+    silent_for = figures.last_batch_age
+    if silent_for > bounds.max_staleness.total_seconds():
         return HealthVerdict(
             pipeline,
             False,
             (
                 f"speed layer for {pipeline} is stale: its last micro-batch (batch {last['batch_id']}) started "
-                f"{_ago(silent_for)} ago, more than the {format_duration(max_staleness)} allowed "
+                f"{_ago(silent_for)} ago, more than the {format_duration(bounds.max_staleness)} allowed "
                 "(LAKEHOUSE_STREAM_MAX_STALENESS); is the stream running?"
             ),
         )
-    recent = [b for b in ordered[-(lag_batches + 1) :] if b.get("max_event_time") is not None]
-    lags = [_naive_utc(b["started_at"]) - _naive_utc(b["max_event_time"]) for b in recent]
-    rising = len(lags) == lag_batches + 1 and all(later > earlier for earlier, later in itertools.pairwise(lags))
-    if rising and lags[-1] - lags[0] > noise and lags[-1] > tolerance:
+    recent = figures.recent_lags[-(bounds.lag_batches + 1) :]
+    lags = [lag for _, lag in recent]
+    rising = len(lags) == bounds.lag_batches + 1 and all(later > earlier for earlier, later in itertools.pairwise(lags))
+    if rising and lags[-1] - lags[0] > bounds.noise.total_seconds() and lags[-1] > bounds.tolerance.total_seconds():
         return HealthVerdict(
             pipeline,
             False,
             (
-                f"speed layer for {pipeline} is falling behind: its lag grew at each of the last {lag_batches} "
-                f"micro-batches, from {_ago(lags[0])} to {_ago(lags[-1])} (batches {recent[0]['batch_id']}.."
-                f"{recent[-1]['batch_id']}); give it more resources or fewer files per trigger"
+                f"speed layer for {pipeline} is falling behind: its lag grew at each of the last {bounds.lag_batches} "
+                f"micro-batches, from {_ago(lags[0])} to {_ago(lags[-1])} (batches {recent[0][0]}.."
+                f"{recent[-1][0]}); give it more resources or fewer files per trigger"
             ),
+            falling_behind=True,
         )
     return HealthVerdict(
         pipeline,
@@ -103,22 +123,6 @@ def assess_stream_health(
 
 
 def check_stream_health(settings: Settings, pipeline: str, as_of: datetime) -> HealthVerdict:
-    """Read the pipeline's progress rows (delta-rs, no JVM) and assess them."""
-    from lakehouse.storage.ops_tables import read_rows
-
-    rows = read_rows(
-        settings,
-        "ops",
-        "stream_progress",
-        ["pipeline", "batch_id", "started_at", "max_event_time"],
-        [("pipeline", "=", pipeline)],
-    )
-    return assess_stream_health(
-        pipeline,
-        rows,
-        as_of,
-        parse_duration(settings.stream_max_staleness),
-        settings.stream_lag_batches,
-        noise=parse_duration(settings.trigger_interval),
-        tolerance=parse_duration(settings.stream_lag_tolerance),
-    )
+    """Read the pipeline's figures (delta-rs, no JVM: the metrics endpoint reads the same) and judge them."""
+    bounds = HealthBounds.of(settings)
+    return judge(read_stream_figures(settings, pipeline, as_of, recent=bounds.lag_batches + 1), bounds)

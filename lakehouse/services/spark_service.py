@@ -167,6 +167,8 @@ def _service_environment(settings: Settings) -> dict[str, str]:
         LAKEHOUSE_HOME=settings.home,
         LAKEHOUSE_CONNECT_PORT=str(settings.connect_port),
         LAKEHOUSE_THRIFT_PORT=str(settings.thrift_port),
+        # Spark's UI (its metrics servlet) binds to this address, not to every interface.
+        SPARK_LOCAL_IP="127.0.0.1",
     )
     return env
 

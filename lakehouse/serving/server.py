@@ -54,6 +54,51 @@ def hive_site(settings: Settings) -> str:
     return f'<?xml version="1.0"?>\n<configuration>\n{rows}</configuration>\n'
 
 
+# Spark's own metrics in Prometheus's format, served by the UI's web server on loopback (the service
+# starts with SPARK_LOCAL_IP=127.0.0.1): the driver's and executors' JVM, block manager, DAG
+# scheduler and Connect figures at /metrics/prometheus, the executors' at /metrics/executors/prometheus.
+SPARK_METRICS_PATH = "/metrics/prometheus/"
+
+
+def metrics_confs(settings: Settings) -> dict[str, str]:
+    """The UI on a free port, with Spark's PrometheusServlet, unless LAKEHOUSE_METRICS_PORT is off
+    (then no UI at all). The UI can kill nothing; it shows the analysts' statements to this machine only."""
+    if settings.metrics_port_number() is None:
+        return {"spark.ui.enabled": "false"}
+    return {
+        "spark.ui.enabled": "true",
+        "spark.ui.port": "0",
+        "spark.ui.killEnabled": "false",
+        "spark.ui.prometheus.enabled": "true",
+        "spark.metrics.conf.*.sink.prometheusServlet.class": "org.apache.spark.metrics.sink.PrometheusServlet",
+        "spark.metrics.conf.*.sink.prometheusServlet.path": SPARK_METRICS_PATH.rstrip("/"),
+        # Names such as metrics_lakehouse_service_driver_..., the same at every start (Spark's
+        # default puts the application's id in each name).
+        "spark.metrics.namespace": "lakehouse_service",
+        # Its pages keep fewer finished jobs than Spark's default thousand: the service runs
+        # thousands of small queries a day.
+        "spark.ui.retainedJobs": "200",
+        "spark.ui.retainedStages": "200",
+        "spark.sql.ui.retainedExecutions": "200",
+    }
+
+
+def write_metrics_target(spark, settings: Settings) -> None:
+    """Name the UI's address for Prometheus (file service discovery, as the streams do)."""
+    from urllib.parse import urlparse
+
+    from lakehouse.services.process import write_json
+
+    url = spark.sparkContext.uiWebUrl
+    if not url:
+        return
+    folder = settings.metrics_dir() / "spark"
+    folder.mkdir(parents=True, exist_ok=True)
+    write_json(
+        folder / "service.json", [{"targets": [f"127.0.0.1:{urlparse(url).port}"], "labels": {"service": "spark"}}]
+    )
+
+
 def service_confs(settings: Settings) -> dict[str, str]:
     """The Spark configuration that makes a session the service: both endpoints on loopback, every
     client session read-only, and the catalog in the metastore when there is one."""
@@ -75,7 +120,6 @@ def service_confs(settings: Settings) -> dict[str, str]:
         # over Connect). The platform's jobs do, with the write token (session_sql_confs).
         "spark.sql.runSQLOnFiles": "false",
         "spark.sql.warehouse.dir": settings.warehouse_uri,
-        "spark.ui.enabled": "false",
         # Interactive queries over the gold tables (thousands of rows a day), where each task and
         # each adaptive re-planning costs more than the rows do. Measured side by side on the
         # latency bench's 25 queries over a day (bench/sql_latency.py): p50 0.75 s with 4 shuffle
@@ -94,6 +138,7 @@ def service_confs(settings: Settings) -> dict[str, str]:
         # instead (measured with the two view changes of docs/design.md, "Serving").
         "spark.databricks.delta.stalenessLimit": f"{staleness}ms",
     }
+    confs.update(metrics_confs(settings))
     if settings.metastore_url:
         conf_dir = settings.service_dir() / "conf"
         conf_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -187,6 +232,7 @@ def serve(settings: Settings) -> None:
     signal.signal(signal.SIGINT, lambda *_: stopping.set())
     cache = BatchCache(spark, settings)
     cache.refresh(registrar.registered)
+    write_metrics_target(spark, settings)
     state = ServiceState.of(settings)
     state.write_ready(os.getpid(), sorted(registrar.registered))
     print(json.dumps({"ready": True, "kept": sorted(kept), "registered": sorted(added)}), flush=True)

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import shutil
 import time
-from datetime import UTC
+from datetime import UTC, datetime
 from urllib.parse import unquote
 
 from lakehouse.errors import LakehouseError
@@ -66,6 +67,11 @@ class LocalFiles:
         folder = self.root / relative_folder
         return [entry.name for entry in folder.iterdir() if entry.is_file()] if folder.is_dir() else []
 
+    def folders(self, relative_folder: str) -> list[str]:
+        """The names of the sub-folders of a folder of the log ([] when it does not exist)."""
+        folder = self.root / relative_folder
+        return [entry.name for entry in folder.iterdir() if entry.is_dir()] if folder.is_dir() else []
+
     def remove_folder(self, uri: str) -> None:
         """Delete a folder of the log (an expired ingest hour) with its files."""
         shutil.rmtree(local_path(uri), ignore_errors=True)
@@ -101,6 +107,10 @@ class ObjectFiles:
         entries = object_entries(self.s3, self.bucket, self._key(relative_folder))
         return [entry.name for entry in entries if not entry.is_dir]
 
+    def folders(self, relative_folder: str) -> list[str]:
+        entries = object_entries(self.s3, self.bucket, self._key(relative_folder))
+        return [entry.name for entry in entries if entry.is_dir]
+
     def remove_folder(self, uri: str) -> None:
         """Delete every object under a folder of the log (an expired ingest hour), a page at a time."""
         folder = Location.parse(uri)
@@ -133,6 +143,28 @@ def log_files(settings: Settings, uri: str) -> LocalFiles | ObjectFiles:
     if scheme is Scheme.S3:
         return ObjectFiles(settings, uri)
     raise LakehouseError(f"the platform writes log files to file: or s3a:// locations, not {uri}")
+
+
+# A log file's name starts with its receive time (lakehouse.dataflow.clocks.log_file_name).
+_RECEIVED_IN_NAME = re.compile(r"(?:^|/)(\d{8}T\d{12})Z-[^/]*$")
+
+
+def received_in_name(name: str) -> datetime | None:
+    """The receive time a log file's name (or path) starts with, naive UTC (None: not a log file's)."""
+    match = _RECEIVED_IN_NAME.search(name)
+    return datetime.strptime(match.group(1), "%Y%m%dT%H%M%S%f") if match else None
+
+
+def newest_file_name(files: LocalFiles | ObjectFiles) -> str | None:
+    """The name of the log's newest file: the last of its newest ingest hour's, since names sort in
+    arrival order. Three listings, whatever the log's size (None: the log holds no file)."""
+    folder = ""
+    for level in ("ingest_date=", "ingest_hour="):
+        children = [name for name in files.folders(folder) if name.startswith(level)]
+        if not children:
+            return None
+        folder = f"{folder}{max(children)}/"
+    return max((name for name in files.names(folder) if name.endswith(".jsonl")), default=None)
 
 
 def local_entries(uri: str) -> list[Entry]:

@@ -79,6 +79,12 @@ def arrow_at(uri: str, columns: list[str] | None = None, where=None, settings: S
     return dataset.to_table(columns=columns, filter=where) if dataset is not None else None
 
 
+def dataset_at(uri: str, settings: Settings | None = None):
+    """The table's current data files as a pyarrow dataset (None when it does not exist yet), for a
+    reader that keeps what it read of each file (Delta never changes a file it wrote)."""
+    return _dataset(uri, settings)
+
+
 def row_count(uri: str, settings: Settings | None = None) -> int | None:
     """The table's rows (None when it does not exist yet), from its files' footers: no data read."""
     dataset = _dataset(uri, settings)

@@ -1,0 +1,147 @@
+"""A Prometheus on loopback (``lakehouse prometheus start``, ``make prometheus``) that scrapes the
+streams' metrics endpoints (lakehouse.ops.metrics) and evaluates the alert rules of
+``monitoring/alerts.yml``.
+
+The server is Debian's ``prometheus`` package (scripts/system-deps.sh installs it). Its
+configuration, time-series data and log stay in the home's ``prometheus/`` folder, so a restart keeps
+its history. It finds the streams through the files they write under ``<home>/metrics/`` (file
+service discovery, watched as they change), and the Spark service's and Airflow's metrics through
+the same folder.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import urllib.request
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
+from lakehouse.settings import PROJECT_ROOT, Settings
+
+# Where Spark's PrometheusServlet answers on the service's UI (lakehouse.serving.server).
+SPARK_METRICS_PATH = "/metrics/prometheus/"
+RULES = PROJECT_ROOT / "monitoring" / "alerts.yml"
+START_SECONDS = 30
+STOP_SECONDS = 10
+# The jobs Prometheus scrapes, by the files under <home>/metrics/ that name their targets.
+SCRAPE_JOBS = {"lakehouse_stream": "*.json", "spark_service": "spark/*.json", "airflow": "airflow/*.json"}
+
+
+def rules_text(rules: str, alert_for: str) -> str:
+    """The alert rules with every alerting rule's ``for:`` set to ``alert_for`` (empty: as written).
+
+    Args:
+        rules: the rule file's YAML.
+        alert_for: a duration such as ``2s``, or empty.
+    """
+    import yaml
+
+    if not alert_for:
+        return rules
+    loaded = yaml.safe_load(rules)
+    for group in loaded["groups"]:
+        for rule in group["rules"]:
+            if "alert" in rule:
+                rule["for"] = alert_for
+    return yaml.safe_dump(loaded, sort_keys=False)
+
+
+def config_text(settings: Settings, rules_file: Path) -> str:
+    """prometheus.yml: the scrape and evaluation interval, the rules, and a job per kind of endpoint."""
+    import yaml
+
+    interval = settings.prometheus_scrape_interval
+    metrics = settings.metrics_dir()
+    config = {
+        "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
+        "rule_files": [str(rules_file)],
+        "scrape_configs": [
+            {
+                "job_name": job,
+                # The endpoints label their samples with their pipeline themselves.
+                "honor_labels": True,
+                "metrics_path": SPARK_METRICS_PATH if job == "spark_service" else "/metrics",
+                "file_sd_configs": [{"files": [str(metrics / pattern)], "refresh_interval": "30s"}],
+            }
+            for job, pattern in SCRAPE_JOBS.items()
+        ],
+    }
+    return yaml.safe_dump(config, sort_keys=False)
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerFiles:
+    """The server's files in the home: configuration, rules, port, pid, data and log."""
+
+    folder: Path
+
+    @property
+    def process(self) -> Detached:
+        return Detached("Prometheus", self.folder / "prometheus.pid", self.folder / "prometheus.log")
+
+    def port(self) -> int | None:
+        try:
+            return int((read_json(self.folder / "port.json") or {})["port"])
+        except (ValueError, KeyError):
+            return None
+
+    def set_up(self, settings: Settings, port: int) -> Path:
+        """The configuration and rules, written at each start (settings may have changed); returns the
+        configuration file."""
+        (self.folder / "data").mkdir(parents=True, exist_ok=True)
+        for folder in ("spark", "airflow"):  # Prometheus watches folders that exist
+            settings.metrics_dir().joinpath(folder).mkdir(parents=True, exist_ok=True)
+        rules = self.folder / "alerts.yml"
+        rules.write_text(rules_text(RULES.read_text(), settings.alert_for))
+        config = self.folder / "prometheus.yml"
+        config.write_text(config_text(settings, rules))
+        write_json(self.folder / "port.json", {"port": port})
+        return config
+
+
+def _ready(port: int) -> bool:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
+
+
+def status(settings: Settings) -> dict:
+    """Whether this home's Prometheus is up: its process alive and ready on its port."""
+    files = ServerFiles(settings.prometheus_dir())
+    port = files.port()
+    report = files.process.report(lambda: port is not None and port_answers(port) and _ready(port))
+    if report["up"]:
+        report["url"] = f"http://127.0.0.1:{port}"
+    return report
+
+
+def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
+    """Start Prometheus detached and return its status once it is ready."""
+    binary = shutil.which("prometheus")
+    if binary is None:
+        raise LakehouseError("prometheus is not installed: run scripts/system-deps.sh (Debian's prometheus package)")
+    already = status(settings)
+    if already["up"]:
+        return already
+    files = ServerFiles(settings.prometheus_dir())
+    files.process.refuse_if_running("lakehouse prometheus stop")
+    port = settings.prometheus_port or files.port() or free_port()
+    refuse_taken(port, "set LAKEHOUSE_PROMETHEUS_PORT to another port")
+    config = files.set_up(settings, port)
+    command = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={files.folder / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--storage.tsdb.retention.time=15d",
+    ]
+    return files.process.start(command, lambda: status(settings), wait_seconds)
+
+
+def stop(settings: Settings) -> bool:
+    """Stop Prometheus (TERM, then KILL after 10 s). False if none ran."""
+    return ServerFiles(settings.prometheus_dir()).process.stop(STOP_SECONDS)
