@@ -38,6 +38,7 @@ ORDER = (
     "cluster",
     "kafka",
     "s3",
+    "dynamodb",
 )
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.location import local_path, to_uri
-from lakehouse.vocabulary import SqlRoute, choices
+from lakehouse.vocabulary import S3Commits, SqlRoute, choices
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -92,6 +92,9 @@ _STRIPPED_FIELDS = (
     "kafka_bootstrap",
     "kafka_topic_prefix",
     "s3_endpoint",
+    "s3_commits",
+    "s3_commit_table",
+    "s3_commit_endpoint",
 )
 _INTEGER_FIELDS = (
     "shuffle_partitions",
@@ -103,8 +106,9 @@ _INTEGER_FIELDS = (
     "kafka_port",
     "cluster_port",
     "s3_port",
+    "dynamodb_port",
 )
-_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port", "cluster_port", "s3_port")
+_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port", "cluster_port", "s3_port", "dynamodb_port")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +145,10 @@ class Paths:
     def s3_dir(self) -> Path:
         """Where the S3 server of ``lakehouse s3 start`` keeps its configuration, objects and log."""
         return local_path(self.home) / "s3"
+
+    def dynamodb_dir(self) -> Path:
+        """Where the DynamoDB-compatible server of ``lakehouse dynamodb start`` keeps its port and log."""
+        return local_path(self.home) / "dynamodb"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -243,6 +251,15 @@ class Services:
     s3_access_key: str = dataclasses.field(default="", repr=False)
     s3_secret_key: str = dataclasses.field(default="", repr=False)
     s3_port: int = 9000
+    # Spark's commits to s3a:// tables: claimed in the DynamoDB table s3_commit_table (created at
+    # first use) at s3_commit_endpoint (empty: AWS's, in the S3 region), so that several drivers may
+    # write one table; or single-driver, an opt-in for a deployment where one driver writes each
+    # table (docs/operations.md, "Object storage"). A session with an S3 endpoint and neither refuses
+    # to start. dynamodb_port: the DynamoDB-compatible server of `lakehouse dynamodb start`.
+    s3_commits: str = S3Commits.DYNAMODB
+    s3_commit_table: str = ""
+    s3_commit_endpoint: str = ""
+    dynamodb_port: int = 8000
 
     def kafka_topic(self, pipeline_topic: str) -> str:
         return f"{self.kafka_topic_prefix}{pipeline_topic}"
@@ -334,6 +351,8 @@ def _validate(settings: Settings) -> None:
         raise LakehouseError(
             f"LAKEHOUSE_METASTORE_URL must be a jdbc:postgresql:// URL, not {settings.metastore_url!r}"
         )
+    if settings.s3_commits not in choices(S3Commits):
+        raise LakehouseError(f"LAKEHOUSE_S3_COMMITS must be one of {', '.join(choices(S3Commits))}, not {settings.s3_commits!r}")
     if settings.stream_lag_batches < 2:
         raise LakehouseError("LAKEHOUSE_STREAM_LAG_BATCHES must be at least 2 (growth needs two batches)")
     if settings.kafka_bootstrap and not re.match(r"^[\w.-]+:\d+(,[\w.-]+:\d+)*$", settings.kafka_bootstrap):

@@ -1,0 +1,115 @@
+"""Two Spark drivers, two processes, committing to one s3a:// Delta table at once (docs/operations.md,
+"Object storage"; tests/test_s3_commits.py, and `make chaos` for 100 rounds).
+
+Each driver appends one row per round, ``rounds`` times, as an idempotent Delta write (its
+``txnAppId`` is the driver's name, its ``txnVersion`` the round): the table's log then says which
+driver's round each commit holds. A round starts when both drivers have reached it (a barrier of
+marker files), so that their commits race. Afterwards a commit is lost when a round's row is
+missing from the table, or its transaction from every commit file of the log (its file was
+overwritten by the other driver's).
+
+``python -m tests.s3_commit_race WRITER TABLE_URI BARRIER_DIR ROUNDS``: one driver, its settings from
+the environment (LAKEHOUSE_S3_*); prints one JSON line, its rounds and seconds.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lakehouse.location import Location
+
+WRITERS = ("a", "b")
+BARRIER_SECONDS = 120
+
+
+def barrier(folder: Path, writer: str, round_number: int) -> None:
+    """Wait until every writer has reached ``round_number``."""
+    (folder / f"{writer}-{round_number}").touch()
+    deadline = time.monotonic() + BARRIER_SECONDS
+    while not all((folder / f"{other}-{round_number}").exists() for other in WRITERS):
+        if time.monotonic() > deadline:
+            raise SystemExit(f"writer {writer}: the other writer did not reach round {round_number}")
+        time.sleep(0.01)
+
+
+def drive(writer: str, table_uri: str, folder: Path, rounds: int) -> dict:
+    """One driver's rounds: an append of one row each, once both drivers are at the round."""
+    from lakehouse.settings import Settings
+    from lakehouse.storage.spark import build_spark_session
+
+    spark = build_spark_session(Settings.from_env(), f"commit-race-{writer}")
+    started = time.monotonic()
+    for round_number in range(rounds):
+        row = spark.createDataFrame([(writer, round_number)], "writer string, round int")
+        barrier(folder, writer, round_number)
+        row.write.format("delta").mode("append").option("txnAppId", writer).option(
+            "txnVersion", round_number
+        ).save(table_uri)
+    seconds = round(time.monotonic() - started, 1)
+    spark.stop()
+    return {"writer": writer, "rounds": rounds, "seconds": seconds}
+
+
+def race(table_uri: str, folder: Path, rounds: int, env: dict[str, str]) -> list[dict]:
+    """Both drivers at once, each its own process; their reports once both have ended.
+
+    Args:
+        table_uri: the s3a:// table both append to.
+        folder: where the barrier's marker files go (empty, local).
+        rounds: how many rows each driver appends, one commit each.
+        env: the drivers' environment (the settings' variables).
+    """
+    folder.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "tests.s3_commit_race"]
+    drivers = [
+        subprocess.Popen([*command, w, table_uri, str(folder), str(rounds)], env=env, stdout=subprocess.PIPE, text=True)
+        for w in WRITERS
+    ]
+    outputs = [driver.communicate(timeout=60 + rounds * 30)[0] for driver in drivers]
+    failed = [w for w, driver in zip(WRITERS, drivers, strict=True) if driver.returncode != 0]
+    if failed:
+        raise AssertionError(f"driver(s) {failed} failed; their output: {outputs}")
+    return [json.loads(output.strip().splitlines()[-1]) for output in outputs]
+
+
+def committed_transactions(s3, table_uri: str) -> dict[str, int]:
+    """The commit files of the table's log, read from S3: the transaction each holds
+    (``writer/round``), and how many commit files there are."""
+    location = Location.parse(table_uri)
+    prefix = f"{location.key}/_delta_log/"
+    held, files = set(), 0
+    for page in s3.get_paginator("list_objects_v2").paginate(Bucket=location.bucket, Prefix=prefix):
+        for item in page.get("Contents", []):
+            name = item["Key"][len(prefix) :]
+            if not (name.endswith(".json") and name[:-5].isdigit()):
+                continue
+            files += 1
+            body = s3.get_object(Bucket=location.bucket, Key=item["Key"])["Body"].read().decode()
+            for line in body.splitlines():
+                action = json.loads(line)
+                if "txn" in action:
+                    held.add(f"{action['txn']['appId']}/{action['txn']['version']}")
+    return {"transactions": held, "commit_files": files}
+
+
+def lost_commits(spark, s3, table_uri: str, rounds: int) -> dict:
+    """What the two drivers committed and the table lacks: rows missing from the table, and
+    transactions missing from its log's commit files."""
+    expected = {f"{writer}/{n}" for writer in WRITERS for n in range(rounds)}
+    rows = {f"{row.writer}/{row.round}" for row in spark.read.format("delta").load(table_uri).collect()}
+    log = committed_transactions(s3, table_uri)
+    return {
+        "commits": len(expected),
+        "rows_missing": sorted(expected - rows),
+        "commits_missing": sorted(expected - log["transactions"]),
+        "commit_files": log["commit_files"],
+    }
+
+
+if __name__ == "__main__":
+    name, uri, barrier_dir, count = sys.argv[1:5]
+    print(json.dumps(drive(name, uri, Path(barrier_dir), int(count))), flush=True)
