@@ -352,7 +352,9 @@ def _validate(settings: Settings) -> None:
             f"LAKEHOUSE_METASTORE_URL must be a jdbc:postgresql:// URL, not {settings.metastore_url!r}"
         )
     if settings.s3_commits not in choices(S3Commits):
-        raise LakehouseError(f"LAKEHOUSE_S3_COMMITS must be one of {', '.join(choices(S3Commits))}, not {settings.s3_commits!r}")
+        raise LakehouseError(
+            f"LAKEHOUSE_S3_COMMITS must be one of {', '.join(choices(S3Commits))}, not {settings.s3_commits!r}"
+        )
     if settings.stream_lag_batches < 2:
         raise LakehouseError("LAKEHOUSE_STREAM_LAG_BATCHES must be at least 2 (growth needs two batches)")
     if settings.kafka_bootstrap and not re.match(r"^[\w.-]+:\d+(,[\w.-]+:\d+)*$", settings.kafka_bootstrap):

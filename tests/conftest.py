@@ -44,23 +44,10 @@ def object_store_env(tmp_path_factory):
     a second), and the DynamoDB server that orders Spark's commits to it (`lakehouse dynamodb
     start`, about a second): the variables that point a job at them. The shared session speaks
     s3a:// to them too."""
-    from lakehouse.services import dynamodb
-    from lakehouse.services import s3 as s3_server
-    from lakehouse.storage import object_store
+    from tests.services import object_store_services
 
-    server = make_settings(tmp_path_factory.mktemp("s3-home"), LAKEHOUSE_S3_PORT="0", LAKEHOUSE_DYNAMODB_PORT="0")
-    endpoint = s3_server.start(server)["endpoint"]
-    commit_endpoint = dynamodb.start(server)["endpoint"]
-    key, secret = object_store.credentials(server)
-    yield {
-        "LAKEHOUSE_S3_ENDPOINT": endpoint,
-        "AWS_ACCESS_KEY_ID": key,
-        "AWS_SECRET_ACCESS_KEY": secret,
-        "LAKEHOUSE_S3_COMMIT_TABLE": "lakehouse_commits",
-        "LAKEHOUSE_S3_COMMIT_ENDPOINT": commit_endpoint,
-    }
-    dynamodb.stop(server)
-    s3_server.stop(server)
+    with object_store_services(tmp_path_factory.mktemp("object-store")) as env:
+        yield env
 
 
 @pytest.fixture(scope="session")

@@ -46,9 +46,9 @@ def drive(writer: str, table_uri: str, folder: Path, rounds: int) -> dict:
     for round_number in range(rounds):
         row = spark.createDataFrame([(writer, round_number)], "writer string, round int")
         barrier(folder, writer, round_number)
-        row.write.format("delta").mode("append").option("txnAppId", writer).option(
-            "txnVersion", round_number
-        ).save(table_uri)
+        row.write.format("delta").mode("append").option("txnAppId", writer).option("txnVersion", round_number).save(
+            table_uri
+        )
     seconds = round(time.monotonic() - started, 1)
     spark.stop()
     return {"writer": writer, "rounds": rounds, "seconds": seconds}
@@ -110,6 +110,83 @@ def lost_commits(spark, s3, table_uri: str, rounds: int) -> dict:
     }
 
 
+def claims(env: dict[str, str], table_uri: str) -> int:
+    """How many commits of the table the DynamoDB commit table holds claims for."""
+    import boto3
+
+    ddb = boto3.client(
+        "dynamodb",
+        endpoint_url=env["LAKEHOUSE_S3_COMMIT_ENDPOINT"],
+        region_name="us-east-1",
+        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
+    )
+    pages = ddb.get_paginator("query").paginate(
+        TableName=env["LAKEHOUSE_S3_COMMIT_TABLE"],
+        KeyConditionExpression="tablePath = :path",
+        ExpressionAttributeValues={":path": {"S": f"{table_uri}/_delta_log"}},
+        Select="COUNT",
+    )
+    return sum(page["Count"] for page in pages)
+
+
+def measured(spark, env: dict[str, str], folder: Path, rounds: int) -> dict:
+    """One race of ``rounds`` rounds on a new table, with the log store ``env`` chooses; its figures.
+
+    Args:
+        spark: a session that creates and then reads the table (its own log store alike).
+        env: the drivers' environment: the S3 and commit settings.
+        folder: an empty local folder of the race's own.
+        rounds: commits per driver.
+    """
+    from lakehouse.settings import Settings
+    from lakehouse.storage import object_store
+
+    table = f"s3a://commit-race/{folder.name}/t"
+    s3 = object_store.client(Settings.from_env(env))
+    object_store.ensure_bucket(s3, "commit-race")
+    spark.createDataFrame([], "writer string, round int").write.format("delta").save(table)
+    reports = race(table, folder / "barrier", rounds, env)
+    return {**lost_commits(spark, s3, table, rounds), "drivers": reports}
+
+
+def main() -> None:
+    """`make chaos`: the race of COMMIT_RACE_ROUNDS rounds (default 100) through Delta's
+    single-driver log store, then through the DynamoDB one; figures in test-artifacts/s3_commits.json."""
+    import contextlib
+    import os
+    import tempfile
+
+    from lakehouse.storage.spark import build_spark_session
+    from tests.conftest import make_settings
+    from tests.services import object_store_services
+
+    rounds = int(os.environ.get("COMMIT_RACE_ROUNDS", "100"))
+    figures = {}
+    with tempfile.TemporaryDirectory(prefix="commit-race-") as root, object_store_services(Path(root)) as env:
+        spark = build_spark_session(make_settings(Path(root) / "reader", **env), "commit-race-reader")
+        for label, commits in (("single-driver", {"LAKEHOUSE_S3_COMMITS": "single-driver"}), ("dynamodb", {})):
+            drivers_env = {
+                **os.environ,
+                **env,
+                **commits,
+                "LAKEHOUSE_HOME": f"{root}/{label}",
+                "LAKEHOUSE_SPARK_MASTER": "local[1]",
+            }
+            result = measured(spark, drivers_env, Path(root) / label, rounds)
+            figures[label] = {**result, "lost": len(set(result["rows_missing"]) | set(result["commits_missing"]))}
+            print(label, json.dumps({k: v for k, v in figures[label].items() if k != "drivers"}), flush=True)
+        with contextlib.suppress(Exception):
+            spark.stop()
+    Path("test-artifacts").mkdir(exist_ok=True)
+    Path("test-artifacts/s3_commits.json").write_text(json.dumps(figures, indent=1))
+    if figures["dynamodb"]["lost"]:
+        raise SystemExit(f"commits lost through the DynamoDB log store: {figures['dynamodb']}")
+
+
 if __name__ == "__main__":
-    name, uri, barrier_dir, count = sys.argv[1:5]
-    print(json.dumps(drive(name, uri, Path(barrier_dir), int(count))), flush=True)
+    if len(sys.argv) == 1:
+        main()
+    else:
+        name, uri, barrier_dir, count = sys.argv[1:5]
+        print(json.dumps(drive(name, uri, Path(barrier_dir), int(count))), flush=True)

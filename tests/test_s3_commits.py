@@ -13,10 +13,10 @@ import os
 import pytest
 
 from lakehouse.errors import LakehouseError
-from lakehouse.storage import commits, object_store
+from lakehouse.storage import commits
 from lakehouse.storage.spark import build_spark_session
 from tests.conftest import make_settings
-from tests.s3_commit_race import lost_commits, race
+from tests.s3_commit_race import claims, measured
 
 ROUNDS = int(os.environ.get("LAKEHOUSE_COMMIT_RACE_ROUNDS", "8"))
 
@@ -30,10 +30,15 @@ def test_a_session_with_an_s3_endpoint_and_no_commit_table_refuses_to_start(tmp_
 
 def test_the_single_driver_opt_in_and_the_commit_table_choose_the_log_store(tmp_path):
     single = make_settings(tmp_path, LAKEHOUSE_S3_ENDPOINT="http://s3:9000", LAKEHOUSE_S3_COMMITS="single-driver")
-    assert commits.spark_confs(single, "us-east-1") == {"spark.delta.logStore.s3a.impl": commits.SINGLE_DRIVER_LOG_STORE}
+    assert commits.spark_confs(single, "us-east-1") == {
+        "spark.delta.logStore.s3a.impl": commits.SINGLE_DRIVER_LOG_STORE
+    }
     assert commits.session_jars(single) == []
     ordered = make_settings(
-        tmp_path, LAKEHOUSE_S3_ENDPOINT="http://s3:9000", LAKEHOUSE_S3_COMMIT_TABLE="t", LAKEHOUSE_S3_COMMIT_ENDPOINT="http://d:8000"
+        tmp_path,
+        LAKEHOUSE_S3_ENDPOINT="http://s3:9000",
+        LAKEHOUSE_S3_COMMIT_TABLE="t",
+        LAKEHOUSE_S3_COMMIT_ENDPOINT="http://d:8000",
     )
     confs = commits.spark_confs(ordered, "eu-west-1")
     assert confs["spark.delta.logStore.s3a.impl"] == commits.LOG_STORE
@@ -46,13 +51,14 @@ def test_the_single_driver_opt_in_and_the_commit_table_choose_the_log_store(tmp_
 @pytest.mark.services
 @pytest.mark.slow
 def test_two_drivers_racing_their_commits_to_one_s3_table_lose_none(spark, object_store_env, tmp_path):
-    table = f"s3a://commit-race/{tmp_path.name}/t"
-    s3 = object_store.client(make_settings(tmp_path / "home", **object_store_env))
-    object_store.ensure_bucket(s3, "commit-race")
-    # The table exists before the race: the drivers race appends, not the table's creation.
-    spark.createDataFrame([], "writer string, round int").write.format("delta").save(table)
-    env = {**os.environ, **object_store_env, "LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_SPARK_MASTER": "local[1]"}
-    reports = race(table, tmp_path / "barrier", ROUNDS, env)
-    lost = lost_commits(spark, s3, table, ROUNDS)
-    assert lost["rows_missing"] == [] and lost["commits_missing"] == [], (lost, reports)
-    assert lost["commit_files"] == 1 + 2 * ROUNDS, lost
+    env = {
+        **os.environ,
+        **object_store_env,
+        "LAKEHOUSE_HOME": str(tmp_path / "home"),
+        "LAKEHOUSE_SPARK_MASTER": "local[1]",
+    }
+    result = measured(spark, env, tmp_path, ROUNDS)
+    assert result["rows_missing"] == [] and result["commits_missing"] == [], result
+    assert result["commit_files"] == 1 + 2 * ROUNDS, result
+    # Every commit of the race, and the table's creation, went through the DynamoDB table.
+    assert claims(env, f"s3a://commit-race/{tmp_path.name}/t") == 1 + 2 * ROUNDS
