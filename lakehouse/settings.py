@@ -147,7 +147,7 @@ class Paths:
         return local_path(self.home) / "s3"
 
     def dynamodb_dir(self) -> Path:
-        """Where the DynamoDB-compatible server of ``lakehouse dynamodb start`` keeps its port and log."""
+        """Where the DynamoDB-compatible server ``lakehouse s3 start`` runs keeps its port and log."""
         return local_path(self.home) / "dynamodb"
 
 
@@ -255,7 +255,7 @@ class Services:
     # first use) at s3_commit_endpoint (empty: AWS's, in the S3 region), so that several drivers may
     # write one table; or single-driver, an opt-in for a deployment where one driver writes each
     # table (docs/operations.md, "Object storage"). A session with an S3 endpoint and neither refuses
-    # to start. dynamodb_port: the DynamoDB-compatible server of `lakehouse dynamodb start`.
+    # to start. dynamodb_port: the DynamoDB-compatible server `lakehouse s3 start` runs beside S3's.
     s3_commits: str = S3Commits.DYNAMODB
     s3_commit_table: str = ""
     s3_commit_endpoint: str = ""

@@ -23,54 +23,92 @@ from pathlib import Path
 from lakehouse.location import Location
 
 WRITERS = ("a", "b")
+# The writer of this name commits through delta-rs (conditional writes) instead of Spark.
+DELTA_RS = "rs"
 BARRIER_SECONDS = 120
 
 
-def barrier(folder: Path, writer: str, round_number: int) -> None:
+def barrier(folder: Path, writer: str, round_number: int, writers: tuple[str, ...]) -> None:
     """Wait until every writer has reached ``round_number``."""
     (folder / f"{writer}-{round_number}").touch()
     deadline = time.monotonic() + BARRIER_SECONDS
-    while not all((folder / f"{other}-{round_number}").exists() for other in WRITERS):
+    while not all((folder / f"{other}-{round_number}").exists() for other in writers):
         if time.monotonic() > deadline:
-            raise SystemExit(f"writer {writer}: the other writer did not reach round {round_number}")
+            raise SystemExit(f"writer {writer}: another writer did not reach round {round_number}")
         time.sleep(0.01)
 
 
-def drive(writer: str, table_uri: str, folder: Path, rounds: int) -> dict:
-    """One driver's rounds: an append of one row each, once both drivers are at the round."""
+def drive(writer: str, table_uri: str, folder: Path, rounds: int, writers: tuple[str, ...]) -> dict:
+    """One driver's rounds: an append of one row each, once every driver is at the round.
+
+    Args:
+        writer: its name (DELTA_RS: through delta-rs, else through a Spark session of its own).
+        table_uri: the s3a:// table.
+        folder: the barrier's marker files.
+        rounds: how many appends.
+        writers: every writer of the race.
+    """
+    from lakehouse.settings import Settings
+
+    append = delta_rs_append if writer == DELTA_RS else spark_append(writer)
+    started = time.monotonic()
+    for round_number in range(rounds):
+        barrier(folder, writer, round_number, writers)
+        append(Settings.from_env(), table_uri, writer, round_number)
+    return {"writer": writer, "rounds": rounds, "seconds": round(time.monotonic() - started, 1)}
+
+
+def spark_append(writer: str):
+    """An append through a Spark session started now, idempotent as the writer's round."""
     from lakehouse.settings import Settings
     from lakehouse.storage.spark import build_spark_session
 
     spark = build_spark_session(Settings.from_env(), f"commit-race-{writer}")
-    started = time.monotonic()
-    for round_number in range(rounds):
-        row = spark.createDataFrame([(writer, round_number)], "writer string, round int")
-        barrier(folder, writer, round_number)
-        row.write.format("delta").mode("append").option("txnAppId", writer).option("txnVersion", round_number).save(
-            table_uri
-        )
-    seconds = round(time.monotonic() - started, 1)
-    spark.stop()
-    return {"writer": writer, "rounds": rounds, "seconds": seconds}
+
+    def append(settings, table_uri: str, name: str, round_number: int) -> None:
+        row = spark.createDataFrame([(name, round_number)], "writer string, round int")
+        txn = {"txnAppId": name, "txnVersion": round_number}
+        row.write.format("delta").mode("append").options(**txn).save(table_uri)
+
+    return append
 
 
-def race(table_uri: str, folder: Path, rounds: int, env: dict[str, str]) -> list[dict]:
-    """Both drivers at once, each its own process; their reports once both have ended.
+def delta_rs_append(settings, table_uri: str, name: str, round_number: int) -> None:
+    """An append through delta-rs, the commit an S3 conditional write, idempotent as the round."""
+    import pyarrow as pa
+    from deltalake import CommitProperties, Transaction, write_deltalake
+
+    from lakehouse.storage.ops_tables import delta_rs_location
+
+    location, options = delta_rs_location(table_uri, settings)
+    rows = pa.table({"writer": [name], "round": pa.array([round_number], pa.int32())})
+    done = CommitProperties(app_transactions=[Transaction(name, round_number)])
+    write_deltalake(location, rows, mode="append", storage_options=options, commit_properties=done)
+
+
+def race(table_uri: str, folder: Path, rounds: int, env: dict[str, str], writers=WRITERS) -> list[dict]:
+    """The drivers at once, each its own process; their reports once all have ended.
 
     Args:
         table_uri: the s3a:// table both append to.
         folder: where the barrier's marker files go (empty, local).
         rounds: how many rows each driver appends, one commit each.
         env: the drivers' environment (the settings' variables).
+        writers: the drivers' names (DELTA_RS: one through delta-rs).
     """
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "tests.s3_commit_race"]
     drivers = [
-        subprocess.Popen([*command, w, table_uri, str(folder), str(rounds)], env=env, stdout=subprocess.PIPE, text=True)
-        for w in WRITERS
+        subprocess.Popen(
+            [*command, w, table_uri, str(folder), str(rounds), ",".join(writers)],
+            env=env,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        for w in writers
     ]
     outputs = [driver.communicate(timeout=60 + rounds * 30)[0] for driver in drivers]
-    failed = [w for w, driver in zip(WRITERS, drivers, strict=True) if driver.returncode != 0]
+    failed = [w for w, driver in zip(writers, drivers, strict=True) if driver.returncode != 0]
     if failed:
         raise AssertionError(f"driver(s) {failed} failed; their output: {outputs}")
     return [json.loads(output.strip().splitlines()[-1]) for output in outputs]
@@ -96,10 +134,10 @@ def committed_transactions(s3, table_uri: str) -> dict[str, int]:
     return {"transactions": held, "commit_files": files}
 
 
-def lost_commits(spark, s3, table_uri: str, rounds: int) -> dict:
-    """What the two drivers committed and the table lacks: rows missing from the table, and
+def lost_commits(spark, s3, table_uri: str, rounds: int, writers=WRITERS) -> dict:
+    """What the drivers committed and the table lacks: rows missing from the table, and
     transactions missing from its log's commit files."""
-    expected = {f"{writer}/{n}" for writer in WRITERS for n in range(rounds)}
+    expected = {f"{writer}/{n}" for writer in writers for n in range(rounds)}
     rows = {f"{row.writer}/{row.round}" for row in spark.read.format("delta").load(table_uri).collect()}
     log = committed_transactions(s3, table_uri)
     return {
@@ -130,7 +168,7 @@ def claims(env: dict[str, str], table_uri: str) -> int:
     return sum(page["Count"] for page in pages)
 
 
-def measured(spark, env: dict[str, str], folder: Path, rounds: int) -> dict:
+def measured(spark, env: dict[str, str], folder: Path, rounds: int, writers=WRITERS) -> dict:
     """One race of ``rounds`` rounds on a new table, with the log store ``env`` chooses; its figures.
 
     Args:
@@ -138,6 +176,7 @@ def measured(spark, env: dict[str, str], folder: Path, rounds: int) -> dict:
         env: the drivers' environment: the S3 and commit settings.
         folder: an empty local folder of the race's own.
         rounds: commits per driver.
+        writers: the drivers' names (DELTA_RS: one through delta-rs).
     """
     from lakehouse.settings import Settings
     from lakehouse.storage import object_store
@@ -146,8 +185,8 @@ def measured(spark, env: dict[str, str], folder: Path, rounds: int) -> dict:
     s3 = object_store.client(Settings.from_env(env))
     object_store.ensure_bucket(s3, "commit-race")
     spark.createDataFrame([], "writer string, round int").write.format("delta").save(table)
-    reports = race(table, folder / "barrier", rounds, env)
-    return {**lost_commits(spark, s3, table, rounds), "drivers": reports}
+    reports = race(table, folder / "barrier", rounds, env, writers)
+    return {**lost_commits(spark, s3, table, rounds, writers), "drivers": reports}
 
 
 def main() -> None:
@@ -184,9 +223,18 @@ def main() -> None:
         raise SystemExit(f"commits lost through the DynamoDB log store: {figures['dynamodb']}")
 
 
+# make chaos's races: two Spark drivers through each log store, then Spark against delta-rs.
+SINGLE_DRIVER = {"LAKEHOUSE_S3_COMMITS": "single-driver"}
+RACES = (
+    ("single-driver", SINGLE_DRIVER, WRITERS),
+    ("dynamodb", {}, WRITERS),
+    ("dynamodb-vs-delta-rs", {}, ("a", DELTA_RS)),
+)
+
+
 if __name__ == "__main__":
     if len(sys.argv) == 1:
         main()
     else:
-        name, uri, barrier_dir, count = sys.argv[1:5]
-        print(json.dumps(drive(name, uri, Path(barrier_dir), int(count))), flush=True)
+        name, uri, barrier_dir, count, names = sys.argv[1:6]
+        print(json.dumps(drive(name, uri, Path(barrier_dir), int(count), tuple(names.split(",")))), flush=True)

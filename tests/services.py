@@ -16,9 +16,8 @@ COMMIT_TABLE = "lakehouse_commits"
 @contextlib.contextmanager
 def object_store_services(folder: Path) -> Iterator[dict[str, str]]:
     """An S3 server and the DynamoDB server that orders Spark's commits to it, started as `lakehouse
-    s3 start` and `lakehouse dynamodb start` do (about a second each) in a home under ``folder``:
-    the variables that point a job at them."""
-    from lakehouse.services import dynamodb
+    s3 start` does (about a second each) in a home under ``folder``: the variables that point a job
+    at them."""
     from lakehouse.services import s3 as s3_server
     from lakehouse.settings import Settings
     from lakehouse.storage import object_store
@@ -27,8 +26,8 @@ def object_store_services(folder: Path) -> Iterator[dict[str, str]]:
         {"LAKEHOUSE_HOME": str(folder / "s3-home"), "LAKEHOUSE_S3_PORT": "0", "LAKEHOUSE_DYNAMODB_PORT": "0"}
     )
     try:
-        endpoint = s3_server.start(server)["endpoint"]
-        commit_endpoint = dynamodb.start(server)["endpoint"]
+        started = s3_server.start(server)
+        endpoint, commit_endpoint = started["endpoint"], started["commit_endpoint"]
         key, secret = object_store.credentials(server)
         yield {
             "LAKEHOUSE_S3_ENDPOINT": endpoint,
@@ -38,5 +37,4 @@ def object_store_services(folder: Path) -> Iterator[dict[str, str]]:
             "LAKEHOUSE_S3_COMMIT_ENDPOINT": commit_endpoint,
         }
     finally:
-        dynamodb.stop(server)
         s3_server.stop(server)

@@ -1,6 +1,7 @@
-"""A DynamoDB-compatible server on loopback (``lakehouse dynamodb start``) for a machine without
-DynamoDB: Spark's commits to s3a:// tables claim their version in its table first
-(lakehouse.storage.commits, docs/operations.md "Object storage").
+"""A DynamoDB-compatible server on loopback, started and stopped with the S3 server (``lakehouse s3
+start``, lakehouse.services.s3) for a machine without DynamoDB: Spark's commits to s3a:// tables
+claim their version in its table first (lakehouse.storage.commits, docs/operations.md "Object
+storage").
 
 The server is moto's (``moto.server``, a Python package of the lock). It
 keeps its tables in memory: a restart forgets the commit claims, so stop the writers before it.
@@ -56,7 +57,7 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
         return already
     files = ServerFiles(settings.dynamodb_dir())
     files.folder.mkdir(parents=True, exist_ok=True)
-    files.process.refuse_if_running("lakehouse dynamodb stop")
+    files.process.refuse_if_running("lakehouse s3 stop")
     port = files.port() or settings.dynamodb_port or free_port()
     if settings.dynamodb_port and settings.dynamodb_port != port:
         raise LakehouseError(

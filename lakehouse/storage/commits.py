@@ -71,7 +71,7 @@ def check(settings: Settings) -> None:
     if settings.s3_endpoint and settings.s3_commits == S3Commits.DYNAMODB and not settings.s3_commit_table:
         raise LakehouseError(
             "Spark commits to s3a:// tables need a DynamoDB table to order them: set LAKEHOUSE_S3_COMMIT_TABLE "
-            "(and LAKEHOUSE_S3_COMMIT_ENDPOINT for a server other than AWS's, e.g. `lakehouse dynamodb start`), "
+            "(and LAKEHOUSE_S3_COMMIT_ENDPOINT for a server other than AWS's: `lakehouse s3 start` runs one), "
             "or LAKEHOUSE_S3_COMMITS=single-driver if one driver alone writes each table"
         )
 
@@ -95,3 +95,17 @@ def spark_confs(settings: Settings, region: str) -> dict[str, str]:
     if settings.s3_commit_endpoint:
         confs[f"{PREFIX}.ddb.endpoint"] = settings.s3_commit_endpoint
     return confs
+
+
+def main() -> None:
+    """``python -m lakehouse.storage.commits``: fetch the SDK's JARs and compile the log store now
+    (a Docker image's build)."""
+    from lakehouse.storage.java import maven_central_jar
+
+    print(commits_jar())
+    for coordinates in SDK_JARS:
+        print(maven_central_jar(coordinates))
+
+
+if __name__ == "__main__":
+    main()
