@@ -162,7 +162,7 @@ def claims(env: dict[str, str], table_uri: str) -> int:
     pages = ddb.get_paginator("query").paginate(
         TableName=env["LAKEHOUSE_S3_COMMIT_TABLE"],
         KeyConditionExpression="tablePath = :path",
-        ExpressionAttributeValues={":path": {"S": f"{table_uri}/_delta_log"}},
+        ExpressionAttributeValues={":path": {"S": table_uri}},
         Select="COUNT",
     )
     return sum(page["Count"] for page in pages)

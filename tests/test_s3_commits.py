@@ -18,7 +18,7 @@ from lakehouse.storage.spark import build_spark_session
 from tests.conftest import make_settings
 from tests.s3_commit_race import claims, measured
 
-ROUNDS = int(os.environ.get("LAKEHOUSE_COMMIT_RACE_ROUNDS", "5"))
+ROUNDS = int(os.environ.get("LAKEHOUSE_COMMIT_RACE_ROUNDS", "4"))
 
 
 def test_a_session_with_an_s3_endpoint_and_no_commit_table_refuses_to_start(tmp_path):
