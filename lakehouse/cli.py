@@ -38,7 +38,6 @@ ORDER = (
     "cluster",
     "kafka",
     "s3",
-    "dynamodb",
 )
 
 

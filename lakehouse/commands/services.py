@@ -1,6 +1,5 @@
-"""The long-running services the platform starts: the Spark service, a Spark cluster, a Kafka broker,
-an S3 server and the DynamoDB server that orders Spark's commits to it. Each prints its status as
-JSON and exits 1 when it is down."""
+"""The long-running services the platform starts: the Spark service, a Spark cluster, a Kafka broker
+and an S3 server. Each prints its status as JSON and exits 1 when it is down."""
 
 from __future__ import annotations
 
@@ -85,13 +84,6 @@ COMMANDS = (
         "an S3-compatible object store on loopback (S3Proxy over a local folder)",
         module="lakehouse.services.s3",
         label="S3 server",
-        status_help="status exits 1 unless it answers",
-    ),
-    _service(
-        "dynamodb",
-        "a DynamoDB-compatible server on loopback that orders Spark's commits to s3a:// tables (moto)",
-        module="lakehouse.services.dynamodb",
-        label="DynamoDB server",
         status_help="status exits 1 unless it answers",
     ),
 )
