@@ -204,7 +204,7 @@ def main() -> None:
     figures = {}
     with tempfile.TemporaryDirectory(prefix="commit-race-") as root, object_store_services(Path(root)) as env:
         spark = build_spark_session(make_settings(Path(root) / "reader", **env), "commit-race-reader")
-        for label, commits in (("single-driver", {"LAKEHOUSE_S3_COMMITS": "single-driver"}), ("dynamodb", {})):
+        for label, commits, writers in RACES:
             drivers_env = {
                 **os.environ,
                 **env,
@@ -212,7 +212,7 @@ def main() -> None:
                 "LAKEHOUSE_HOME": f"{root}/{label}",
                 "LAKEHOUSE_SPARK_MASTER": "local[1]",
             }
-            result = measured(spark, drivers_env, Path(root) / label, rounds)
+            result = measured(spark, drivers_env, Path(root) / label, rounds, writers)
             figures[label] = {**result, "lost": len(set(result["rows_missing"]) | set(result["commits_missing"]))}
             print(label, json.dumps({k: v for k, v in figures[label].items() if k != "drivers"}), flush=True)
         with contextlib.suppress(Exception):
