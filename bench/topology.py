@@ -114,14 +114,25 @@ def _services(work: Path, running: Services | None) -> Iterator[Services]:
         yield running
         return
     settings = settings_for(
-        work / "services", LAKEHOUSE_KAFKA_PORT="0", LAKEHOUSE_CLUSTER_PORT="0", LAKEHOUSE_S3_PORT="0"
+        work / "services",
+        LAKEHOUSE_KAFKA_PORT="0",
+        LAKEHOUSE_CLUSTER_PORT="0",
+        LAKEHOUSE_S3_PORT="0",
+        LAKEHOUSE_DYNAMODB_PORT="0",
     )
     try:
         bootstrap = kafka_broker.start(settings)["bootstrap"]
         master = spark_cluster.start(settings)["master"]
-        endpoint = s3_server.start(settings)["endpoint"]
+        started = s3_server.start(settings)
         key, secret = object_store.credentials(settings)
-        s3 = {"LAKEHOUSE_S3_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
+        s3 = {
+            "LAKEHOUSE_S3_ENDPOINT": started["endpoint"],
+            "AWS_ACCESS_KEY_ID": key,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            # Spark's commits to the s3a:// tables, ordered by the DynamoDB server started with S3's.
+            "LAKEHOUSE_S3_COMMIT_TABLE": "lakehouse_commits",
+            "LAKEHOUSE_S3_COMMIT_ENDPOINT": started["commit_endpoint"],
+        }
         yield Services(bootstrap, master, s3)
     finally:
         s3_server.stop(settings)

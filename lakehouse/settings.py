@@ -17,7 +17,7 @@ from pathlib import Path
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.location import local_path, to_uri
-from lakehouse.vocabulary import SqlRoute, choices
+from lakehouse.vocabulary import S3Commits, SqlRoute, choices
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -95,6 +95,9 @@ _STRIPPED_FIELDS = (
     "kafka_bootstrap",
     "kafka_topic_prefix",
     "s3_endpoint",
+    "s3_commits",
+    "s3_commit_table",
+    "s3_commit_endpoint",
 )
 _INTEGER_FIELDS = (
     "shuffle_partitions",
@@ -107,8 +110,17 @@ _INTEGER_FIELDS = (
     "cluster_port",
     "s3_port",
     "prometheus_port",
+    "dynamodb_port",
 )
-_PORT_FIELDS = ("connect_port", "thrift_port", "kafka_port", "cluster_port", "s3_port", "prometheus_port")
+_PORT_FIELDS = (
+    "connect_port",
+    "thrift_port",
+    "kafka_port",
+    "cluster_port",
+    "s3_port",
+    "prometheus_port",
+    "dynamodb_port",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,6 +165,10 @@ class Paths:
     def prometheus_dir(self) -> Path:
         """Where the Prometheus of ``lakehouse prometheus start`` keeps its configuration, data and log."""
         return local_path(self.home) / "prometheus"
+
+    def dynamodb_dir(self) -> Path:
+        """Where the DynamoDB-compatible server ``lakehouse s3 start`` runs keeps its port and log."""
+        return local_path(self.home) / "dynamodb"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -269,6 +285,16 @@ class Services:
         """The metrics endpoint's port (0: any free one; None: no endpoint)."""
         return None if self.metrics_port.strip().lower() == "off" else int(self.metrics_port)
 
+    # Spark's commits to s3a:// tables: claimed in the DynamoDB table s3_commit_table (created at
+    # first use) at s3_commit_endpoint (empty: AWS's, in the S3 region), so that several drivers may
+    # write one table; or single-driver, an opt-in for a deployment where one driver writes each
+    # table (docs/operations.md, "Object storage"). A session with an S3 endpoint and neither refuses
+    # to start. dynamodb_port: the DynamoDB-compatible server `lakehouse s3 start` runs beside S3's.
+    s3_commits: str = S3Commits.DYNAMODB
+    s3_commit_table: str = ""
+    s3_commit_endpoint: str = ""
+    dynamodb_port: int = 8000
+
     def kafka_topic(self, pipeline_topic: str) -> str:
         return f"{self.kafka_topic_prefix}{pipeline_topic}"
 
@@ -358,6 +384,10 @@ def _validate(settings: Settings) -> None:
     if settings.metastore_url and not settings.metastore_url.startswith("jdbc:postgresql://"):
         raise LakehouseError(
             f"LAKEHOUSE_METASTORE_URL must be a jdbc:postgresql:// URL, not {settings.metastore_url!r}"
+        )
+    if settings.s3_commits not in choices(S3Commits):
+        raise LakehouseError(
+            f"LAKEHOUSE_S3_COMMITS must be one of {', '.join(choices(S3Commits))}, not {settings.s3_commits!r}"
         )
     if settings.stream_lag_batches < 2:
         raise LakehouseError("LAKEHOUSE_STREAM_LAG_BATCHES must be at least 2 (growth needs two batches)")

@@ -146,6 +146,13 @@ class SqlRoute(StrEnum):
     EMBEDDED = "embedded"  # a Spark of its own in the command's process
 
 
+class S3Commits(StrEnum):
+    """How Spark commits to s3a:// tables (docs/operations.md, "Object storage")."""
+
+    DYNAMODB = "dynamodb"  # each commit claimed in a DynamoDB table first: safe for several drivers
+    SINGLE_DRIVER = "single-driver"  # Delta's S3SingleDriverLogStore: one driver per table, or commits are lost
+
+
 class LogSink(StrEnum):
     """Where the retained log lives: JSONL files under the log URI, or a Kafka topic per pipeline."""
 

@@ -41,15 +41,13 @@ INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.facto
 @pytest.fixture(scope="session")
 def object_store_env(tmp_path_factory):
     """One S3 server per test process, started as `lakehouse s3 start` does (S3Proxy starts in about
-    a second): the variables that point a job at it. The shared session speaks s3a:// to it too."""
-    from lakehouse.services import s3 as s3_server
-    from lakehouse.storage import object_store
+    a second), with the DynamoDB server that orders Spark's commits to it (about a second more):
+    the variables that point a job at them. The shared session speaks
+    s3a:// to them too."""
+    from tests.services import object_store_services
 
-    server = make_settings(tmp_path_factory.mktemp("s3-home"), LAKEHOUSE_S3_PORT="0")
-    endpoint = s3_server.start(server)["endpoint"]
-    key, secret = object_store.credentials(server)
-    yield {"LAKEHOUSE_S3_ENDPOINT": endpoint, "AWS_ACCESS_KEY_ID": key, "AWS_SECRET_ACCESS_KEY": secret}
-    s3_server.stop(server)
+    with object_store_services(tmp_path_factory.mktemp("object-store")) as env:
+        yield env
 
 
 @pytest.fixture(scope="session")

@@ -6,6 +6,10 @@ The server is S3Proxy, an S3 API over a local folder, as one JAR from Maven Cent
 ignored ``.cache/jars/``. It keeps its objects in the home's ``s3/data/`` folder, so a restart finds
 them again, and answers S3's conditional writes (``If-None-Match``). Its access key and secret are
 generated at its first start and kept in ``s3/credentials.json`` (readable by its owner only).
+
+Beside it runs the DynamoDB-compatible server that orders Spark's commits to s3a:// tables
+(lakehouse.services.dynamodb): the status reports its endpoint as ``commit_endpoint``, for
+LAKEHOUSE_S3_COMMIT_ENDPOINT.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import secrets
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
+from lakehouse.services import dynamodb
 from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
 from lakehouse.settings import Settings
 from lakehouse.storage.object_store import CREDENTIALS, save_credentials, saved_credentials
@@ -68,7 +73,17 @@ class ServerFiles:
 
 
 def status(settings: Settings) -> dict:
-    """Whether this home's server is up: its process alive and its port answering."""
+    """Whether this home's servers are up: S3Proxy's process alive and its port answering, and
+    the DynamoDB server's."""
+    report = _proxy_status(settings)
+    commits = dynamodb.status(settings)
+    report["up"] = report["up"] and commits["up"]
+    if commits["up"]:
+        report["commit_endpoint"] = commits["endpoint"]
+    return report
+
+
+def _proxy_status(settings: Settings) -> dict:
     files = ServerFiles(settings.s3_dir())
     port = files.port()
     report = files.process.report(lambda: port is not None and port_answers(port))
@@ -79,10 +94,16 @@ def status(settings: Settings) -> dict:
 
 
 def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
-    """Start the server detached and return its status once its port answers."""
+    """Start both servers detached (each unless up) and return their status once their ports answer."""
+    _start_proxy(settings, wait_seconds)
+    dynamodb.start(settings, wait_seconds)
+    return status(settings)
+
+
+def _start_proxy(settings: Settings, wait_seconds: float) -> dict:
     from lakehouse.storage.java import check_java, maven_central_jar
 
-    already = status(settings)
+    already = _proxy_status(settings)
     if already["up"]:
         return already
     files = ServerFiles(settings.s3_dir())
@@ -95,9 +116,10 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     refuse_taken(port, "choose another home")
     files.set_up(port)
     command = ["java", *SERVER_HEAP.split(), "-jar", jar, "--properties", str(files.properties)]
-    return files.process.start(command, lambda: status(settings), wait_seconds)
+    return files.process.start(command, lambda: _proxy_status(settings), wait_seconds)
 
 
 def stop(settings: Settings) -> bool:
-    """Stop the server (TERM, then KILL after 15 s). False if none ran."""
-    return ServerFiles(settings.s3_dir()).process.stop(STOP_SECONDS)
+    """Stop both servers (TERM, then KILL after 15 s). False if none ran."""
+    commits = dynamodb.stop(settings)
+    return ServerFiles(settings.s3_dir()).process.stop(STOP_SECONDS) or commits

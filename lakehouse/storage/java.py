@@ -8,6 +8,7 @@ import hashlib
 import os
 import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
@@ -54,6 +55,36 @@ def _download(url: str, target: Path, coordinates: str) -> None:
         partial.unlink(missing_ok=True)
         raise LakehouseError(f"{url} does not match the SHA-1 Maven Central publishes for it")
     os.replace(partial, target)
+
+
+def compiled_jar(sources: list[Path], classpath: list[str], target: Path) -> str:
+    """``target``, the classes of the Java ``sources`` compiled against ``classpath``; compiled
+    again whenever a source file is newer than it. The JAR is written beside ``target`` and
+    renamed: a JVM starting meanwhile never reads half a JAR.
+
+    Args:
+        sources: the .java files.
+        classpath: JARs or ``folder/*`` entries the sources compile against.
+        target: the JAR's path in the ignored .cache/.
+    """
+    if target.is_file() and all(source.stat().st_mtime <= target.stat().st_mtime for source in sources):
+        return str(target)
+    javac, jar = shutil.which("javac"), shutil.which("jar")
+    if not javac or not jar:
+        raise LakehouseError(f"a JDK 17 (javac and jar) is required to compile the platform's {target.name}")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    partial = f"{target}.{os.getpid()}.partial"
+    with tempfile.TemporaryDirectory(prefix="lakehouse-javac-") as classes:
+        compile_and_pack = (
+            [javac, "--release", "17", "-nowarn", "-cp", os.pathsep.join(classpath), "-d", classes, *map(str, sources)],
+            [jar, "cf", partial, "-C", classes, "."],
+        )
+        for command in compile_and_pack:
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode != 0:
+                raise LakehouseError(f"{Path(command[0]).name} failed: {(done.stderr or done.stdout).strip()}")
+    os.replace(partial, target)
+    return str(target)
 
 
 def java_executable() -> str | None:

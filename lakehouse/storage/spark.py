@@ -11,16 +11,13 @@ import contextlib
 import hashlib
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import PROJECT_ROOT, Settings
-from lakehouse.storage.java import check_java, maven_central_jar
+from lakehouse.storage.java import check_java, compiled_jar, maven_central_jar
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 # The JIT's quick compiler only, and the serial garbage collector: half the CPU for a job of a minute
@@ -55,28 +52,10 @@ FORK_FREE_FILE_CONTEXT = ("fs.AbstractFileSystem.file.impl", "lakehouse.storage.
 
 def extensions_jar() -> str:
     """The platform's JAR, compiled again whenever a source file is newer than it."""
-    sources = sorted(source for folder in EXTENSIONS_SOURCES for source in folder.rglob("*.java"))
-    if EXTENSIONS_JAR.is_file() and all(s.stat().st_mtime <= EXTENSIONS_JAR.stat().st_mtime for s in sources):
-        return str(EXTENSIONS_JAR)
-    javac, jar = shutil.which("javac"), shutil.which("jar")
-    if not javac or not jar:
-        raise LakehouseError("a JDK 17 (javac and jar) is required to compile the platform's Spark extension")
     from pyspark.find_spark_home import _find_spark_home
 
-    spark_jars = Path(_find_spark_home()) / "jars" / "*"
-    EXTENSIONS_JAR.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="lakehouse-javac-") as classes:
-        compile_and_pack = (
-            [javac, "--release", "17", "-nowarn", "-cp", str(spark_jars), "-d", classes, *map(str, sources)],
-            # Written beside the final path and renamed: a JVM starting meanwhile never reads half a JAR.
-            [jar, "cf", f"{EXTENSIONS_JAR}.partial", "-C", classes, "."],
-        )
-        for command in compile_and_pack:
-            done = subprocess.run(command, capture_output=True, text=True)
-            if done.returncode != 0:
-                raise LakehouseError(f"{Path(command[0]).name} failed: {(done.stderr or done.stdout).strip()}")
-    os.replace(f"{EXTENSIONS_JAR}.partial", EXTENSIONS_JAR)
-    return str(EXTENSIONS_JAR)
+    sources = sorted(source for folder in EXTENSIONS_SOURCES for source in folder.rglob("*.java"))
+    return compiled_jar(sources, [str(Path(_find_spark_home()) / "jars" / "*")], EXTENSIONS_JAR)
 
 
 # Spark's Kafka source, JAR by JAR rather than through the package resolver. 4.1.1's source fails
@@ -93,11 +72,13 @@ KAFKA_SOURCE_JARS = (
 
 def platform_jars(settings: Settings) -> list[str]:
     """The JARs a session loads besides Delta's: the platform's own, Spark's Kafka source, and
-    Hadoop's s3a file system when the settings name an S3 endpoint (object_store.S3A_JARS)."""
-    from lakehouse.storage import object_store
+    Hadoop's s3a file system and Delta's DynamoDB log store when the settings name an S3 endpoint
+    (object_store.S3A_JARS, commits.session_jars)."""
+    from lakehouse.storage import commits, object_store
 
     s3 = [f"local:{maven_central_jar(c)}" for c in object_store.S3A_JARS] if settings.s3_endpoint else []
-    return [extensions_jar(), *(maven_central_jar(coordinates) for coordinates in KAFKA_SOURCE_JARS), *s3]
+    kafka = [maven_central_jar(coordinates) for coordinates in KAFKA_SOURCE_JARS]
+    return [extensions_jar(), *kafka, *s3, *commits.session_jars(settings)]
 
 
 def is_remote(spark) -> bool:
@@ -260,11 +241,13 @@ def _configured_builder(builder, settings: Settings, app_name: str):
     )
     for key, value in session_sql_confs(settings).items():
         builder = builder.config(key, value)
-    from lakehouse.storage import object_store
+    from lakehouse.storage import commits, object_store
 
     if settings.s3_endpoint:
+        # Refused before anything is created when its commits to s3a:// could be lost (commits.check).
+        s3_confs = {**commits.spark_confs(settings, object_store.REGION), **object_store.spark_confs(settings)}
         object_store.ensure_buckets(settings)
-        for key, value in object_store.spark_confs(settings).items():
+        for key, value in s3_confs.items():
             builder = builder.config(key, value)
     return builder
 

@@ -1,0 +1,75 @@
+"""A DynamoDB-compatible server on loopback, started and stopped with the S3 server (``lakehouse s3
+start``, lakehouse.services.s3) for a machine without DynamoDB: Spark's commits to s3a:// tables
+claim their version in its table first (lakehouse.storage.commits, docs/operations.md "Object
+storage").
+
+The server is moto's (``moto.server``, a Python package of the lock). It
+keeps its tables in memory: a restart forgets the commit claims, so stop the writers before it.
+Delta keeps a claim only until its commit file is in place (and a day after, against eventually
+consistent listings), so a restart between commits loses nothing. It takes any key pair.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from pathlib import Path
+
+from lakehouse.errors import LakehouseError
+from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
+from lakehouse.settings import Settings
+
+START_SECONDS = 60
+STOP_SECONDS = 10
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerFiles:
+    """The server's files in the home: its port, pid and log."""
+
+    folder: Path
+
+    @property
+    def process(self) -> Detached:
+        return Detached("DynamoDB server", self.folder / "dynamodb.pid", self.folder / "dynamodb.log")
+
+    def port(self) -> int | None:
+        try:
+            return int((read_json(self.folder / "port.json") or {})["port"])
+        except (ValueError, KeyError):
+            return None
+
+
+def status(settings: Settings) -> dict:
+    """Whether this home's server is up: its process alive and its port answering."""
+    files = ServerFiles(settings.dynamodb_dir())
+    port = files.port()
+    report = files.process.report(lambda: port is not None and port_answers(port))
+    if report["up"]:
+        report["endpoint"] = f"http://127.0.0.1:{port}"
+    return report
+
+
+def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
+    """Start the server detached and return its status once its port answers."""
+    already = status(settings)
+    if already["up"]:
+        return already
+    files = ServerFiles(settings.dynamodb_dir())
+    files.folder.mkdir(parents=True, exist_ok=True)
+    files.process.refuse_if_running("lakehouse s3 stop")
+    port = files.port() or settings.dynamodb_port or free_port()
+    if settings.dynamodb_port and settings.dynamodb_port != port:
+        raise LakehouseError(
+            f"this home's DynamoDB server was set up on port {port}: set LAKEHOUSE_DYNAMODB_PORT={port}"
+        )
+    refuse_taken(port, "choose another home")
+    write_json(files.folder / "port.json", {"port": port})
+    # moto's server module, run by this interpreter: the venv's, whatever the PATH.
+    command = [sys.executable, "-m", "moto.server", "--host", "127.0.0.1", "--port", str(port)]
+    return files.process.start(command, lambda: status(settings), wait_seconds)
+
+
+def stop(settings: Settings) -> bool:
+    """Stop the server (TERM, then KILL after 10 s). False if none ran."""
+    return ServerFiles(settings.dynamodb_dir()).process.stop(STOP_SECONDS)
