@@ -105,11 +105,11 @@ def differences_chart(bars: list[dict], windows: list[dict], colours: dict[str, 
     )
     bar = base.mark_bar(size=10).encode(
         color=alt.Color("cause:N", scale=_scale(causes, colours), title="cause"),
-        tooltip=[alt.Tooltip("label:N", title="window"), "cause:N", alt.Tooltip("gap_text:N", title="truth - audited")],
+        tooltip=[alt.Tooltip("label:N", title="window"), "cause:N"],
     )
     # Above a bar that rises, below one that falls.
-    above = base.transform_filter("datum.gap >= 0").mark_text(dy=-7, fontSize=10).encode(text="gap_text:N")
-    below = base.transform_filter("datum.gap < 0").mark_text(dy=8, fontSize=10).encode(text="gap_text:N")
+    above = base.transform_filter("datum.gap >= 0").mark_text(dy=-7, fontSize=10, aria=False).encode(text="gap_text:N")
+    below = base.transform_filter("datum.gap < 0").mark_text(dy=8, fontSize=10, aria=False).encode(text="gap_text:N")
     return alt.layer(bar, above, below).properties(width=WIDTH, height=160)
 
 
@@ -127,6 +127,6 @@ def counts_chart(counts: list[dict], colour: str, title: str) -> alt.LayerChart:
             "count:Q", title="events", axis=alt.Axis(tickCount=min(max(row["count"] for row in counts), 5), format="d")
         ),
     )
-    bar = base.mark_bar(color=colour).encode(tooltip=["label:N", "count:Q"])
-    labels = base.mark_text(align="left", dx=4, fontSize=11).encode(text="count:Q")
+    bar = base.mark_bar(color=colour)  # described by its axes' fields: "<title>: <count>; <axis>: <label>"
+    labels = base.mark_text(align="left", dx=4, fontSize=11, aria=False).encode(text="count:Q")
     return alt.layer(bar, labels).properties(width=420, height=alt.Step(18))
