@@ -8,6 +8,8 @@ browsers show on hover in a static SVG.
 
 from __future__ import annotations
 
+import math
+from datetime import datetime
 from xml.etree import ElementTree
 
 import altair as alt
@@ -17,9 +19,7 @@ ElementTree.register_namespace("", SVG_NS)
 ElementTree.register_namespace("xlink", "http://www.w3.org/1999/xlink")
 WIDTH = 860
 TRUTH_COLOUR, AUDITED_COLOUR = "#16a34a", "#334155"
-# Windows are UTC: a utc scale labels them so, whatever the zone of the machine that draws the chart.
-# Ticks no closer than a minute (the smallest window), so no two carry the same label.
-_WINDOW_AXIS = alt.Axis(format="%H:%M", tickMinStep=60_000, title="window start (UTC)")
+MAX_TICKS = 12
 
 
 def to_svg(chart: alt.TopLevelMixin) -> str:
@@ -54,7 +54,7 @@ def windows_chart(lines: list[dict], points: list[dict], colours: dict[str, str]
         metric: what the values count, for the y axis.
     """
     series = sorted({row["series"] for row in lines}, key=lambda name: name != "truth from the raw log")
-    x = alt.X("window:T", scale=_window_scale(lines), axis=_WINDOW_AXIS)
+    x = _window_x(lines)
     y = alt.Y("value:Q", title=metric)
     line = (
         alt.Chart(alt.Data(values=lines))
@@ -82,10 +82,19 @@ def windows_chart(lines: list[dict], points: list[dict], colours: dict[str, str]
     return alt.layer(line, dots).properties(width=WIDTH, height=220).resolve_scale(color="independent")
 
 
-def _window_scale(rows: list[dict]) -> alt.Scale:
-    """Time in UTC over the first to the last window of ``rows``, padded so edge marks stay whole."""
-    windows = sorted(row["window"] for row in rows)
-    return alt.Scale(type="utc", domain=[windows[0], windows[-1]], padding=12)
+def _window_x(rows: list[dict]) -> alt.X:
+    """Time over the first to the last window of ``rows``, padded so edge marks stay whole.
+
+    Windows are UTC: a utc scale labels them so, whatever the zone of the machine that draws the
+    chart. Ticks fall on whole minutes (the smallest window), at most ``MAX_TICKS`` of them, so no
+    two carry the same label.
+    """
+    first, last = (datetime.fromisoformat(t) for t in (min(r["window"] for r in rows), max(r["window"] for r in rows)))
+    step = max(1, math.ceil((last - first).total_seconds() / 60 / MAX_TICKS))
+    ticks = range(int(first.timestamp() * 1000), int(last.timestamp() * 1000) + 1, step * 60_000)
+    axis = alt.Axis(format="%H:%M", values=list(ticks), title="window start (UTC)")
+    domain = [first.isoformat(), last.isoformat()]
+    return alt.X("window:T", scale=alt.Scale(type="utc", domain=domain, padding=12), axis=axis)
 
 
 def differences_chart(bars: list[dict], windows: list[dict], colours: dict[str, str], metric: str) -> alt.LayerChart:
@@ -100,8 +109,7 @@ def differences_chart(bars: list[dict], windows: list[dict], colours: dict[str, 
     """
     causes = sorted({row["cause"] for row in bars})
     base = alt.Chart(alt.Data(values=bars)).encode(
-        x=alt.X("window:T", scale=_window_scale(windows), axis=_WINDOW_AXIS),
-        y=alt.Y("gap:Q", title=f"truth - audited, {metric}"),
+        x=_window_x(windows), y=alt.Y("gap:Q", title=f"truth - audited, {metric}")
     )
     bar = base.mark_bar(size=10).encode(
         color=alt.Color("cause:N", scale=_scale(causes, colours), title="cause"),
