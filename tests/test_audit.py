@@ -77,6 +77,10 @@ def test_clean_run_explains_every_difference_by_late_events_exactly(spark, strea
     page = render_report(result, inputs)
     assert "All differences explained" in page and f">{result.explained['late']}<" in page
     assert sum(inputs.quarantine_reasons.values()) == malformed_records() and "bad_json" in page
+    for reason, count in inputs.quarantine_reasons.items():  # each bar's title, as Vega describes it
+        assert f"<title>events: {count}; reason: {reason}</title>" in page
+    delay_counts = re.findall(r"<title>events: (\d+); lag behind the frontier: [^<]+</title>", page)
+    assert sum(map(int, delay_counts)) == len(inputs.late_delays_seconds) > 0
     late = spark.read.format("delta").load(TABLES.bronze.uri(settings)).where(F.col("fate") == "late")
     late_in_closed_windows = late.where(F.col("event_time") < F.lit(result.watermark - timedelta(minutes=1)))
     assert differences.agg(F.sum("late_events")).first()[0] >= late_in_closed_windows.count() > 0
@@ -406,11 +410,30 @@ def test_audit_at_its_pins_repeats_itself_after_more_data_arrives(spark, streame
     assert fresh.pins != first.pins and fresh.explained["not_yet_read"] > 0
 
 
-def test_the_report_reads_in_a_browser_with_verdicts_chart_and_data_docs_link(
-    spark, streamed_home, tmp_path, monkeypatch
-):
-    """The page a person opens: rendered by Chromium, the verdict and the per-window chart are on
-    the first screen, and the Data Docs link resolves. Screenshot: test-artifacts/audit-report.png."""
+def offline_only(context) -> list[str]:
+    """Abort every request but to a file or to loopback, as with no network; the list gathers them."""
+    aborted: list[str] = []
+
+    def route(request_route):
+        url = request_route.request.url
+        if url.startswith("file:") or re.match(r"https?://(127\.0\.0\.1|localhost)[:/]", url):
+            return request_route.continue_()
+        aborted.append(url)
+        return request_route.abort()
+
+    context.route("**/*", route)
+    return aborted
+
+
+def styled(page, selector: str, prop: str) -> str:
+    return page.locator(selector).first.evaluate(f"e => getComputedStyle(e).{prop}")
+
+
+def test_the_report_and_its_data_docs_read_in_a_browser_with_no_network(spark, streamed_home, tmp_path, monkeypatch):
+    """The page a person opens, with every request off the machine aborted: the verdicts and the
+    Vega-drawn charts render (the per-window one on the first screen), and the Data Docs it links
+    to show Bootstrap's and Font Awesome's styles from their local copies.
+    Screenshots: test-artifacts/audit-report.png, test-artifacts/data-docs-offline.png."""
     from playwright.sync_api import sync_playwright
 
     copy_of(streamed_home, tmp_path)
@@ -422,14 +445,29 @@ def test_the_report_reads_in_a_browser_with_verdicts_chart_and_data_docs_link(
     with sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path="/usr/bin/chromium", args=["--no-sandbox"])
         try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            context = browser.new_context(viewport={"width": 1100, "height": 900})
+            aborted = offline_only(context)
+            page = context.new_page()
             page.goto(report.as_uri())
             verdicts = page.locator(".verdict")
             assert verdicts.all_inner_texts() == ["All differences explained", "Data quality: all suites pass"]
-            chart = page.locator("svg").first.bounding_box()
+            chart = page.locator("#windows-chart svg").bounding_box()
             assert chart is not None and chart["y"] < 900 and chart["width"] > 500  # starts on the first screen
-            docs = page.get_by_role("link", name="Data Docs").first.get_attribute("href")
-            assert (report.parent / docs).resolve().exists()
+            late_points = page.locator('#windows-chart [aria-roledescription="point"]').count()
+            assert (
+                late_points > 0
+                and page.locator('#differences-chart [aria-roledescription="bar"]').count() == late_points
+            )
+            assert page.locator('#quarantine-chart [aria-roledescription="bar"]').count() >= 1
+            assert page.locator('svg text:text-is("window start (UTC)")').count() == 2  # the axes Vega-Lite drew
             page.screenshot(path=str(artifacts / "audit-report.png"), full_page=True)
+            docs = page.get_by_role("link", name="Data Docs").first.get_attribute("href")
+            page.goto((report.parent / docs).resolve().as_uri())
+            page.wait_for_load_state("load")
+            assert styled(page, "nav.navbar", "display") == "flex"  # Bootstrap's stylesheet (unstyled: block)
+            assert "Font Awesome 6 Free" in styled(page, ".fas", "fontFamily")
+            assert page.locator(".bootstrap-table").count() >= 1  # jQuery and bootstrap-table ran
+            page.screenshot(path=str(artifacts / "data-docs-offline.png"), full_page=True)
+            assert aborted == []
         finally:
             browser.close()

@@ -10,7 +10,8 @@ The suites in ``expectations/`` (GX 1.x JSON) are validated through a GX file co
   ``freshness_tolerance``.
 
 Every expectation's outcome becomes a row of ``audit.data_quality`` (keyed by the audit's run id),
-and GX renders its Data Docs to ``<LAKEHOUSE_HOME>/data_docs/index.html``. A failed suite fails
+and GX renders its Data Docs to ``<LAKEHOUSE_HOME>/data_docs/index.html``, with their CDN links
+pointed at copies inside the site (``lakehouse.audit.offline_docs``), so they read offline. A failed suite fails
 the audit. GX stays off the streaming hot path: its import alone takes seconds, so the stream runs
 the suite-derived Spark rules (``lakehouse.dataflow.pipelines.row_rules``) instead.
 """
@@ -26,6 +27,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.audit.offline_docs import localize
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.dataflow.pipelines.row_rules import BRONZE, GOLD, RAW_EVENTS, load_suite, suite_path
 from lakehouse.errors import LakehouseError
@@ -291,6 +293,7 @@ def validate_audit(
     for _, _, frame in frames.values():
         frame.unpersist()
     context.build_data_docs(site_names=[DOCS_SITE])
+    localize(data_docs_dir(settings))  # GX's pages load their styles from CDNs: point them at local copies
     quality = QualityResult(outcomes, str(data_docs_dir(settings) / "index.html"))
     if record:
         record_quality(spark, settings, pipeline, run_id, quality)

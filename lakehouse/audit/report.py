@@ -1,23 +1,28 @@
 """A self-contained HTML page for an audit: the state of a pipeline readable in ten seconds.
 
 Summary first (a verdict and the counts), then speed vs truth per window with every difference
-marked by its cause, the delay distribution of late events, and the quarantine reasons. No
-scripts, no external files: inline SVG and CSS, so the page can be mailed or archived as it is.
+marked by its cause, the delay distribution of late events, and the quarantine reasons. Rendered
+from the Jinja2 templates in ``templates/`` (autoescaped), its charts drawn by Altair and vl-convert
+(``lakehouse.audit.charts``). No scripts, no external files: inline SVG and CSS, so the page can be
+mailed or archived as it is.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import html
 import json
 import os
 from collections import defaultdict
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+import jinja2
+from markupsafe import Markup
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
+from lakehouse.audit import charts
 from lakehouse.audit.quality import QualityResult, failure_text
 from lakehouse.audit.reconcile import AuditResult
 from lakehouse.dataflow.pipelines.base import Pipeline
@@ -29,8 +34,18 @@ CAUSE_COLOURS = {
     Cause.LATE: "#d97706",
     Cause.NOT_YET_READ: "#2563eb",
     Cause.ARRIVED_AFTER_BATCH: "#7c3aed",
+    Cause.MANUAL_CHANGE: "#0891b2",
     "unexplained": "#dc2626",
 }
+QUARANTINE_COLOUR = "#64748b"
+TRUTH_SERIES = "truth from the raw log"
+_TEMPLATES = jinja2.Environment(
+    loader=jinja2.PackageLoader("lakehouse.audit", "templates"),
+    autoescape=True,
+    undefined=jinja2.StrictUndefined,
+    trim_blocks=True,
+    lstrip_blocks=True,
+)
 DELAY_BUCKETS = (
     (60, "< 1 min"),
     (120, "1-2 min"),
@@ -95,93 +110,14 @@ def _per_window(result: AuditResult, metric: str) -> list[dict]:
     return [{"window_start": start, **values} for start, values in sorted(windows.items())]
 
 
-def _chart(windows: list[dict], metric: str, width: int = 960, height: int = 260) -> str:
-    if not windows:
-        return "<p>No closed windows in this range yet.</p>"
-    pad, top = 40, max(max(w["truth"], w["speed"]) for w in windows) or 1
-    step = (width - 2 * pad) / max(len(windows) - 1, 1)
-
-    def x(i: int) -> float:
-        return pad + i * step
-
-    def y(value) -> float:
-        return height - pad - float(value) / float(top) * (height - 2 * pad)
-
-    def line(key: str) -> str:
-        return " ".join(f"{x(i):.1f},{y(w[key]):.1f}" for i, w in enumerate(windows))
-
-    marks = []
-    for i, w in enumerate(windows):
-        cause = _cause_of(w)
-        if cause is None:
-            continue
-        label = f"{w['window_start']:%H:%M} {cause}: truth {w['truth']}, speed {w['speed']}"
-        marks.append(
-            f'<circle cx="{x(i):.1f}" cy="{y(w["speed"]):.1f}" r="4" fill="{CAUSE_COLOURS[cause]}">'
-            f"<title>{html.escape(label)}</title></circle>"
-        )
-    first, last = windows[0]["window_start"], windows[-1]["window_start"]
-    return f"""<svg viewBox="0 0 {width} {height}" role="img" aria-label="{metric} per window, speed vs truth">
-  <line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>
-  <text x="{pad}" y="{height - 12}" font-size="11">{first:%Y-%m-%d %H:%M}</text>
-  <text x="{width - pad}" y="{height - 12}" font-size="11" text-anchor="end">{last:%H:%M}</text>
-  <text x="4" y="{pad - 8}" font-size="11">{html.escape(metric)} (max {top})</text>
-  <polyline points="{line("truth")}" fill="none" stroke="#16a34a" stroke-width="2"/>
-  <polyline points="{line("speed")}" fill="none" stroke="#334155" stroke-width="1.5" stroke-dasharray="4 3"/>
-  {"".join(marks)}
-</svg>"""
-
-
 def _cause_of(window: dict) -> str | None:
     if window["bad"]:
         return "unexplained"
     if window["truth"] == window["speed"]:
         return None
-    return next(
-        cause for cause in (Cause.LATE, Cause.ARRIVED_AFTER_BATCH, Cause.NOT_YET_READ) if cause in window["causes"]
-    )
-
-
-def _difference_chart(windows: list[dict], metric: str, width: int = 960, height: int = 200) -> str:
-    """Truth - speed per window, one bar each, coloured by what explains it and labelled with the amount."""
-    if not windows:
-        return ""
-    pad = 40
-    top = max(max(abs(w["truth"] - w["speed"]) for w in windows), 1)
-    slot = (width - 2 * pad) / len(windows)
-    bars = []
-    for i, w in enumerate(windows):
-        cause, gap = _cause_of(w), w["truth"] - w["speed"]
-        if cause is None:
-            continue
-        bar_height = max(float(abs(gap)) / float(top) * (height - 2 * pad), 2)
-        x, y = pad + i * slot, height - pad - bar_height
-        label = f"{w['window_start']:%H:%M} {cause.replace('_', ' ')}: truth - speed = {gap}"
-        bars.append(
-            f'<rect x="{x + slot * 0.1:.1f}" y="{y:.1f}" width="{slot * 0.8:.1f}" height="{bar_height:.1f}" '
-            f'fill="{CAUSE_COLOURS[cause]}"><title>{html.escape(label)}</title></rect>'
-            f'<text x="{x + slot / 2:.1f}" y="{y - 4:.1f}" font-size="10" text-anchor="middle">{gap}</text>'
-        )
-    first, last = windows[0]["window_start"], windows[-1]["window_start"]
-    return f"""<svg viewBox="0 0 {width} {height}" role="img" aria-label="truth minus speed per window">
-  <line x1="{pad}" y1="{height - pad}" x2="{width - pad}" y2="{height - pad}" stroke="#999"/>
-  <text x="{pad}" y="{height - 12}" font-size="11">{first:%Y-%m-%d %H:%M}</text>
-  <text x="{width - pad}" y="{height - 12}" font-size="11" text-anchor="end">{last:%H:%M}</text>
-  <text x="4" y="14" font-size="11">truth - speed, {html.escape(metric)}</text>
-  {"".join(bars) or f'<text x="{width / 2}" y="{height / 2}" text-anchor="middle">no differences</text>'}
-</svg>"""
-
-
-def _bars(counts: list[tuple[str, int]], colour: str) -> str:
-    if not counts:
-        return "<p>None.</p>"
-    top = max(count for _, count in counts) or 1
-    rows = "".join(
-        f'<tr><td>{html.escape(label)}</td><td class="num">{count}</td>'
-        f'<td><div class="bar" style="width:{240 * count / top:.0f}px;background:{colour}"></div></td></tr>'
-        for label, count in counts
-    )
-    return f"<table>{rows}</table>"
+    explaining = (Cause.LATE, Cause.ARRIVED_AFTER_BATCH, Cause.NOT_YET_READ, Cause.MANUAL_CHANGE)
+    causes = sorted(window["causes"])
+    return next((cause for cause in explaining if cause in causes), causes[0] if causes else "unexplained")
 
 
 def _delay_histogram(delays: list[float]) -> list[tuple[str, int]]:
@@ -206,118 +142,132 @@ def _docs_href(data_docs: str, report_dir: Path | None) -> str:
     return Path(data_docs).as_uri()
 
 
-def _quality_section(quality: QualityResult | None, report_dir: Path | None) -> str:
-    if quality is None:
-        return "<p>Expectation suites were not validated in this run (<code>--skip-quality</code>).</p>"
-    rows = []
-    for suite in quality.suites:
-        failed = "; ".join(failure_text(e) for e in suite.failed)
-        mark = '<span class="ok">&#10004; pass</span>' if suite.success else '<span class="bad">&#10008; FAIL</span>'
-        name = html.escape(suite.suite)
-        if suite.page:  # the run's own page: static HTML, readable even where the Data Docs index's CDN is not
-            name = f'<a href="{html.escape(_docs_href(suite.page, report_dir))}">{name}</a>'
-        rows.append(
-            f"<tr><td>{name}</td><td>{mark}</td>"
-            f'<td class="num">{sum(e.success for e in suite.expectations)}/{len(suite.expectations)}</td>'
-            f"<td>{html.escape(suite.table)} v{suite.table_version}</td><td>{html.escape(failed)}</td></tr>"
+def _label(cause: str) -> str:
+    return cause.replace("_", " ")
+
+
+def _utc(moment: datetime) -> str:
+    """ISO time with its zone: Vega reads a zoneless one as the drawing machine's local time."""
+    return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).isoformat()
+
+
+def _chart_rows(windows: list[dict], audited: str) -> tuple[list[dict], list[dict], list[dict]]:
+    """The per-window chart's lines and points and the differences chart's bars; amounts exact as text."""
+    lines, points, bars = [], [], []
+    for window in windows:
+        when, label = _utc(window["window_start"]), f"{window['window_start']:%H:%M}"
+        truth, speed = window["truth"], window["speed"]
+        lines += [
+            {"window": when, "series": TRUTH_SERIES, "value": float(truth)},
+            {"window": when, "series": audited, "value": float(speed)},
+        ]
+        cause = _cause_of(window)
+        if cause is None:
+            continue
+        common = {"window": when, "label": label, "cause": _label(cause)}
+        points.append({**common, "value": float(speed), "truth": str(truth), "audited": str(speed)})
+        bars.append({**common, "gap": float(truth - speed), "gap_text": str(truth - speed)})
+    return lines, points, bars
+
+
+def _svg(chart) -> Markup:
+    return Markup(charts.to_svg(chart))  # Vega wrote it, escaping its text
+
+
+def _charts(windows: list[dict], audited: str, metric: str, inputs: ReportInputs) -> dict[str, Markup | None]:
+    """Each chart of the page as SVG, or None where it would have nothing to draw."""
+    colours = {_label(c): colour for c, colour in CAUSE_COLOURS.items()}
+    colours |= {TRUTH_SERIES: charts.TRUTH_COLOUR, audited: charts.AUDITED_COLOUR}
+    lines, points, bars = _chart_rows(windows, audited)
+    delays = [{"label": label, "count": n} for label, n in _delay_histogram(inputs.late_delays_seconds)]
+    reasons = sorted(inputs.quarantine_reasons.items(), key=lambda kv: (-kv[1], kv[0]))
+    return {
+        "windows": _svg(charts.windows_chart(lines, points, colours, metric)) if windows else None,
+        "differences": _svg(charts.differences_chart(bars, lines, colours, metric)) if bars else None,
+        "delays": _svg(charts.counts_chart(delays, CAUSE_COLOURS[Cause.LATE], "lag behind the frontier"))
+        if inputs.late_delays_seconds
+        else None,
+        "quarantine": _svg(
+            charts.counts_chart([{"label": r, "count": n} for r, n in reasons], QUARANTINE_COLOUR, "reason")
         )
-    href = html.escape(_docs_href(quality.data_docs, report_dir))
-    return (
-        f"<table><tr><th>suite</th><th></th><th>expectations met</th><th>validated</th><th>failed</th></tr>"
-        f"{''.join(rows)}</table>"
-        f'<p><a href="{href}">Open the Great Expectations Data Docs</a> '
-        "(every validation, expectation by expectation)</p>"
-    )
+        if reasons
+        else None,
+    }
 
 
-_STYLE = """
- body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #0f172a; max-width: 1000px; }
- .verdict { font-size: 22px; font-weight: 600; padding: 10px 14px; border-radius: 6px; color: white;
-            display: inline-block; margin: 0 8px 8px 0; }
- .good { background: #16a34a; } .alarm { background: #dc2626; }
- .ok { color: #16a34a; } .bad { color: #dc2626; font-weight: 600; }
- th { text-align: left; font-weight: 600; padding-right: 10px; }
- .why { color: #b91c1c; font-weight: 600; margin: 4px 0; }
- .counts td, table td { padding: 2px 10px 2px 0; } .num { text-align: right; }
- .bar { height: 12px; border-radius: 2px; } svg { width: 100%; height: auto; background: #f8fafc; }
- code { font-size: 12px; }
-"""
+def _verdict(result: AuditResult) -> str:
+    if result.ok:
+        return "All differences explained"
+    return f"{len(result.unexplained)} unexplained difference{'s' if len(result.unexplained) != 1 else ''}"
 
 
-def _verdicts(result: AuditResult, quality: QualityResult | None, report_dir: Path | None) -> str:
-    """The two verdicts, the reasons behind a failing one, and the link to the Data Docs."""
-    verdict = (
-        "All differences explained"
-        if result.ok
-        else f"{len(result.unexplained)} unexplained difference{'s' if len(result.unexplained) != 1 else ''}"
-    )
-    quality_verdict = (
-        ""
-        if quality is None
-        else f'<div class="verdict {"good" if quality.ok else "alarm"}">'
-        f"{'Data quality: all suites pass' if quality.ok else 'Data quality: suite failed'}</div>"
-    )
+def _why(result: AuditResult, quality: QualityResult | None) -> list[str]:
+    """The reasons behind a failing verdict, one line each."""
     why = (
-        [f"{len(result.unexplained)} (window, key) rows differ with no cause: see Unexplained below"]
-        if not result.ok
-        else []
+        []
+        if result.ok
+        else [f"{len(result.unexplained)} (window, key) rows differ with no cause: see Unexplained below"]
     )
     if quality is not None:
-        why += [
-            f"{suite.suite} &rsaquo; {html.escape(failure_text(e))}" for suite in quality.suites for e in suite.failed
-        ]
-    why_list = ('<ul class="why">' + "".join(f"<li>{line}</li>" for line in why) + "</ul>") if why else ""
-    docs_link = (
-        ""
-        if quality is None
-        else f'<p><a href="{html.escape(_docs_href(quality.data_docs, report_dir))}">Data Docs</a> '
-        "(Great Expectations: every validation, expectation by expectation)</p>"
-    )
-    return f"""<div class="verdict {"good" if result.ok else "alarm"}">{verdict}</div>{quality_verdict}
-{why_list}{docs_link}"""
+        why += [f"{suite.suite} \u203a {failure_text(e)}" for suite in quality.suites for e in suite.failed]
+    return why
 
 
-def _scope(result: AuditResult) -> str:
-    if result.mode != AuditMode.INCREMENTAL:
-        return ""
-    return (
-        f"<p>Incremental: {result.changed_windows if result.changed_windows is not None else 'all'} windows changed "
-        f"since versions <code>{html.escape(json.dumps(result.changes_since))}</code>, plus windows closed since "
-        "the previous audit.</p>"
-    )
-
-
-def _counts(result: AuditResult) -> str:
-    rows = [
-        ("closed (window, key) rows compared", result.windows_compared),
-        ("matched", result.matched),
-        ("explained by late events", result.explained[Cause.LATE]),
-        ("&nbsp;&nbsp;of which a correction run has already fixed", result.explained[Cause.CORRECTED]),
+def _counts(result: AuditResult) -> list[tuple[str, int, bool]]:
+    """(label, count, indented) per row of the summary table."""
+    return [
+        ("closed (window, key) rows compared", result.windows_compared, False),
+        ("matched", result.matched, False),
+        ("explained by late events", result.explained[Cause.LATE], False),
+        ("of which a correction run has already fixed", result.explained[Cause.CORRECTED], True),
         (
             "explained by events that reached the log after the batch value was computed",
             result.explained[Cause.ARRIVED_AFTER_BATCH],
+            False,
         ),
-        ("explained by files not yet read", result.explained[Cause.NOT_YET_READ]),
-        ("unexplained", len(result.unexplained)),
-        ("still open (after the watermark)", result.open_windows),
+        ("explained by files not yet read", result.explained[Cause.NOT_YET_READ], False),
+        ("unexplained", len(result.unexplained), False),
+        ("still open (after the watermark)", result.open_windows, False),
     ]
-    cells = "".join(f'\n <tr><td>{label}</td><td class="num">{count}</td></tr>' for label, count in rows)
-    return f'<table class="counts">{cells}\n</table>'
 
 
-def _unexplained(result: AuditResult, audited: str) -> str:
-    rows = "".join(
-        f"<tr><td>{r['window_start']:%Y-%m-%d %H:%M}</td><td>{html.escape(str(r['key']))}</td>"
-        f"<td>{html.escape(str(r['truth']))}</td><td>{html.escape(str(r['speed']))}</td>"
-        f"<td>{html.escape(_accounted_by(r))}</td></tr>"
-        for r in result.unexplained
-    )
-    if not rows:
-        return ""
-    return (
-        f"<h2>Unexplained</h2><table><tr><th>window</th><th>key</th><th>truth</th><th>{audited}</th>"
-        f"<th>event ids</th></tr>{rows}</table>"
-    )
+def _suites(quality: QualityResult | None, report_dir: Path | None) -> list[dict]:
+    """One row per validated suite; its name links to the run's own Data Docs page."""
+    if quality is None:
+        return []
+    return [
+        {
+            "name": suite.suite,
+            "href": _docs_href(suite.page, report_dir) if suite.page else None,
+            "success": suite.success,
+            "met": sum(e.success for e in suite.expectations),
+            "total": len(suite.expectations),
+            "table": suite.table,
+            "version": suite.table_version,
+            "failed": "; ".join(failure_text(e) for e in suite.failed),
+        }
+        for suite in quality.suites
+    ]
+
+
+def _unexplained(result: AuditResult) -> list[dict]:
+    return [
+        {
+            "window": f"{row['window_start']:%Y-%m-%d %H:%M}",
+            "key": str(row["key"]),
+            "truth": str(row["truth"]),
+            "audited": str(row["speed"]),
+            "accounted_by": _accounted_by(row),
+        }
+        for row in result.unexplained
+    ]
+
+
+def _scope(result: AuditResult) -> dict | None:
+    if result.mode != AuditMode.INCREMENTAL:
+        return None
+    changed = result.changed_windows if result.changed_windows is not None else "all"
+    return {"changed": changed, "since": json.dumps(result.changes_since)}
 
 
 def render_report(
@@ -327,7 +277,7 @@ def render_report(
     quality: QualityResult | None = None,
     report_dir: Path | None = None,
 ) -> str:
-    """The audit as one self-contained HTML page.
+    """The audit as one self-contained HTML page, from ``templates/report.html.j2``.
 
     Args:
         result: the audit's outcome.
@@ -339,30 +289,17 @@ def render_report(
     audited = "serving view" if result.target == AuditTarget.SERVING else "speed layer"
     metric = metric or (next(iter(result.rows[0]["truth"])) if result.rows else "")
     windows = _per_window(result, metric) if metric else []
-    legend = " ".join(f'<span style="color:{c}">&#9679; {k.replace("_", " ")}</span>' for k, c in CAUSE_COLOURS.items())
-    return f"""<!doctype html>
-<html lang="en"><head><meta charset="utf-8">
-<title>Audit {html.escape(result.pipeline)} {result.range_start} - {result.range_end}</title>
-<style>{_STYLE}</style></head><body>
-<h1>Audit of {html.escape(result.pipeline)}: {audited}</h1>
-<p>Event-time range [{result.range_start}, {result.range_end}), watermark {result.watermark}.
-Run <code>{result.run_id}</code>.</p>
-{_scope(result)}
-{_verdicts(result, quality, report_dir)}
-{_counts(result)}
-<h2>{audited.capitalize()} vs truth per window ({html.escape(metric)}, all keys)</h2>
-<p><span style="color:#16a34a">&#9473; truth from the raw log</span> &nbsp;
-<span style="color:#334155">&#9476; {audited}</span> &nbsp; {legend}</p>
-{_chart(windows, metric) if metric else "<p>No closed windows.</p>"}
-<h2>Differences per window, by cause</h2>
-{_difference_chart(windows, metric) if metric else ""}
-<h2>Data quality (Great Expectations)</h2>
-{_quality_section(quality, report_dir)}
-{_unexplained(result, audited)}
-<h2>Late events by how far they lagged the stream's newest event time when read</h2>
-{_bars(_delay_histogram(inputs.late_delays_seconds), CAUSE_COLOURS[Cause.LATE])}
-<h2>Quarantine reasons</h2>
-{_bars(sorted(inputs.quarantine_reasons.items(), key=lambda kv: -kv[1]), "#64748b")}
-<p><small>Pins: <code>{html.escape(str(result.pins))}</code></small></p>
-</body></html>
-"""
+    return _TEMPLATES.get_template("report.html.j2").render(
+        result=result,
+        audited=audited,
+        metric=metric,
+        scope=_scope(result),
+        verdict=_verdict(result),
+        why=_why(result, quality),
+        quality=quality,
+        docs_href=_docs_href(quality.data_docs, report_dir) if quality else None,
+        counts=_counts(result),
+        charts=_charts(windows, audited, metric, inputs),
+        suites=_suites(quality, report_dir),
+        unexplained=_unexplained(result),
+    )
