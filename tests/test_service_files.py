@@ -1,9 +1,14 @@
-"""The Spark service's files and routing, without starting it: plain Python, no JVM."""
+"""The services' files, ports and routing, without starting them: plain Python, no JVM."""
 
 from __future__ import annotations
 
+import socket
 import xml.etree.ElementTree as ET
 
+import pytest
+
+from lakehouse.errors import LakehouseError
+from lakehouse.services.process import claim_port, saved_port
 from lakehouse.services.spark_service import ServiceState, connect_url, status
 from lakehouse.serving.server import hive_site
 from lakehouse.settings import Settings
@@ -44,3 +49,20 @@ def test_a_state_file_left_by_a_dead_service_does_not_count_as_up(tmp_path):
 
     assert status(settings) == {"up": False, "pid": None, "log": str(files.log)}
     assert connect_url(settings) is None
+
+
+def test_a_service_keeps_the_port_it_was_set_up_on_and_refuses_another_or_a_taken_one(tmp_path):
+    first = claim_port(tmp_path, None, "LAKEHOUSE_S3_PORT", "S3 server")
+    assert saved_port(tmp_path) == first and claim_port(tmp_path, None, "LAKEHOUSE_S3_PORT", "S3 server") == first
+    assert claim_port(tmp_path, first, "LAKEHOUSE_S3_PORT", "S3 server") == first
+    with pytest.raises(
+        LakehouseError, match=f"this home's S3 server was set up on port {first}: set LAKEHOUSE_S3_PORT={first}"
+    ):
+        claim_port(tmp_path, first + 1, "LAKEHOUSE_S3_PORT", "S3 server")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        taken = listener.getsockname()[1]
+        with pytest.raises(LakehouseError, match=f"port {taken} is taken"):
+            claim_port(tmp_path / "other", taken, "LAKEHOUSE_DYNAMODB_PORT", "DynamoDB server")
+    assert saved_port(tmp_path / "other") is None

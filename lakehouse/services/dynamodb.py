@@ -15,8 +15,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from lakehouse.errors import LakehouseError
-from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
+from lakehouse.services.process import Detached, claim_port, port_answers, saved_port
 from lakehouse.settings import Settings
 
 START_SECONDS = 60
@@ -34,10 +33,7 @@ class ServerFiles:
         return Detached("DynamoDB server", self.folder / "dynamodb.pid", self.folder / "dynamodb.log")
 
     def port(self) -> int | None:
-        try:
-            return int((read_json(self.folder / "port.json") or {})["port"])
-        except (ValueError, KeyError):
-            return None
+        return saved_port(self.folder)
 
 
 def status(settings: Settings) -> dict:
@@ -58,13 +54,7 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     files = ServerFiles(settings.dynamodb_dir())
     files.folder.mkdir(parents=True, exist_ok=True)
     files.process.refuse_if_running("lakehouse s3 stop")
-    port = files.port() or settings.dynamodb_port or free_port()
-    if settings.dynamodb_port and settings.dynamodb_port != port:
-        raise LakehouseError(
-            f"this home's DynamoDB server was set up on port {port}: set LAKEHOUSE_DYNAMODB_PORT={port}"
-        )
-    refuse_taken(port, "choose another home")
-    write_json(files.folder / "port.json", {"port": port})
+    port = claim_port(files.folder, settings.dynamodb_port, "LAKEHOUSE_DYNAMODB_PORT", "DynamoDB server")
     # moto's server module, run by this interpreter: the venv's, whatever the PATH.
     command = [sys.executable, "-m", "moto.server", "--host", "127.0.0.1", "--port", str(port)]
     return files.process.start(command, lambda: status(settings), wait_seconds)

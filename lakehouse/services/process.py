@@ -34,6 +34,9 @@ class Service(Protocol):
     def stop(self, settings: Settings) -> bool: ...
 
 
+PORT_FILE = "port.json"
+
+
 def port_answers(port: int) -> bool:
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
         probe.settimeout(1)
@@ -51,6 +54,33 @@ def refuse_taken(port: int, remedy: str) -> None:
     """Fail before starting when something already listens on ``port``."""
     if port_answers(port):
         raise LakehouseError(f"port {port} is taken: stop what listens there or {remedy}")
+
+
+def saved_port(folder: Path) -> int | None:
+    """The port this home's service was set up on (its ``port.json``), if it was."""
+    try:
+        return int((read_json(folder / PORT_FILE) or {})["port"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def claim_port(folder: Path, configured: int | None, setting: str, service: str) -> int:
+    """The port a home's service listens on, kept across restarts (clients of the home have it):
+    the one it was set up on, else the configured one, else a free one. A configured port other
+    than the set-up one is refused, as is a port something else listens on.
+
+    Args:
+        folder: the service's folder in the home, where ``port.json`` is kept.
+        configured: the port the settings name (None or 0: any).
+        setting: the variable that names it, for the refusal's remedy.
+        service: what the service is called in messages.
+    """
+    port = saved_port(folder) or configured or free_port()
+    if configured and configured != port:
+        raise LakehouseError(f"this home's {service} was set up on port {port}: set {setting}={port}")
+    refuse_taken(port, "choose another home")
+    write_json(folder / PORT_FILE, {"port": port})
+    return port
 
 
 def read_json(path: Path):

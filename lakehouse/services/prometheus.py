@@ -17,7 +17,15 @@ import urllib.request
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
+from lakehouse.services.process import (
+    PORT_FILE,
+    Detached,
+    free_port,
+    port_answers,
+    refuse_taken,
+    saved_port,
+    write_json,
+)
 from lakehouse.settings import PROJECT_ROOT, Settings
 
 # Where Spark's PrometheusServlet answers on the service's UI (lakehouse.serving.server).
@@ -82,10 +90,7 @@ class ServerFiles:
         return Detached("Prometheus", self.folder / "prometheus.pid", self.folder / "prometheus.log")
 
     def port(self) -> int | None:
-        try:
-            return int((read_json(self.folder / "port.json") or {})["port"])
-        except (ValueError, KeyError):
-            return None
+        return saved_port(self.folder)
 
     def set_up(self, settings: Settings, port: int) -> Path:
         """The configuration and rules, written at each start (settings may have changed); returns the
@@ -97,7 +102,7 @@ class ServerFiles:
         rules.write_text(rules_text(RULES.read_text(), settings.alert_for))
         config = self.folder / "prometheus.yml"
         config.write_text(config_text(settings, rules))
-        write_json(self.folder / "port.json", {"port": port})
+        write_json(self.folder / PORT_FILE, {"port": port})
         return config
 
 

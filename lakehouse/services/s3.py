@@ -18,9 +18,8 @@ import dataclasses
 import secrets
 from pathlib import Path
 
-from lakehouse.errors import LakehouseError
 from lakehouse.services import dynamodb
-from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
+from lakehouse.services.process import Detached, claim_port, port_answers, saved_port
 from lakehouse.settings import Settings
 from lakehouse.storage.object_store import CREDENTIALS, save_credentials, saved_credentials
 
@@ -45,10 +44,7 @@ class ServerFiles:
         return self.folder / "s3proxy.properties"
 
     def port(self) -> int | None:
-        try:
-            return int((read_json(self.folder / "port.json") or {})["port"])
-        except (ValueError, KeyError):
-            return None
+        return saved_port(self.folder)
 
     def credentials(self) -> tuple[str, str] | None:
         return saved_credentials(self.folder)
@@ -69,7 +65,6 @@ class ServerFiles:
         }
         self.properties.touch(mode=0o600)
         self.properties.write_text("".join(f"{name}={value}\n" for name, value in lines.items()))
-        write_json(self.folder / "port.json", {"port": port})
 
 
 def status(settings: Settings) -> dict:
@@ -110,10 +105,8 @@ def _start_proxy(settings: Settings, wait_seconds: float) -> dict:
     files.process.refuse_if_running("lakehouse s3 stop")
     check_java()
     jar = maven_central_jar(S3PROXY)
-    port = files.port() or settings.s3_port or free_port()
-    if settings.s3_port and settings.s3_port != port:
-        raise LakehouseError(f"this home's S3 server was set up on port {port}: set LAKEHOUSE_S3_PORT={port}")
-    refuse_taken(port, "choose another home")
+    files.folder.mkdir(parents=True, exist_ok=True)
+    port = claim_port(files.folder, settings.s3_port, "LAKEHOUSE_S3_PORT", "S3 server")
     files.set_up(port)
     command = ["java", *SERVER_HEAP.split(), "-jar", jar, "--properties", str(files.properties)]
     return files.process.start(command, lambda: _proxy_status(settings), wait_seconds)
