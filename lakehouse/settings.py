@@ -285,12 +285,12 @@ class Services:
         """The metrics endpoint's port (0: any free one; None: no endpoint)."""
         return None if self.metrics_port.strip().lower() == "off" else int(self.metrics_port)
 
-    # Spark's commits to s3a:// tables: claimed in the DynamoDB table s3_commit_table (created at
-    # first use) at s3_commit_endpoint (empty: AWS's, in the S3 region), so that several drivers may
-    # write one table; or single-driver, an opt-in for a deployment where one driver writes each
-    # table (docs/operations.md, "Object storage"). A session with an S3 endpoint and neither refuses
-    # to start. dynamodb_port: the DynamoDB-compatible server `lakehouse s3 start` runs beside S3's.
-    s3_commits: str = S3Commits.DYNAMODB
+    # Spark's commits to s3a:// tables (docs/operations.md, "Object storage"): conditional PUTs, as
+    # delta-rs's; or claimed in the DynamoDB table s3_commit_table (created at first use) at
+    # s3_commit_endpoint (empty: AWS's, in the S3 region); or single-driver, an opt-in for a
+    # deployment where one writer writes each table. dynamodb_port: the DynamoDB-compatible server
+    # `lakehouse s3 start` runs beside S3's.
+    s3_commits: str = S3Commits.CONDITIONAL
     s3_commit_table: str = ""
     s3_commit_endpoint: str = ""
     dynamodb_port: int = 8000

@@ -149,7 +149,8 @@ class SqlRoute(StrEnum):
 class S3Commits(StrEnum):
     """How Spark commits to s3a:// tables (docs/operations.md, "Object storage")."""
 
-    DYNAMODB = "dynamodb"  # each commit claimed in a DynamoDB table first: safe for several drivers
+    CONDITIONAL = "conditional"  # each commit one PUT with If-None-Match: safe beside Spark and delta-rs
+    DYNAMODB = "dynamodb"  # each commit claimed in a DynamoDB table first: safe for several Spark drivers
     SINGLE_DRIVER = "single-driver"  # Delta's S3SingleDriverLogStore: one driver per table, or commits are lost
 
 

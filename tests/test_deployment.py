@@ -12,6 +12,7 @@ import yaml
 from lakehouse.services.kafka import KAFKA_VERSION, BrokerFiles, new_cluster_id
 from lakehouse.settings import PROJECT_ROOT, Settings, environment_variables
 from lakehouse.storage import commits
+from lakehouse.vocabulary import S3Commits
 
 COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker" / "compose.yaml").read_text())
 SERVICES = COMPOSE["services"]
@@ -25,7 +26,7 @@ REQUIRED = (
     "LAKEHOUSE_SPARK_MASTER",
     "LAKEHOUSE_KAFKA_BOOTSTRAP",
     "LAKEHOUSE_S3_ENDPOINT",
-    "LAKEHOUSE_S3_COMMIT_TABLE",
+    "LAKEHOUSE_S3_COMMITS",
 )
 
 
@@ -40,7 +41,8 @@ def test_each_platform_service_sets_what_it_needs_with_values_the_settings_accep
     environment = _lakehouse_environment(service)
     assert set(REQUIRED) <= set(environment), f"{service} lacks {sorted(set(REQUIRED) - set(environment))}"
     settings = Settings.from_env(environment)
-    commits.check(settings)  # its Spark commits to s3a:// go through the DynamoDB log store
+    commits.check(settings)
+    assert settings.s3_commits == S3Commits.CONDITIONAL  # its Spark commits to s3a:// are conditional PUTs
     assert settings.kafka_bootstrap == "kafka:9092" and settings.spark_master == "spark://spark-master:7077"
 
 

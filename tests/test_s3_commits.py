@@ -1,10 +1,15 @@
-"""Spark's commits to s3a:// tables, several drivers at once (lakehouse.storage.commits,
-docs/operations.md "Object storage"): two driver processes race their commits to one table on the
-project's S3 server, through Delta's DynamoDB log store on the project's DynamoDB server, and
-nothing they committed is lost. A session that would commit without it refuses to start.
+"""Spark's commits to s3a:// tables, several writers at once (lakehouse.storage.commits,
+docs/operations.md "Object storage"): driver processes race their commits to one table on the
+project's S3 server, and nothing they committed is lost.
 
-CI races a few rounds; `make chaos` races 100 (tests/s3_commit_race.py), and measures the same
-race through Delta's single-driver log store, which loses commits."""
+- By default Spark commits with S3's conditional writes, as delta-rs does: two Spark drivers and a
+  delta-rs writer race each round's commit.
+- Through Delta's DynamoDB log store (LAKEHOUSE_S3_COMMITS=dynamodb), each commit is also claimed in
+  the project's DynamoDB server.
+
+CI races a few rounds; `make chaos` races 100 (tests/s3_commit_race.py), and measures the same race
+through Delta's single-driver log store, which loses commits.
+"""
 
 from __future__ import annotations
 
@@ -16,27 +21,32 @@ from lakehouse.errors import LakehouseError
 from lakehouse.storage import commits
 from lakehouse.storage.spark import build_spark_session
 from tests.conftest import make_settings
-from tests.s3_commit_race import claims, measured
+from tests.s3_commit_race import DELTA_RS, claims, measured
 
 ROUNDS = int(os.environ.get("LAKEHOUSE_COMMIT_RACE_ROUNDS", "4"))
 
 
-def test_a_session_with_an_s3_endpoint_and_no_commit_table_refuses_to_start(tmp_path):
-    settings = make_settings(tmp_path, LAKEHOUSE_S3_ENDPOINT="http://127.0.0.1:9")
+def test_a_session_told_to_claim_commits_in_dynamodb_without_a_table_refuses_to_start(tmp_path):
+    settings = make_settings(tmp_path, LAKEHOUSE_S3_ENDPOINT="http://127.0.0.1:9", LAKEHOUSE_S3_COMMITS="dynamodb")
     with pytest.raises(LakehouseError, match="LAKEHOUSE_S3_COMMIT_TABLE") as refused:
         build_spark_session(settings, "refused")
-    assert "\n" not in str(refused.value) and "LAKEHOUSE_S3_COMMITS=single-driver" in str(refused.value)
+    assert "\n" not in str(refused.value) and "leave LAKEHOUSE_S3_COMMITS unset" in str(refused.value)
 
 
-def test_the_single_driver_opt_in_and_the_commit_table_choose_the_log_store(tmp_path):
-    single = make_settings(tmp_path, LAKEHOUSE_S3_ENDPOINT="http://s3:9000", LAKEHOUSE_S3_COMMITS="single-driver")
+def test_the_commit_setting_chooses_the_log_store(tmp_path):
+    endpoint = {"LAKEHOUSE_S3_ENDPOINT": "http://s3:9000"}
+    assert commits.spark_confs(make_settings(tmp_path, **endpoint), "us-east-1") == {
+        "spark.delta.logStore.s3a.impl": commits.CONDITIONAL_LOG_STORE
+    }
+    single = make_settings(tmp_path, **endpoint, LAKEHOUSE_S3_COMMITS="single-driver")
     assert commits.spark_confs(single, "us-east-1") == {
         "spark.delta.logStore.s3a.impl": commits.SINGLE_DRIVER_LOG_STORE
     }
     assert commits.session_jars(single) == []
     ordered = make_settings(
         tmp_path,
-        LAKEHOUSE_S3_ENDPOINT="http://s3:9000",
+        **endpoint,
+        LAKEHOUSE_S3_COMMITS="dynamodb",
         LAKEHOUSE_S3_COMMIT_TABLE="t",
         LAKEHOUSE_S3_COMMIT_ENDPOINT="http://d:8000",
     )
@@ -48,17 +58,34 @@ def test_the_single_driver_opt_in_and_the_commit_table_choose_the_log_store(tmp_
         make_settings(tmp_path, LAKEHOUSE_S3_COMMITS="hope")
 
 
-@pytest.mark.services
-@pytest.mark.slow
-def test_two_drivers_racing_their_commits_to_one_s3_table_lose_none(spark, object_store_env, tmp_path):
-    env = {
+def _drivers_env(object_store_env: dict[str, str], tmp_path, **commit_settings) -> dict[str, str]:
+    return {
         **os.environ,
         **object_store_env,
+        **commit_settings,
         "LAKEHOUSE_HOME": str(tmp_path / "home"),
         "LAKEHOUSE_SPARK_MASTER": "local[1]",
     }
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_two_spark_drivers_and_delta_rs_racing_conditional_commits_to_one_s3_table_lose_none(
+    spark, object_store_env, tmp_path
+):
+    writers = ("a", "b", DELTA_RS)
+    result = measured(spark, _drivers_env(object_store_env, tmp_path), tmp_path, ROUNDS, writers)
+    assert result["rows_missing"] == [] and result["commits_missing"] == [], result
+    assert result["commit_files"] == 1 + len(writers) * ROUNDS, result
+
+
+@pytest.mark.services
+@pytest.mark.slow
+def test_two_spark_drivers_racing_through_the_dynamodb_log_store_lose_none(spark, object_store_env, tmp_path):
+    env = _drivers_env(object_store_env, tmp_path, LAKEHOUSE_S3_COMMITS="dynamodb")
     result = measured(spark, env, tmp_path, ROUNDS)
     assert result["rows_missing"] == [] and result["commits_missing"] == [], result
     assert result["commit_files"] == 1 + 2 * ROUNDS, result
-    # Every commit of the race, and the table's creation, went through the DynamoDB table.
-    assert claims(env, f"s3a://commit-race/{tmp_path.name}/t") == 1 + 2 * ROUNDS
+    # Every commit of the race went through the DynamoDB table (the table's creation, by the
+    # conditional test session, did not).
+    assert claims(env, f"s3a://commit-race/{tmp_path.name}/t") == 2 * ROUNDS

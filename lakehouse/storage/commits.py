@@ -1,34 +1,45 @@
-"""How Spark commits to s3a:// tables: safely for several drivers at once (docs/operations.md,
-"Object storage").
+"""How Spark commits to s3a:// tables: safely beside other drivers and beside delta-rs
+(docs/operations.md, "Object storage").
 
 A Delta commit is the file ``_delta_log/N.json``, written only if absent. Delta's default log store
 for S3, ``S3SingleDriverLogStore``, checks for the file with a lock inside its own JVM and then
 writes it: two drivers can both find version N free, and the second PUT replaces the first commit.
-So every session with an S3 endpoint commits through ``S3DynamoDBLogStore``, which claims N with
-a conditional write to a DynamoDB table first (one claim wins) and only then copies the commit into
-place. Its source is vendored in lakehouse/storage/dynamodb_java (Delta 4.4.0) and compiled here.
+The platform's jobs are several drivers, and half their commits are delta-rs's (the stream's MERGE
+and pane log, small quarantine and batch writes, the ``ops`` rows), which commits with S3's
+conditional write: a PUT with ``If-None-Match: *`` that the store refuses when N.json exists.
 
-The only other choice is ``LAKEHOUSE_S3_COMMITS=single-driver``, an opt-in for a deployment where
-one driver writes each table; without a commit table or that opt-in, a session refuses to start.
+So by default (``conditional``) Spark commits the same way, through ``S3ConditionalLogStore``
+(lakehouse/storage/commits_java): whatever the writer, one PUT of N.json wins and the others retry
+at N+1. The choices beside it:
+
+- ``dynamodb``: Delta's ``S3DynamoDBLogStore`` (vendored from Delta 4.4.0, same folder), which
+  claims N in a DynamoDB table and then copies the commit into place. It orders Spark drivers that
+  all use it (other clusters' jobs sharing the tables, say) but not delta-rs, which does not read
+  the table; a session refuses to start without the table's name.
+- ``single-driver``: Delta's default, an opt-in for a deployment where one writer writes each table.
 """
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import PROJECT_ROOT, Settings
+from lakehouse.storage.object_store import S3A_JARS
 from lakehouse.vocabulary import S3Commits
 
+CONDITIONAL_LOG_STORE = "lakehouse.storage.S3ConditionalLogStore"
 LOG_STORE = "io.delta.storage.S3DynamoDBLogStore"
 SINGLE_DRIVER_LOG_STORE = "io.delta.storage.S3SingleDriverLogStore"
 # Session settings S3DynamoDBLogStore reads (its SPARK_CONF_PREFIX; Delta copies a session's
 # settings into the Hadoop configuration it hands the log store).
 PREFIX = "spark.io.delta.storage.S3DynamoDBLogStore"
 CREDENTIALS_PROVIDER = "lakehouse.storage.S3aKeysCredentialsProvider"
-SOURCES = PROJECT_ROOT / "lakehouse" / "storage" / "dynamodb_java"
+SOURCES = PROJECT_ROOT / "lakehouse" / "storage" / "commits_java"
 COMMITS_JAR = PROJECT_ROOT / ".cache" / "jvm" / "lakehouse-s3-commits.jar"
 DELTA_STORAGE = "io.delta:delta-storage:4.4.0"
+HADOOP_AWS = S3A_JARS[0]
 # The AWS SDK v1 DynamoDB client the log store is written against, and what its core needs at run
 # time that pyspark's JARs lack (httpclient, httpcore, joda-time, jackson-databind and
 # commons-logging ship with pyspark or Delta). Loaded as ``local:`` JARs, as object_store.S3A_JARS.
@@ -52,6 +63,7 @@ def commits_jar() -> str:
         str(Path(_find_spark_home()) / "jars" / "*"),
         maven_central_jar(DELTA_STORAGE),
         *(maven_central_jar(coordinates) for coordinates in SDK_JARS[:2]),
+        maven_central_jar(HADOOP_AWS),  # the conditional store's S3A exception
     ]
     return compiled_jar(sources, classpath, COMMITS_JAR)
 
@@ -60,19 +72,65 @@ def session_jars(settings: Settings) -> list[str]:
     """The JARs a session with an S3 endpoint loads for its commits (none for single-driver)."""
     if not settings.s3_endpoint or settings.s3_commits == S3Commits.SINGLE_DRIVER:
         return []
+    if settings.s3_commits == S3Commits.CONDITIONAL:
+        return [commits_jar()]
     from lakehouse.storage.java import maven_central_jar
 
     return [commits_jar(), *(f"local:{maven_central_jar(coordinates)}" for coordinates in SDK_JARS)]
 
 
 def check(settings: Settings) -> None:
-    """Refuse a session that could lose commits to s3a:// tables: an S3 endpoint with neither a
-    commit table nor the single-driver opt-in."""
+    """Refuse a session that would claim its commits in a DynamoDB table it is not told of."""
     if settings.s3_endpoint and settings.s3_commits == S3Commits.DYNAMODB and not settings.s3_commit_table:
         raise LakehouseError(
-            "Spark commits to s3a:// tables need a DynamoDB table to order them: set LAKEHOUSE_S3_COMMIT_TABLE "
+            "LAKEHOUSE_S3_COMMITS=dynamodb claims Spark's commits in a DynamoDB table: set LAKEHOUSE_S3_COMMIT_TABLE "
             "(and LAKEHOUSE_S3_COMMIT_ENDPOINT for a server other than AWS's: `lakehouse s3 start` runs one), "
-            "or LAKEHOUSE_S3_COMMITS=single-driver if one driver alone writes each table"
+            "or leave LAKEHOUSE_S3_COMMITS unset to commit with conditional writes"
+        )
+
+
+PROBE_PREFIX = "_lakehouse/conditional-write-probe"
+# (endpoint, bucket) -> whether the store honours conditional writes: asked once per process.
+_PROBED: dict[tuple[str, str], bool] = {}
+
+
+def _honours_conditional_writes(s3, bucket: str) -> bool:
+    """Whether the store refuses a second PUT of one key with ``If-None-Match: *`` (two PUTs and a
+    DELETE of a probe object of its own)."""
+    from botocore.exceptions import ClientError
+
+    key = f"{PROBE_PREFIX}/{uuid.uuid4().hex}"
+    s3.put_object(Bucket=bucket, Key=key, Body=b"first", IfNoneMatch="*")
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"second", IfNoneMatch="*")
+        refused = False
+    except ClientError as error:
+        refused = error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")
+        if not refused:
+            raise
+    finally:
+        s3.delete_object(Bucket=bucket, Key=key)
+    return refused
+
+
+def check_store(settings: Settings) -> None:
+    """Refuse conditional commits to a store that ignores the condition: its second PUT of a commit
+    would replace the first, for Spark's and delta-rs's commits alike. Run once the buckets exist."""
+    from lakehouse.location import Location, Scheme
+    from lakehouse.storage import object_store
+
+    warehouse = Location.parse(settings.warehouse_uri)
+    if settings.s3_commits != S3Commits.CONDITIONAL or warehouse.scheme is not Scheme.S3:
+        return
+    endpoint = object_store.endpoint(settings)
+    probed = (endpoint, warehouse.bucket)
+    if probed not in _PROBED:
+        _PROBED[probed] = _honours_conditional_writes(object_store.client(settings), warehouse.bucket)
+    if not _PROBED[probed]:
+        raise LakehouseError(
+            f"the S3 store at {endpoint} ignores conditional writes (If-None-Match), so two commits of one "
+            "version would replace each other: use a store that honours them (AWS S3, MinIO, S3Proxy), or "
+            "LAKEHOUSE_S3_COMMITS=single-driver if one writer alone writes each table"
         )
 
 
@@ -86,6 +144,8 @@ def spark_confs(settings: Settings, region: str) -> dict[str, str]:
     check(settings)
     if settings.s3_commits == S3Commits.SINGLE_DRIVER:
         return {"spark.delta.logStore.s3a.impl": SINGLE_DRIVER_LOG_STORE}
+    if settings.s3_commits == S3Commits.CONDITIONAL:
+        return {"spark.delta.logStore.s3a.impl": CONDITIONAL_LOG_STORE}
     confs = {
         "spark.delta.logStore.s3a.impl": LOG_STORE,
         f"{PREFIX}.ddb.tableName": settings.s3_commit_table,

@@ -247,6 +247,7 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         # Refused before anything is created when its commits to s3a:// could be lost (commits.check).
         s3_confs = {**commits.spark_confs(settings, object_store.REGION), **object_store.spark_confs(settings)}
         object_store.ensure_buckets(settings)
+        commits.check_store(settings)
         for key, value in s3_confs.items():
             builder = builder.config(key, value)
     return builder

@@ -84,7 +84,7 @@ public class S3DynamoDBLogStore extends BaseExternalLogStore {
     public static final String READ_RETRIES = "read.retries";
     public static final String DDB_CLIENT_TABLE = "ddb.tableName";
     public static final String DDB_CLIENT_REGION = "ddb.region";
-    // Not in Delta's 4.4.0 source (added where this copy is vendored, lakehouse/storage/dynamodb_java):
+    // Not in Delta's 4.4.0 source (added where this copy is vendored, lakehouse/storage/commits_java):
     // the DynamoDB API's endpoint, for a DynamoDB-compatible server; unset, the region's AWS endpoint.
     public static final String DDB_CLIENT_ENDPOINT = "ddb.endpoint";
     public static final String DDB_CLIENT_CREDENTIALS_PROVIDER = "credentials.provider";
