@@ -85,9 +85,9 @@ bench: setup
 # 100 SIGKILLs (CHAOS_KILLS) at chosen then random moments, then every table against a clean run.
 # CHAOS_SEED replays a loop's choices. Figures in test-artifacts/chaos.json. Then each JVM-free
 # command 1,000 times through the CLI's exit (tests/test_exit_codes.py; the unit tier runs 200).
-# Then two Spark drivers racing 100 commits each to one s3a:// table, through Delta's single-driver
-# log store and through the DynamoDB one, and Spark against delta-rs (tests/s3_commit_race.py;
-# COMMIT_RACE_ROUNDS; figures in test-artifacts/s3_commits.json).
+# Then two Spark drivers racing 100 commits each to one s3a:// table, and Spark against delta-rs,
+# through each of Spark's S3 log stores: conditional writes, DynamoDB, single-driver
+# (tests/s3_commit_race.py; COMMIT_RACE_ROUNDS, COMMIT_RACES; figures in test-artifacts/s3_commits.json).
 chaos: setup
 	$(VENV)/bin/python -m tests.chaos
 	$(VENV)/bin/python -m tests.s3_commit_race
@@ -132,7 +132,7 @@ kafka-stop:
 	@$(VENV)/bin/lakehouse kafka stop
 
 # An S3-compatible object store on loopback (S3Proxy, one JAR from Maven Central), its objects under
-# .lakehouse/s3/data/, and the DynamoDB-compatible server (moto) that orders Spark's commits to it.
+# .lakehouse/s3/data/, and a DynamoDB-compatible server (moto) for Delta's DynamoDB log store.
 # Prints the endpoints for LAKEHOUSE_S3_ENDPOINT and LAKEHOUSE_S3_COMMIT_ENDPOINT; its generated keys
 # are in .lakehouse/s3/credentials.json.
 s3: setup

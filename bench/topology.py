@@ -129,9 +129,7 @@ def _services(work: Path, running: Services | None) -> Iterator[Services]:
             "LAKEHOUSE_S3_ENDPOINT": started["endpoint"],
             "AWS_ACCESS_KEY_ID": key,
             "AWS_SECRET_ACCESS_KEY": secret,
-            # Spark's commits to the s3a:// tables, ordered by the DynamoDB server started with S3's.
-            "LAKEHOUSE_S3_COMMIT_TABLE": "lakehouse_commits",
-            "LAKEHOUSE_S3_COMMIT_ENDPOINT": started["commit_endpoint"],
+            # Spark's commits to the s3a:// tables are conditional PUTs (the default), as delta-rs's.
         }
         yield Services(bootstrap, master, s3)
     finally:

@@ -11,6 +11,7 @@ choices (the moments a kill lands at still depend on the machine's speed).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -151,11 +152,26 @@ BETWEEN_WRITES = (
 )
 
 
-def shared_log(root: Path) -> dict[str, str]:
-    """Generate the loop's log once under ``root``; both runs read it (LAKEHOUSE_LOG_URI)."""
+def shared_log(root: Path, store: dict[str, str] | None = None) -> dict[str, str]:
+    """Generate the loop's log once under ``root``; both runs read it (LAKEHOUSE_LOG_URI). With
+    ``store`` (an S3 server's variables), both runs keep their tables and checkpoints on it."""
     log_home = make_settings(root / "log-home")
     generate(log_home, CONFIG)
-    return {"LAKEHOUSE_LOG_URI": log_home.log_uri}
+    return {"LAKEHOUSE_LOG_URI": log_home.log_uri, **(store or {})}
+
+
+def home_env(home: Path, shared: dict[str, str]) -> dict[str, str]:
+    """The variables of one run's home: the shared ones and, when they name an S3 server, the
+    home's own s3a:// locations for its tables and checkpoints (a prefix per loop and home)."""
+    if "LAKEHOUSE_S3_ENDPOINT" not in shared:
+        return dict(shared)
+    prefix = f"s3a://chaos/{home.parent.name}-{home.name}"
+    locations = {"LAKEHOUSE_WAREHOUSE_URI": f"{prefix}/warehouse", "LAKEHOUSE_CHECKPOINT_URI": f"{prefix}/checkpoints"}
+    return {**shared, **locations}
+
+
+def home_settings(home: Path, shared: dict[str, str]) -> Settings:
+    return make_settings(home, **home_env(home, shared))
 
 
 def job_env(home: Path, log: dict[str, str]) -> dict[str, str]:
@@ -166,7 +182,7 @@ def job_env(home: Path, log: dict[str, str]) -> dict[str, str]:
         "LAKEHOUSE_DRIVER_JAVA_OPTIONS": os.environ.get("LAKEHOUSE_DRIVER_JAVA_OPTIONS", QUICK_START_JAVA_OPTIONS),
         "LAKEHOUSE_HOME": str(home),
         "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
-        **log,
+        **home_env(home, log),
     }
 
 
@@ -175,7 +191,7 @@ class ChaosLoop:
 
     def __init__(self, plan: ChaosPlan, home: Path, log: dict[str, str]):
         self.plan, self.rng = plan, random.Random(plan.seed)
-        self.env, self.settings = job_env(home, log), make_settings(home, **log)
+        self.env, self.settings = job_env(home, log), home_settings(home, log)
         self.log_dir = home.parent / f"{home.name}-logs"
         self.jobs = {name: Job(name, command) for name, command in JOB_COMMANDS.items()}
         self.scripted_done, self.random_done, self.next_kill = 0, 0, 0.0
@@ -287,16 +303,39 @@ def commits(settings: Settings, table: Table) -> int:
 
 
 def operations(settings: Settings, table: Table) -> list[str]:
-    """The operation of each commit of a local table, in commit order ([] before it exists)."""
-    log_dir = local_path(table.uri(settings)) / "_delta_log"
+    """The operation of each commit of a table, in commit order ([] before it exists)."""
     found = []
-    for commit in sorted(log_dir.glob("*.json")) if log_dir.exists() else []:
+    for text in _commit_texts(settings, table):
         try:
-            actions = [json.loads(line) for line in commit.read_text().splitlines() if line.strip()]
-        except (OSError, ValueError):  # being written, or gone: read again next time
+            actions = [json.loads(line) for line in text.splitlines() if line.strip()]
+        except ValueError:  # being written: read again next time
             continue
         found += [action["commitInfo"].get("operation", "") for action in actions if "commitInfo" in action]
     return found
+
+
+def _commit_texts(settings: Settings, table: Table) -> list[str]:
+    """The text of each commit file of the table, in commit order: from a local folder, or through
+    boto3 from object storage (an S3 object appears whole)."""
+    location = Location.parse(table.uri(settings))
+    if location.scheme is Scheme.S3:
+        from lakehouse.storage import object_store
+
+        s3, prefix = object_store.client(settings), f"{location.key}/_delta_log/"
+        try:
+            listed = s3.list_objects_v2(Bucket=location.bucket, Prefix=prefix).get("Contents", [])
+        except s3.exceptions.NoSuchBucket:
+            return []
+        keys = sorted(item["Key"] for item in listed if item["Key"][len(prefix) :].removesuffix(".json").isdigit())
+        return [s3.get_object(Bucket=location.bucket, Key=key)["Body"].read().decode() for key in keys]
+    log_dir = local_path(table.uri(settings)) / "_delta_log"
+    texts = []
+    for commit in sorted(log_dir.glob("*.json")) if log_dir.exists() else []:
+        try:
+            texts.append(commit.read_text())
+        except OSError:  # gone: read again next time
+            continue
+    return texts
 
 
 def _report(plan: ChaosPlan, jobs: list[Job], seconds: float) -> dict:
@@ -332,22 +371,59 @@ def settle(spark, settings: Settings) -> None:
 
 
 def main() -> None:
-    """`make chaos`: a long loop (CHAOS_KILLS, default 100; CHAOS_SEED, default random) and its checks."""
-    from lakehouse.storage.spark import build_spark_session
-    from tests.test_chaos import check_against_clean_run
+    """`make chaos`: a long loop (CHAOS_KILLS, default 100; CHAOS_SEED, default random) and its checks;
+    with CHAOS_STORE=s3, the tables and checkpoints on the project's S3 server (figures in
+    test-artifacts/chaos-s3.json)."""
+    from tests.services import object_store_services
 
     seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 32))
     plan = ChaosPlan(seed=seed, kills=int(os.environ.get("CHAOS_KILLS", "100")), scripted=BETWEEN_WRITES)
+    on_s3 = os.environ.get("CHAOS_STORE", "local") == "s3"
     print(f"chaos loop: seed {seed} (replay with CHAOS_SEED={seed}), {plan.kills} kills", flush=True)
     root = Path(os.environ.get("CHAOS_DIR", "test-artifacts/chaos")).resolve()
     subprocess.run(["rm", "-rf", str(root)], check=True)
-    log = shared_log(root)
-    report = ChaosLoop(plan, root / "chaos", log).run()
-    spark = build_spark_session(make_settings(root / "session"), "chaos-checks")
-    report["checks"] = check_against_clean_run(spark, root, log)
-    out = Path("test-artifacts/chaos.json")
+    root.mkdir(parents=True)
+    rounds = int(os.environ.get("CHAOS_RACE_ROUNDS", "0"))
+    with object_store_services(root / "s3") if on_s3 else contextlib.nullcontext({}) as store:
+        report = race_rounds(seed, rounds, root, store) if rounds else run_and_check(plan, root, store)
+    name = "chaos-race" if rounds else "chaos"
+    out = Path(f"test-artifacts/{name}-s3.json" if on_s3 else f"test-artifacts/{name}.json")
     out.write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))
+
+
+def race_rounds(seed: int, rounds: int, root: Path, store: dict[str, str]) -> dict:
+    """The platform's jobs racing with no kill: ``rounds`` times the four jobs at once on new tables,
+    each round's tables against a clean run's. A round whose tables differ (a commit one job made
+    and another replaced) is counted, not raised: the figure for a log store that loses commits."""
+    results = []
+    for number in range(rounds):
+        plan = ChaosPlan(seed=seed + number, kills=0)
+        started = time.monotonic()
+        try:
+            run_and_check(plan, root / f"round-{number:03d}", store)
+            results.append({"round": number, "equal": True})
+        except AssertionError as difference:  # ChaosFailure too: a job that failed
+            results.append({"round": number, "equal": False, "difference": str(difference)[:2000]})
+        results[-1]["seconds"] = round(time.monotonic() - started, 1)
+        print(json.dumps(results[-1]), flush=True)
+    commits = os.environ.get("LAKEHOUSE_S3_COMMITS", "conditional") if store else "local"
+    unequal = sum(not result["equal"] for result in results)
+    return {"seed": seed, "commits": commits, "rounds": rounds, "unequal": unequal, "results": results}
+
+
+def run_and_check(plan: ChaosPlan, root: Path, store: dict[str, str]) -> dict:
+    """The loop under ``root`` (its tables on the S3 server ``store`` names, if any), then its tables
+    against a clean run's; the loop's figures and the checks'."""
+    from lakehouse.storage.spark import build_spark_session
+    from tests.test_chaos import check_against_clean_run
+
+    log = shared_log(root, store)
+    report = ChaosLoop(plan, root / "chaos", log).run()
+    spark = build_spark_session(make_settings(root / "session", **store), "chaos-checks")
+    report["checks"] = check_against_clean_run(spark, root, log)
+    report["store"] = "s3" if store else "local"
+    return report
 
 
 if __name__ == "__main__":

@@ -41,7 +41,7 @@ INTERPRETED = {"spark.sql.codegen.wholeStage": "false", "spark.sql.codegen.facto
 @pytest.fixture(scope="session")
 def object_store_env(tmp_path_factory):
     """One S3 server per test process, started as `lakehouse s3 start` does (S3Proxy starts in about
-    a second), with the DynamoDB server that orders Spark's commits to it (about a second more):
+    a second), with the DynamoDB server of Delta's DynamoDB log store (about a second more):
     the variables that point a job at them. The shared session speaks
     s3a:// to them too."""
     from tests.services import object_store_services

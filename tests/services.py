@@ -15,9 +15,9 @@ COMMIT_TABLE = "lakehouse_commits"
 
 @contextlib.contextmanager
 def object_store_services(folder: Path) -> Iterator[dict[str, str]]:
-    """An S3 server and the DynamoDB server that orders Spark's commits to it, started as `lakehouse
-    s3 start` does (about a second each) in a home under ``folder``: the variables that point a job
-    at them."""
+    """An S3 server and the DynamoDB server of Delta's DynamoDB log store, started as `lakehouse s3
+    start` does (about a second each) in a home under ``folder``: the variables that point a job at
+    them (Spark commits with conditional writes unless LAKEHOUSE_S3_COMMITS=dynamodb)."""
     from lakehouse.services import s3 as s3_server
     from lakehouse.settings import Settings
     from lakehouse.storage import object_store

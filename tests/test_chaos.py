@@ -16,8 +16,18 @@ from lakehouse.audit.reconcile import Auditor
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.serving.status import pipeline_status
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
-from tests.chaos import BETWEEN_WRITES, SPAN, START, VOLATILE, ChaosLoop, ChaosPlan, clean_run, settle, shared_log
-from tests.conftest import make_settings
+from tests.chaos import (
+    BETWEEN_WRITES,
+    SPAN,
+    START,
+    VOLATILE,
+    ChaosLoop,
+    ChaosPlan,
+    clean_run,
+    home_settings,
+    settle,
+    shared_log,
+)
 
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
@@ -44,7 +54,7 @@ def check_against_clean_run(spark, root: Path, log: dict[str, str]) -> dict:
     """The loop's home (``root/chaos``) against a clean run's (``root/clean``, run here): every
     table row for row, the serving view, the fate identity and the serving-view audit; returns the
     figures checked."""
-    chaos, clean = make_settings(root / "chaos", **log), make_settings(root / "clean", **log)
+    chaos, clean = home_settings(root / "chaos", log), home_settings(root / "clean", log)
     settle(spark, chaos)
     clean_run(spark, clean)
     rows = {}

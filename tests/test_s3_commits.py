@@ -36,7 +36,8 @@ def test_a_session_told_to_claim_commits_in_dynamodb_without_a_table_refuses_to_
 def test_the_commit_setting_chooses_the_log_store(tmp_path):
     endpoint = {"LAKEHOUSE_S3_ENDPOINT": "http://s3:9000"}
     assert commits.spark_confs(make_settings(tmp_path, **endpoint), "us-east-1") == {
-        "spark.delta.logStore.s3a.impl": commits.CONDITIONAL_LOG_STORE
+        "spark.delta.logStore.s3a.impl": commits.CONDITIONAL_LOG_STORE,
+        "spark.databricks.delta.vacuum.logging.enabled": "true",
     }
     single = make_settings(tmp_path, **endpoint, LAKEHOUSE_S3_COMMITS="single-driver")
     assert commits.spark_confs(single, "us-east-1") == {

@@ -1,7 +1,7 @@
 """A DynamoDB-compatible server on loopback, started and stopped with the S3 server (``lakehouse s3
-start``, lakehouse.services.s3) for a machine without DynamoDB: Spark's commits to s3a:// tables
-claim their version in its table first (lakehouse.storage.commits, docs/operations.md "Object
-storage").
+start``, lakehouse.services.s3) for a machine without DynamoDB: with LAKEHOUSE_S3_COMMITS=dynamodb,
+Spark's commits to s3a:// tables claim their version in its table first (lakehouse.storage.commits,
+docs/operations.md "Object storage").
 
 The server is moto's (``moto.server``, a Python package of the lock). It
 keeps its tables in memory: a restart forgets the commit claims, so stop the writers before it.

@@ -7,9 +7,9 @@ ignored ``.cache/jars/``. It keeps its objects in the home's ``s3/data/`` folder
 them again, and answers S3's conditional writes (``If-None-Match``). Its access key and secret are
 generated at its first start and kept in ``s3/credentials.json`` (readable by its owner only).
 
-Beside it runs the DynamoDB-compatible server that orders Spark's commits to s3a:// tables
-(lakehouse.services.dynamodb): the status reports its endpoint as ``commit_endpoint``, for
-LAKEHOUSE_S3_COMMIT_ENDPOINT.
+Beside it runs a DynamoDB-compatible server for Delta's DynamoDB log store, an option of Spark's
+commits to s3a:// tables (lakehouse.services.dynamodb): the status reports its endpoint as
+``commit_endpoint``, for LAKEHOUSE_S3_COMMIT_ENDPOINT.
 """
 
 from __future__ import annotations

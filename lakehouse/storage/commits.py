@@ -144,9 +144,13 @@ def spark_confs(settings: Settings, region: str) -> dict[str, str]:
     check(settings)
     if settings.s3_commits == S3Commits.SINGLE_DRIVER:
         return {"spark.delta.logStore.s3a.impl": SINGLE_DRIVER_LOG_STORE}
+    # VACUUM records its start and end as commits where the store takes several writers; Delta
+    # leaves that off for s3a:// unless told, having only its single-driver store in mind.
+    vacuum_logged = {"spark.databricks.delta.vacuum.logging.enabled": "true"}
     if settings.s3_commits == S3Commits.CONDITIONAL:
-        return {"spark.delta.logStore.s3a.impl": CONDITIONAL_LOG_STORE}
+        return {"spark.delta.logStore.s3a.impl": CONDITIONAL_LOG_STORE, **vacuum_logged}
     confs = {
+        **vacuum_logged,
         "spark.delta.logStore.s3a.impl": LOG_STORE,
         f"{PREFIX}.ddb.tableName": settings.s3_commit_table,
         f"{PREFIX}.ddb.region": region,

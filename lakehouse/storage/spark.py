@@ -72,7 +72,7 @@ KAFKA_SOURCE_JARS = (
 
 def platform_jars(settings: Settings) -> list[str]:
     """The JARs a session loads besides Delta's: the platform's own, Spark's Kafka source, and
-    Hadoop's s3a file system and Delta's DynamoDB log store when the settings name an S3 endpoint
+    Hadoop's s3a file system and the S3 log store of commits when the settings name an S3 endpoint
     (object_store.S3A_JARS, commits.session_jars)."""
     from lakehouse.storage import commits, object_store
 
