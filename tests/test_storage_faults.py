@@ -250,3 +250,20 @@ def test_a_log_folder_deleted_while_a_backfill_reads_it_stops_it_and_a_rerun_rec
     assert lakehouse(capsys, *backfill, "--chunk", "30m") == (0, "")
     oracle = run_oracle(log_root, timedelta(minutes=2))
     assert gold_rows(spark.read.format("delta").load(batch)) == truth(oracle, START, START + timedelta(hours=2))
+
+
+def test_a_stream_killed_while_planning_its_first_batch_starts_again(spark, uninterrupted, home, capsys):
+    # What a SIGKILL between Hadoop's write of the first offsets file and its rename leaves (seen
+    # in the chaos loop on S3, where the rename is a copy): the query's metadata, and the temporary
+    # file beside the offsets it never planned. Spark alone refuses to start on it.
+    for phase in PHASES:
+        generate(home, phase)
+    checkpoint = local_path(home.speed_checkpoint_uri(PIPELINE.name))
+    (checkpoint / "offsets").mkdir(parents=True)
+    (checkpoint / "metadata").write_text('{"id":"6f1c3f0e-7d0a-4a37-9a55-0b4f1c0c2e11"}')
+    abandoned = checkpoint / "offsets" / ".0.42fe4a90-8abf-4ab3-b74f-a56bfca03f3c.tmp"
+    abandoned.write_text('v1\n{"batchWatermarkMs":0,"batchTimestampMs":1')
+    code, error = lakehouse(capsys, *STREAM)
+    assert (code, error) == (0, "")
+    assert not abandoned.exists()
+    assert _tables(spark, home) == _tables(spark, uninterrupted)

@@ -48,7 +48,7 @@ from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
 from lakehouse.storage.dimensions import with_dimensions
-from lakehouse.storage.faults import check_checkpoint
+from lakehouse.storage.faults import check_checkpoint, drop_abandoned_first_offsets
 from lakehouse.storage.log import log_glob
 from lakehouse.storage.log_files import log_files, wait_for_line_ends
 from lakehouse.storage.ops_tables import append_arrow_stamped_once, append_rows_stamped_once, arrow_at
@@ -224,7 +224,9 @@ class SpeedLayer:
             return
         mine = ds.field("pipeline") == self.pipeline.name
         progress = arrow_at(STREAM_PROGRESS.uri(self.settings), ["batch_id"], mine, self.settings)
-        check_checkpoint(log_files(self.settings, uri), progress.num_rows if progress is not None else 0)
+        checkpoint = log_files(self.settings, uri)
+        check_checkpoint(checkpoint, progress.num_rows if progress is not None else 0)
+        drop_abandoned_first_offsets(checkpoint)
 
     @property
     def dedupe_index_ids(self) -> int | None:

@@ -103,6 +103,27 @@ def check_checkpoint(files: LocalFiles | ObjectFiles, committed_batches: int) ->
                 raise LakehouseError(f"{damaged}; {advice.format(also=also)}") from None
 
 
+def drop_abandoned_first_offsets(files: LocalFiles | ObjectFiles) -> list[str]:
+    """Delete what a query killed while planning its first micro-batch left in ``offsets/``; the
+    names deleted.
+
+    Hadoop writes a checkpoint file as ``.N.<uuid>.tmp`` and then renames it (in S3, a copy and a
+    delete), so a kill in between leaves the temporary file. Spark skips such files when it reads the
+    log, but refuses to start a query whose ``offsets/`` holds anything while no batch is planned
+    (STATE_STORE_CHECKPOINT_LOCATION_NOT_EMPTY). With no batch planned, the file records nothing.
+
+    Args:
+        files: the stream's checkpoint, a local folder or an S3 prefix (``log_files``).
+    """
+    names = files.names("offsets")
+    if any(name.isdigit() for name in names):
+        return []
+    abandoned = [name for name in names if name.startswith(".") and name.endswith(".tmp")]
+    for name in abandoned:
+        files.remove(f"offsets/{name}")
+    return abandoned
+
+
 # What to do about the newest file of each log: an offsets file names the files of the micro-batch
 # in flight, which must not change; the batch a commit file marks done may simply run again.
 _ADVICE = {

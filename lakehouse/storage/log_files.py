@@ -72,6 +72,9 @@ class LocalFiles:
         folder = self.root / relative_folder
         return [entry.name for entry in folder.iterdir() if entry.is_dir()] if folder.is_dir() else []
 
+    def remove(self, relative: str) -> None:
+        (self.root / relative).unlink(missing_ok=True)
+
     def remove_folder(self, uri: str) -> None:
         """Delete a folder of the log (an expired ingest hour) with its files."""
         shutil.rmtree(local_path(uri), ignore_errors=True)
@@ -110,6 +113,9 @@ class ObjectFiles:
     def folders(self, relative_folder: str) -> list[str]:
         entries = object_entries(self.s3, self.bucket, self._key(relative_folder))
         return [entry.name for entry in entries if entry.is_dir]
+
+    def remove(self, relative: str) -> None:
+        self.s3.delete_object(Bucket=self.bucket, Key=self._key(relative))
 
     def remove_folder(self, uri: str) -> None:
         """Delete every object under a folder of the log (an expired ingest hour), a page at a time."""
