@@ -85,8 +85,9 @@ bench: setup
 # 100 SIGKILLs (CHAOS_KILLS) at chosen then random moments, then every table against a clean run.
 # CHAOS_SEED replays a loop's choices. Figures in test-artifacts/chaos.json. The same loop with its
 # tables and checkpoints on the project's S3 server (CHAOS_S3_KILLS kills; chaos-s3.json), and the
-# four jobs racing there with no kill, CHAOS_RACE_ROUNDS times (chaos-race-s3.json). Then each JVM-free
-# command 1,000 times through the CLI's exit (tests/test_exit_codes.py; the unit tier runs 200).
+# four jobs and a second backfill racing there with no kill, CHAOS_RACE_ROUNDS times
+# (chaos-race-s3.json). Then each JVM-free command 1,000 times through the CLI's exit
+# (tests/test_exit_codes.py; the unit tier runs 200).
 # Then two Spark drivers racing 100 commits each to one s3a:// table, and Spark against delta-rs,
 # through each of Spark's S3 log stores: conditional writes, DynamoDB, single-driver
 # (tests/s3_commit_race.py; COMMIT_RACE_ROUNDS, COMMIT_RACES; figures in test-artifacts/s3_commits.json).

@@ -67,6 +67,11 @@ JOB_COMMANDS = {
 }
 
 
+# The race with no kill: the same jobs and a second backfill of the same range, so that two
+# backfills of one hour commit to __batch at once, besides the stream against maintenance.
+RACE_COMMANDS = {**JOB_COMMANDS, "backfill-again": JOB_COMMANDS["backfill"]}
+
+
 @dataclasses.dataclass
 class Job:
     """One of the loop's jobs: its current process and what befell its runs."""
@@ -189,11 +194,11 @@ def job_env(home: Path, log: dict[str, str]) -> dict[str, str]:
 class ChaosLoop:
     """The four jobs at once in one home, and the kills of a plan among them."""
 
-    def __init__(self, plan: ChaosPlan, home: Path, log: dict[str, str]):
+    def __init__(self, plan: ChaosPlan, home: Path, log: dict[str, str], commands: dict | None = None):
         self.plan, self.rng = plan, random.Random(plan.seed)
         self.env, self.settings = job_env(home, log), home_settings(home, log)
         self.log_dir = home.parent / f"{home.name}-logs"
-        self.jobs = {name: Job(name, command) for name, command in JOB_COMMANDS.items()}
+        self.jobs = {name: Job(name, command) for name, command in (commands or JOB_COMMANDS).items()}
         self.scripted_done, self.random_done, self.next_kill = 0, 0, 0.0
         self.operations_before: int | None = None  # the current scripted kill's operation count at its turn
 
@@ -393,7 +398,7 @@ def main() -> None:
 
 
 def race_rounds(seed: int, rounds: int, root: Path, store: dict[str, str]) -> dict:
-    """The platform's jobs racing with no kill: ``rounds`` times the four jobs at once on new tables,
+    """The platform's jobs racing with no kill: ``rounds`` times RACE_COMMANDS at once on new tables,
     each round's tables against a clean run's. A round whose tables differ (a commit one job made
     and another replaced) is counted, not raised: the figure for a log store that loses commits."""
     results = []
@@ -401,7 +406,7 @@ def race_rounds(seed: int, rounds: int, root: Path, store: dict[str, str]) -> di
         plan = ChaosPlan(seed=seed + number, kills=0)
         started = time.monotonic()
         try:
-            run_and_check(plan, root / f"round-{number:03d}", store)
+            run_and_check(plan, root / f"round-{number:03d}", store, RACE_COMMANDS)
             results.append({"round": number, "equal": True})
         except AssertionError as difference:  # ChaosFailure too: a job that failed
             results.append({"round": number, "equal": False, "difference": str(difference)[:2000]})
@@ -412,14 +417,15 @@ def race_rounds(seed: int, rounds: int, root: Path, store: dict[str, str]) -> di
     return {"seed": seed, "commits": commits, "rounds": rounds, "unequal": unequal, "results": results}
 
 
-def run_and_check(plan: ChaosPlan, root: Path, store: dict[str, str]) -> dict:
-    """The loop under ``root`` (its tables on the S3 server ``store`` names, if any), then its tables
-    against a clean run's; the loop's figures and the checks'."""
+def run_and_check(plan: ChaosPlan, root: Path, store: dict[str, str], commands: dict | None = None) -> dict:
+    """The loop under ``root`` (its tables on the S3 server ``store`` names, if any; ``commands``
+    its jobs, JOB_COMMANDS by default), then its tables against a clean run's; the loop's figures
+    and the checks'."""
     from lakehouse.storage.spark import build_spark_session
     from tests.test_chaos import check_against_clean_run
 
     log = shared_log(root, store)
-    report = ChaosLoop(plan, root / "chaos", log).run()
+    report = ChaosLoop(plan, root / "chaos", log, commands).run()
     spark = build_spark_session(make_settings(root / "session", **store), "chaos-checks")
     report["checks"] = check_against_clean_run(spark, root, log)
     report["store"] = "s3" if store else "local"
