@@ -90,3 +90,36 @@ def test_two_spark_drivers_racing_through_the_dynamodb_log_store_lose_none(spark
     # Every commit of the race went through the DynamoDB table (the table's creation, by the
     # conditional test session, did not).
     assert claims(env, f"s3a://commit-race/{tmp_path.name}/t") == 2 * ROUNDS
+
+
+@pytest.mark.services
+def test_jobs_starting_together_on_a_new_store_all_find_their_bucket(object_store_env, tmp_path):
+    # The chaos race's first run on S3 lost a backfill this way: both backfills found the bucket
+    # missing, and the second creation answered BucketAlreadyOwnedByYou.
+    import threading
+
+    from lakehouse.settings import Settings
+    from lakehouse.storage import object_store
+
+    settings = Settings.from_env(object_store_env)
+    failures = []
+    for round_number in range(3):
+        bucket, starting = (
+            f"together-{tmp_path.name[-8:]}-{round_number}".lower().replace("_", "-"),
+            threading.Barrier(6),
+        )
+
+        def start_job(bucket=bucket, starting=starting):
+            s3 = object_store.client(settings)
+            starting.wait()
+            try:
+                object_store.ensure_bucket(s3, bucket)
+            except Exception as error:  # noqa: BLE001 (the failure is the finding)
+                failures.append(repr(error))
+
+        jobs = [threading.Thread(target=start_job) for _ in range(6)]
+        for job in jobs:
+            job.start()
+        for job in jobs:
+            job.join()
+    assert failures == []

@@ -71,7 +71,9 @@ def _client(endpoint_url: str, key: str, secret: str):
 
 
 def ensure_bucket(s3, bucket: str) -> None:
-    """Create the bucket when it does not exist yet (a first write to a new store)."""
+    """Create the bucket when it does not exist yet (a first write to a new store). Jobs started
+    together on a new store all find it missing: one creates it, and the others' creation answers
+    that they own it already, which is what they wanted."""
     from botocore.exceptions import ClientError
 
     try:
@@ -79,7 +81,10 @@ def ensure_bucket(s3, bucket: str) -> None:
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
             raise LakehouseError(f"S3 bucket {bucket} at {s3.meta.endpoint_url}: {error}") from None
-        s3.create_bucket(Bucket=bucket)
+        try:
+            s3.create_bucket(Bucket=bucket)
+        except s3.exceptions.BucketAlreadyOwnedByYou:
+            pass
 
 
 def ensure_buckets(settings: Settings) -> list[str]:
