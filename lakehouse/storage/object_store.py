@@ -9,6 +9,7 @@ file system (hadoop-aws), delta-rs for its bookkeeping rows, and boto3 for what 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 from pathlib import Path
@@ -81,10 +82,8 @@ def ensure_bucket(s3, bucket: str) -> None:
     except ClientError as error:
         if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
             raise LakehouseError(f"S3 bucket {bucket} at {s3.meta.endpoint_url}: {error}") from None
-        try:
+        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
             s3.create_bucket(Bucket=bucket)
-        except s3.exceptions.BucketAlreadyOwnedByYou:
-            pass
 
 
 def ensure_buckets(settings: Settings) -> list[str]:
