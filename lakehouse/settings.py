@@ -99,19 +99,6 @@ _STRIPPED_FIELDS = (
     "s3_commit_table",
     "s3_commit_endpoint",
 )
-_INTEGER_FIELDS = (
-    "shuffle_partitions",
-    "max_files_per_trigger",
-    "max_offsets_per_trigger",
-    "stream_lag_batches",
-    "connect_port",
-    "thrift_port",
-    "kafka_port",
-    "cluster_port",
-    "s3_port",
-    "prometheus_port",
-    "dynamodb_port",
-)
 _PORT_FIELDS = (
     "connect_port",
     "thrift_port",
@@ -120,6 +107,13 @@ _PORT_FIELDS = (
     "s3_port",
     "prometheus_port",
     "dynamodb_port",
+)
+_INTEGER_FIELDS = (
+    "shuffle_partitions",
+    "max_files_per_trigger",
+    "max_offsets_per_trigger",
+    "stream_lag_batches",
+    *_PORT_FIELDS,
 )
 
 
