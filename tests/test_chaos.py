@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -45,9 +46,22 @@ def _rows(spark, settings, table) -> list[tuple]:
     return sorted(tuple(map(str, row)) for row in frame.select(kept).collect())
 
 
-def _served(spark, settings) -> list:
+def differing_rows(got: list[tuple], expected: list[tuple], shown: int = 10) -> str:
+    """The rows only one of two runs has (as many times as it has more of them), a few of each: what
+    a failure must show, rather than both tables whole ("" when the runs have the same rows)."""
+    extra, missing = Counter(got) - Counter(expected), Counter(expected) - Counter(got)
+    extra_rows, missing_rows = sorted(extra.elements()), sorted(missing.elements())
+    if not extra_rows and not missing_rows:
+        return ""
+    return (
+        f"{len(extra_rows)} only after the loop {extra_rows[:shown]}, "
+        f"{len(missing_rows)} only in the clean run {missing_rows[:shown]}"
+    )
+
+
+def _served(spark, settings) -> list[tuple]:
     register_tables(spark, settings, [PIPELINE])
-    return spark.sql(SERVED).collect()
+    return [tuple(map(str, row)) for row in spark.sql(SERVED).collect()]
 
 
 def check_against_clean_run(spark, root: Path, log: dict[str, str]) -> dict:
@@ -60,9 +74,13 @@ def check_against_clean_run(spark, root: Path, log: dict[str, str]) -> dict:
     rows = {}
     for table in COMPARED:
         got, expected = _rows(spark, chaos, table), _rows(spark, clean, table)
-        assert got == expected, f"{table.qualified_name}: {len(got)} rows after the loop, {len(expected)} clean"
+        difference = differing_rows(got, expected)
+        assert not difference, (
+            f"{table.qualified_name}: {len(got)} rows after the loop, {len(expected)} clean; {difference}"
+        )
         rows[table.qualified_name] = len(got)
-    assert _served(spark, chaos) == _served(spark, clean), "the serving view differs from the clean run's"
+    served = differing_rows(_served(spark, chaos), _served(spark, clean))
+    assert not served, f"the serving view differs from the clean run's: {served}"
     status, clean_status = pipeline_status(chaos, PIPELINE), pipeline_status(clean, PIPELINE)
     assert status.balanced and (status.read, status.fates) == (clean_status.read, clean_status.fates), status
     audit = Auditor(spark, chaos, PIPELINE).reconcile(START, START + SPAN, target="serving", record=False)
