@@ -206,6 +206,54 @@ def test_the_producer_refuses_records_retention_would_delete(broker, tmp_path: P
     assert produced.returncode == 0, produced.stderr
 
 
+def _topic_records(settings, topic: str) -> list[tuple[int, bytes | None, bytes]]:
+    """Every record of the topic from its start: (partition, key, value), in each partition's order."""
+    from confluent_kafka import OFFSET_BEGINNING, Consumer
+
+    name = settings.kafka_topic(topic)
+    consumer = Consumer(
+        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "tests", "enable.auto.commit": False}
+    )
+    try:
+        partitions = sorted(consumer.list_topics(name, timeout=30).topics[name].partitions)
+        ends = {p: consumer.get_watermark_offsets(TopicPartition(name, p), timeout=30)[1] for p in partitions}
+        consumer.assign([TopicPartition(name, p, OFFSET_BEGINNING) for p in partitions])
+        records = []
+        while len(records) < sum(ends.values()):
+            message = consumer.poll(30)
+            assert message is not None and message.error() is None, message and message.error()
+            records.append((message.partition(), message.key(), message.value()))
+        return sorted(records, key=lambda record: record[0])  # stable: each partition keeps its order
+    finally:
+        consumer.close()
+
+
+def test_ingest_produces_each_line_once_keyed_by_its_event_id(broker, tmp_path: Path):
+    """`lakehouse ingest` on a Kafka log: every line, bad ones too, is one record, as written; an
+    event's copies share its key, so one partition holds them in the order they came."""
+    event = {"bridge_id": "bridge-01", "booth_id": "b1", "vehicle_type": "car", "axles": 2, "toll_amount": "6.00"}
+    times = {"event_time": "2026-11-28T10:00:00Z", "sent_at": "2026-11-28T10:00:01Z"}
+    first, second = ({**event, **times, "event_id": name} for name in ("id-first", "id-second"))
+    lines = [json.dumps(first), json.dumps(second), "not json at all", json.dumps({**first, "axles": 3}), "[1, 2]"]
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), **kafka_env(broker, "ingest.")}
+    ingested = subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", "ingest", "--pipeline", PIPELINE.name, "-"],
+        input="\n".join(lines) + "\n",
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert ingested.returncode == 0, ingested.stderr
+    assert "ingested 5 lines" in ingested.stdout
+    records = _topic_records(kafka_settings(tmp_path / "home", broker, "ingest."), PIPELINE.topic)
+    assert sorted(value.decode() for _, _, value in records) == sorted(lines)
+    keys = {value.decode(): key for _, key, value in records}
+    assert [keys[line] for line in lines] == [b"id-first", b"id-second", None, b"id-first", None]
+    copies = [(partition, value.decode()) for partition, key, value in records if key == b"id-first"]
+    assert len({partition for partition, _ in copies}) == 1 and [line for _, line in copies] == [lines[0], lines[3]]
+
+
 def _offsets_before(settings, moment: datetime) -> list:
     """Each partition's first offset received at or after ``moment`` (its end when none is)."""
     from confluent_kafka import Consumer
