@@ -37,11 +37,11 @@ SINGLE_DRIVER_LOG_STORE = "io.delta.storage.S3SingleDriverLogStore"
 PREFIX = "spark.io.delta.storage.S3DynamoDBLogStore"
 CREDENTIALS_PROVIDER = "lakehouse.storage.S3aKeysCredentialsProvider"
 SOURCES = PROJECT_ROOT / "lakehouse" / "storage" / "commits_java"
-COMMITS_JAR = PROJECT_ROOT / ".cache" / "jvm" / "lakehouse-s3-commits.jar"
+CONDITIONAL_SOURCE = SOURCES / "lakehouse" / "storage" / "S3ConditionalLogStore.java"
 DELTA_STORAGE = "io.delta:delta-storage:4.4.0"
 HADOOP_AWS = S3A_JARS[0]
-# The AWS SDK v1 DynamoDB client the log store is written against, and what its core needs at run
-# time that pyspark's JARs lack (httpclient, httpcore, joda-time, jackson-databind and
+# The AWS SDK v1 DynamoDB client the vendored log store is written against, and what its core needs
+# at run time that pyspark's JARs lack (httpclient, httpcore, joda-time, jackson-databind and
 # commons-logging ship with pyspark or Delta). Loaded as ``local:`` JARs, as object_store.S3A_JARS.
 SDK_JARS = (
     "com.amazonaws:aws-java-sdk-dynamodb:1.12.780",
@@ -52,20 +52,25 @@ SDK_JARS = (
 )
 
 
-def commits_jar() -> str:
-    """The vendored log store and the platform's credentials provider, compiled once into .cache/."""
+def commits_jar(mode: S3Commits) -> str:
+    """The log store of a multi-writer ``mode``, compiled once into .cache/: the conditional store
+    against Spark, Delta's storage API and hadoop-aws alone; the vendored DynamoDB store and the
+    platform's credentials provider against the AWS SDK v1 too, fetched only for that mode."""
     from pyspark.find_spark_home import _find_spark_home
 
     from lakehouse.storage.java import compiled_jar, maven_central_jar
 
-    sources = sorted(SOURCES.rglob("*.java"))
     classpath = [
         str(Path(_find_spark_home()) / "jars" / "*"),
         maven_central_jar(DELTA_STORAGE),
-        *(maven_central_jar(coordinates) for coordinates in SDK_JARS[:2]),
         maven_central_jar(HADOOP_AWS),  # the conditional store's S3A exception
     ]
-    return compiled_jar(sources, classpath, COMMITS_JAR)
+    if mode == S3Commits.CONDITIONAL:
+        sources = [CONDITIONAL_SOURCE]
+    else:
+        sources = sorted(source for source in SOURCES.rglob("*.java") if source != CONDITIONAL_SOURCE)
+        classpath += [maven_central_jar(coordinates) for coordinates in SDK_JARS[:2]]
+    return compiled_jar(sources, classpath, PROJECT_ROOT / ".cache" / "jvm" / f"lakehouse-s3-{mode}.jar")
 
 
 def session_jars(settings: Settings) -> list[str]:
@@ -73,10 +78,11 @@ def session_jars(settings: Settings) -> list[str]:
     if not settings.s3_endpoint or settings.s3_commits == S3Commits.SINGLE_DRIVER:
         return []
     if settings.s3_commits == S3Commits.CONDITIONAL:
-        return [commits_jar()]
+        return [commits_jar(S3Commits.CONDITIONAL)]
     from lakehouse.storage.java import maven_central_jar
 
-    return [commits_jar(), *(f"local:{maven_central_jar(coordinates)}" for coordinates in SDK_JARS)]
+    jars = (f"local:{maven_central_jar(coordinates)}" for coordinates in SDK_JARS)
+    return [commits_jar(S3Commits.DYNAMODB), *jars]
 
 
 def check(settings: Settings) -> None:
@@ -162,11 +168,12 @@ def spark_confs(settings: Settings, region: str) -> dict[str, str]:
 
 
 def main() -> None:
-    """``python -m lakehouse.storage.commits``: fetch the SDK's JARs and compile the log store now
-    (a Docker image's build)."""
+    """``python -m lakehouse.storage.commits``: compile both multi-writer log stores and fetch the
+    SDK's JARs now (a Docker image's build)."""
     from lakehouse.storage.java import maven_central_jar
 
-    print(commits_jar())
+    for mode in (S3Commits.CONDITIONAL, S3Commits.DYNAMODB):
+        print(commits_jar(mode))
     for coordinates in SDK_JARS:
         print(maven_central_jar(coordinates))
 
