@@ -14,11 +14,14 @@ through Delta's single-driver log store, which loses commits.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
+import time
 
 import pytest
 
 from lakehouse.errors import LakehouseError
-from lakehouse.storage import commits
+from lakehouse.storage import commits, object_store
 from lakehouse.storage.spark import build_spark_session
 from tests.conftest import make_settings
 from tests.s3_commit_race import DELTA_RS, claims, measured
@@ -57,6 +60,69 @@ def test_the_commit_setting_chooses_the_log_store(tmp_path):
     assert confs[f"{commits.PREFIX}.ddb.endpoint"] == "http://d:8000"
     with pytest.raises(LakehouseError, match="LAKEHOUSE_S3_COMMITS must be one of"):
         make_settings(tmp_path, LAKEHOUSE_S3_COMMITS="hope")
+
+
+# An S3 server of 2023 that answers a PUT carrying If-None-Match with 501 NotImplemented: a store
+# on which conditional commits cannot be safe.
+UNCONDITIONAL_S3 = "org.gaul:s3proxy:2.1.0:jar-with-dependencies"
+
+
+@pytest.fixture
+def unconditional_store(tmp_path):
+    """That server on a free loopback port, over a folder of its own: the variables that point a job at it."""
+    from lakehouse.services.process import free_port, port_answers
+    from lakehouse.storage.java import maven_central_jar
+
+    port, folder = free_port(), tmp_path / "old-s3"
+    (folder / "data").mkdir(parents=True)
+    properties = {
+        "s3proxy.endpoint": f"http://127.0.0.1:{port}",
+        "s3proxy.authorization": "aws-v2-or-v4",
+        "s3proxy.identity": "old-key",
+        "s3proxy.credential": "old-secret",
+        "jclouds.provider": "filesystem",
+        "jclouds.filesystem.basedir": str(folder / "data"),
+    }
+    (folder / "s3proxy.properties").write_text("".join(f"{key}={value}\n" for key, value in properties.items()))
+    command = ["java", "-Xmx128m", "-jar", maven_central_jar(UNCONDITIONAL_S3), "--properties", "s3proxy.properties"]
+    with (folder / "s3proxy.log").open("w") as log:
+        server = subprocess.Popen(command, cwd=folder, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while not port_answers(port):
+            assert server.poll() is None and time.monotonic() < deadline, (folder / "s3proxy.log").read_text()
+            time.sleep(0.2)
+        yield {
+            "LAKEHOUSE_S3_ENDPOINT": f"http://127.0.0.1:{port}",
+            "AWS_ACCESS_KEY_ID": "old-key",
+            "AWS_SECRET_ACCESS_KEY": "old-secret",
+            "LAKEHOUSE_WAREHOUSE_URI": "s3a://tables/warehouse",
+            "LAKEHOUSE_CHECKPOINT_URI": "s3a://tables/checkpoints",
+        }
+    finally:
+        server.terminate()
+        server.wait(15)
+
+
+@pytest.mark.services
+def test_a_job_refuses_conditional_commits_on_a_store_that_cannot_write_conditionally(unconditional_store, tmp_path):
+    """The probe's refusal, through the CLI as a user meets it: one line, before Spark starts, and
+    nothing left in the bucket; the single-driver opt-in passes the probe by."""
+    env = {**os.environ, **unconditional_store, "LAKEHOUSE_HOME": str(tmp_path / "home")}
+    stream = [sys.executable, "-m", "lakehouse.cli", "stream", "--available-now"]
+    refused = subprocess.run(stream, env=env, capture_output=True, text=True, timeout=120)
+    assert refused.returncode != 0
+    message = refused.stderr.strip()
+    assert "does not honour conditional writes (If-None-Match)" in message and "single-driver" in message, message
+    assert "\n" not in message and "Traceback" not in message
+    settings = make_settings(tmp_path / "home", **unconditional_store)
+    s3 = object_store.client(settings)
+    assert s3.list_objects_v2(Bucket="tables").get("KeyCount", 0) == 0  # the probe's object deleted, no table made
+    for _ in range(2):  # asked once per process, refused every time
+        with pytest.raises(LakehouseError, match="does not honour"):
+            commits.check_store(settings)
+    opted_out = make_settings(tmp_path / "home", **unconditional_store, LAKEHOUSE_S3_COMMITS="single-driver")
+    commits.check_store(opted_out)
 
 
 def _drivers_env(object_store_env: dict[str, str], tmp_path, **commit_settings) -> dict[str, str]:

@@ -100,18 +100,30 @@ PROBE_PREFIX = "_lakehouse/conditional-write-probe"
 _PROBED: dict[tuple[str, str], bool] = {}
 
 
+# How a store that cannot write conditionally answers a PUT with If-None-Match (S3Proxy 2.1, for one).
+NOT_IMPLEMENTED = ("NotImplemented", "501")
+
+
 def _honours_conditional_writes(s3, bucket: str) -> bool:
     """Whether the store refuses a second PUT of one key with ``If-None-Match: *`` (two PUTs and a
-    DELETE of a probe object of its own)."""
+    DELETE of a probe object of its own). A store that refuses the header itself cannot."""
     from botocore.exceptions import ClientError
 
+    def code(error: ClientError) -> str:
+        return error.response.get("Error", {}).get("Code", "")
+
     key = f"{PROBE_PREFIX}/{uuid.uuid4().hex}"
-    s3.put_object(Bucket=bucket, Key=key, Body=b"first", IfNoneMatch="*")
+    try:
+        s3.put_object(Bucket=bucket, Key=key, Body=b"first", IfNoneMatch="*")
+    except ClientError as error:
+        if code(error) in NOT_IMPLEMENTED:
+            return False
+        raise
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=b"second", IfNoneMatch="*")
         refused = False
     except ClientError as error:
-        refused = error.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412")
+        refused = code(error) in ("PreconditionFailed", "412")
         if not refused:
             raise
     finally:
@@ -134,8 +146,8 @@ def check_store(settings: Settings) -> None:
         _PROBED[probed] = _honours_conditional_writes(object_store.client(settings), warehouse.bucket)
     if not _PROBED[probed]:
         raise LakehouseError(
-            f"the S3 store at {endpoint} ignores conditional writes (If-None-Match), so two commits of one "
-            "version would replace each other: use a store that honours them (AWS S3, MinIO, S3Proxy), or "
+            f"the S3 store at {endpoint} does not honour conditional writes (If-None-Match), so two commits "
+            "of one version would replace each other: use a store that honours them (AWS S3, MinIO, S3Proxy 4), or "
             "LAKEHOUSE_S3_COMMITS=single-driver if one writer alone writes each table"
         )
 
