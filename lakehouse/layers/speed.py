@@ -48,7 +48,7 @@ from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
 from lakehouse.storage.dimensions import with_dimensions
-from lakehouse.storage.faults import check_checkpoint, drop_abandoned_first_offsets
+from lakehouse.storage.faults import check_checkpoint, drop_abandoned_first_offsets, drop_unplanned_file_entries
 from lakehouse.storage.log import log_glob
 from lakehouse.storage.log_files import log_files, wait_for_line_ends
 from lakehouse.storage.ops_tables import append_arrow_stamped_once, append_rows_stamped_once, arrow_at
@@ -217,8 +217,9 @@ class SpeedLayer:
 
     def _check_checkpoint(self) -> None:
         """A damaged checkpoint, or a missing one while batches have committed, stops the stream
-        before Spark reads it (lakehouse.storage.faults): in a local folder or in S3. Spark's own
-        errors stand for a checkpoint elsewhere (HDFS, say)."""
+        before Spark reads it (lakehouse.storage.faults): in a local folder or in S3. What a kill
+        left while a batch was being planned is deleted, so that the batch is planned as if it had
+        not been. Spark's own errors stand for a checkpoint elsewhere (HDFS, say)."""
         uri = self.settings.speed_checkpoint_uri(self.pipeline.name)
         if Location.parse(uri).scheme not in (Scheme.FILE, Scheme.S3):
             return
@@ -227,6 +228,7 @@ class SpeedLayer:
         checkpoint = log_files(self.settings, uri)
         check_checkpoint(checkpoint, progress.num_rows if progress is not None else 0)
         drop_abandoned_first_offsets(checkpoint)
+        drop_unplanned_file_entries(checkpoint)
 
     @property
     def dedupe_index_ids(self) -> int | None:

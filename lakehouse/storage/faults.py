@@ -124,6 +124,44 @@ def drop_abandoned_first_offsets(files: LocalFiles | ObjectFiles) -> list[str]:
     return abandoned
 
 
+FILE_SOURCE_LOG = "sources/0"  # the file source's log of the files each source offset added
+
+
+def drop_unplanned_file_entries(files: LocalFiles | ObjectFiles) -> list[str]:
+    """Delete the file source's log entries that no planned micro-batch covers; the names deleted.
+
+    Spark's file source records the files it picked for the next batch (``sources/0/K``) just before
+    the query writes the batch's offsets. A kill in between leaves entry K, which no offsets file
+    names; on restart Spark takes its files as read already, picks the next ones as entry K+1, and
+    the batch reads entries K and K+1 together: two batches' files in one, so a stream killed there
+    cut its batches, and its watermark's steps, unlike one that was not. Without the entry, the
+    restarted query picks the same files again, as its first attempt did. A compacted entry
+    (``K.compact``, every tenth) holds the entries before it too, and is left: that batch reads both.
+
+    Args:
+        files: the stream's checkpoint, a local folder or an S3 prefix (``log_files``).
+    """
+    planned = sorted(int(name) for name in files.names("offsets") if name.isdigit())
+    covered = _file_source_offset(files, planned[-1]) if planned else -1
+    if covered is None:  # not a file source (Kafka), or an offsets file it cannot read: leave it
+        return []
+    unplanned = [name for name in files.names(FILE_SOURCE_LOG) if name.isdigit() and int(name) > covered]
+    for name in unplanned:
+        files.remove(f"{FILE_SOURCE_LOG}/{name}")
+        files.remove(f"{FILE_SOURCE_LOG}/.{name}.crc")  # Hadoop's checksum beside a local file
+    return unplanned
+
+
+def _file_source_offset(files: LocalFiles | ObjectFiles, batch: int) -> int | None:
+    """The file source's offset (``{"logOffset": K}``) that offsets file ``batch`` plans to, or None."""
+    lines = (files.read(f"offsets/{batch}") or "").splitlines()
+    try:
+        offset = json.loads(lines[2]) if len(lines) == 3 else None
+    except ValueError:
+        return None
+    return offset.get("logOffset") if isinstance(offset, dict) else None
+
+
 # What to do about the newest file of each log: an offsets file names the files of the micro-batch
 # in flight, which must not change; the batch a commit file marks done may simply run again.
 _ADVICE = {
