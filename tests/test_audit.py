@@ -4,6 +4,7 @@ or reported as unexplained down to the event ids, and an audit re-run at its pin
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 from datetime import UTC, datetime, timedelta
@@ -471,3 +472,28 @@ def test_the_report_and_its_data_docs_read_in_a_browser_with_no_network(spark, s
             assert aborted == []
         finally:
             browser.close()
+
+
+def test_each_audit_renders_its_own_data_docs_pages_and_the_index_not_the_earlier_ones(spark, tmp_path):
+    """Data Docs built per audit: this audit's results and the index are written (and read offline),
+    an earlier audit's page is not rendered again, and the index lists both."""
+    from lakehouse.audit import quality
+
+    settings = make_settings(tmp_path / "home")
+    context = quality.gx_context(settings)
+    suite = Path(__file__).resolve().parent.parent / "expectations" / "toll_traffic.bronze.json"
+    frame = spark.createDataFrame([("e1", "bridge-01")], "event_id string, bridge_id string")
+    pages = []
+    for _ in range(2):
+        result = quality.validate_frame(context, suite, "toll_traffic.bronze", frame)
+        quality.rebuild_docs(context, settings, [("toll_traffic.bronze", "toll_traffic.bronze", result.meta["run_id"])])
+        pages.append(Path(quality.validation_page(settings, "toll_traffic.bronze", "toll_traffic.bronze", result)))
+        if len(pages) == 1:
+            first_written = pages[0].stat().st_mtime_ns
+            os.utime(pages[0], ns=(first_written - 10**10, first_written - 10**10))  # as if written 10 s before
+    assert pages[0].stat().st_mtime_ns == first_written - 10**10  # not rendered again
+    index = (quality.data_docs_dir(settings) / "index.html").read_text()
+    for page in pages:
+        assert "static/vendor/bootstrap.min.css" in page.read_text() and "bootstrapcdn" not in page.read_text()
+        assert page.relative_to(quality.data_docs_dir(settings)).as_posix() in index
+    assert "bootstrapcdn" not in index

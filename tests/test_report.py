@@ -4,7 +4,9 @@ Data Docs' CDN links, every one of which must have a local copy."""
 
 from __future__ import annotations
 
+import os
 import re
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 from xml.etree import ElementTree
@@ -209,3 +211,16 @@ def test_localize_copies_the_assets_and_rewrites_every_page_of_a_site(tmp_path):
     assert (page.parent / "../../static/vendor/bootstrap.min.css").resolve().read_bytes() == (
         offline_docs.ASSET_DIR / "bootstrap.min.css"
     ).read_bytes()
+
+
+def test_localize_after_a_build_reads_only_the_pages_written_since_it_began(tmp_path):
+    link = '<link rel="stylesheet" href="https://maxcdn.bootstrapcdn.com/bootstrap/4.3.1/css/bootstrap.min.css"/>'
+    earlier, written = tmp_path / "validations" / "earlier.html", tmp_path / "validations" / "written.html"
+    earlier.parent.mkdir(parents=True)
+    for page in (earlier, written):
+        page.write_text(link)
+    (tmp_path / "static" / "vendor").mkdir(parents=True)
+    (tmp_path / "static" / "vendor" / offline_docs.VEGA_BUNDLE).write_text("/* built once per site */")
+    os.utime(earlier, (1_000_000_000, 1_000_000_000))
+    assert offline_docs.localize(tmp_path, written_since=time.time() - 60) == 1
+    assert earlier.read_text() == link and "static/vendor/bootstrap.min.css" in written.read_text()

@@ -86,12 +86,15 @@ def rewrite_page(page: str, to_site: str) -> str:
     return _INTEGRITY.sub("", page)
 
 
-def localize(site: Path) -> int:
-    """Make every page of the Data Docs site at ``site`` read offline; returns how many it rewrote."""
+def localize(site: Path, written_since: float | None = None) -> int:
+    """Make the pages of the Data Docs site at ``site`` read offline: every page, or those written at
+    or after ``written_since`` (epoch seconds: a build's pages); returns how many it rewrote."""
     copy_assets(site)
     pages = 0
     for path in site.rglob("*.html"):
         if VENDOR.as_posix() in path.relative_to(site).as_posix():
+            continue
+        if written_since is not None and path.stat().st_mtime < written_since:
             continue
         to_site = Path(os.path.relpath(site, path.parent)).as_posix()
         text = path.read_text()

@@ -21,6 +21,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -193,11 +194,38 @@ def validate_frame(context, suite_file: Path, asset_name: str, frame: DataFrame,
     )
 
 
-def _validation_page(settings: Settings, suite_name: str, asset_name: str, result) -> str:
-    """Where the site builder puts this result's page: validations/<suite path>/<run name>/<run time>/<batch>."""
+def validation_page(settings: Settings, suite_name: str, asset_name: str, result) -> str:
+    """Where the site builder puts this result's page: validations/<suite path>/<run name>/<run time>/<batch>.
+
+    Args:
+        settings: the home whose Data Docs site holds the page.
+        suite_name: the suite validated.
+        asset_name: the data asset the rows were named as.
+        result: GX's validation result (its run id gives the run time).
+    """
     run_time = result.meta["run_id"].run_time.strftime("%Y%m%dT%H%M%S.%fZ")
     folder = data_docs_dir(settings) / "validations" / Path(*suite_name.split(".")) / "__none__" / run_time
     return str(folder / f"{DATA_SOURCE}-{asset_name}.html")
+
+
+def rebuild_docs(context, settings: Settings, validated: list[tuple]) -> None:
+    """Render this audit's pages into the Data Docs site, and its index: each result validated
+    (suite name, asset, GX run id) and its suite's own page. A full build renders every result the store holds
+    again, a cost that grows with each audit (200 results: 2.2 s, and 0.4 s more to rewrite their
+    links). GX's pages load their styles from CDNs: the pages just written point at local copies."""
+    from great_expectations.data_context.types.resource_identifiers import (
+        ExpectationSuiteIdentifier,
+        ValidationResultIdentifier,
+    )
+
+    identifiers = []
+    for suite_name, asset, run_id in validated:
+        suite = ExpectationSuiteIdentifier(name=suite_name)
+        identifiers += [suite, ValidationResultIdentifier(suite, run_id, f"{DATA_SOURCE}-{asset}")]
+    began = time.time()
+    context.build_data_docs(site_names=[DOCS_SITE], resource_identifiers=identifiers)
+    # Less a margin for file systems that keep modification times to the second or two.
+    localize(data_docs_dir(settings), written_since=began - 2.0)
 
 
 def freshness_floor(newest_event_time: datetime | None, suite: dict) -> datetime:
@@ -268,6 +296,7 @@ def validate_audit(
     """
     context = gx_context(settings)
     outcomes: list[SuiteOutcome] = []
+    validated: list[tuple] = []  # (suite, asset, run id) of each result, for its Data Docs page
     frames = audit_frames(spark, settings, pipeline, pins, start, end)
     for _, _, frame in frames.values():
         frame.persist()  # each suite computes dozens of metrics over the same rows
@@ -280,6 +309,7 @@ def validate_audit(
             parameters["fresh_since"] = freshness_floor(newest_event_time, load_suite(path))
         asset, suite_name = f"{pipeline.name}.{layer}", load_suite(path)["name"]
         result = validate_frame(context, path, asset, frame, parameters)
+        validated.append((suite_name, asset, result.meta["run_id"]))
         outcomes.append(
             SuiteOutcome(
                 suite=suite_name,
@@ -287,13 +317,12 @@ def validate_audit(
                 table_version=version,
                 success=bool(result.success),
                 expectations=[_outcome(r) for r in result.results],
-                page=_validation_page(settings, suite_name, asset, result),
+                page=validation_page(settings, suite_name, asset, result),
             )
         )
     for _, _, frame in frames.values():
         frame.unpersist()
-    context.build_data_docs(site_names=[DOCS_SITE])
-    localize(data_docs_dir(settings))  # GX's pages load their styles from CDNs: point them at local copies
+    rebuild_docs(context, settings, validated)
     quality = QualityResult(outcomes, str(data_docs_dir(settings) / "index.html"))
     if record:
         record_quality(spark, settings, pipeline, run_id, quality)
