@@ -4,7 +4,7 @@ results and the index, ``lakehouse.audit.quality.rebuild_docs``), with 1, 200 an
 stored. The stored results are copies of one real validation of the bronze suite, each under its
 own run time. Writes bench/results/data_docs.json and appends the figures to bench/history.jsonl.
 
-    .venv/bin/python bench/data_docs.py [--stored 1,200,1000]
+    .venv/bin/python -m bench.data_docs [--stored 1,200,1000]
 """
 
 from __future__ import annotations
