@@ -228,7 +228,8 @@ class SpeedLayer:
         checkpoint = log_files(self.settings, uri)
         check_checkpoint(checkpoint, progress.num_rows if progress is not None else 0)
         drop_abandoned_first_offsets(checkpoint)
-        drop_unplanned_file_entries(checkpoint)
+        if not self.settings.kafka_bootstrap:  # Kafka's sources/0 holds its starting offsets instead
+            drop_unplanned_file_entries(checkpoint)
 
     @property
     def dedupe_index_ids(self) -> int | None:

@@ -139,7 +139,8 @@ def drop_unplanned_file_entries(files: LocalFiles | ObjectFiles) -> list[str]:
     (``K.compact``, every tenth) holds the entries before it too, and is left: that batch reads both.
 
     Args:
-        files: the stream's checkpoint, a local folder or an S3 prefix (``log_files``).
+        files: the checkpoint of a stream reading the file log, a local folder or an S3 prefix
+            (``log_files``); a Kafka stream's ``sources/0`` holds its starting offsets instead.
     """
     planned = sorted(int(name) for name in files.names("offsets") if name.isdigit())
     covered = _file_source_offset(files, planned[-1]) if planned else -1
