@@ -44,6 +44,7 @@ _DURATION_FIELDS = (
     "log_retention",
     "vacuum_retention",
     "audit_replay_window",
+    "data_docs_retention",
     "stream_max_staleness",
     "stream_lag_tolerance",
     "batch_lateness_delay",
@@ -220,6 +221,9 @@ class Orchestration:
     # own 7-day safety need (see lakehouse.storage.maintenance.vacuum_retention).
     vacuum_retention: str = "7d"
     audit_replay_window: str = "7d"
+    # The Data Docs keep each audit's validation pages this long (audit.data_quality keeps every
+    # outcome): GX's index reads every stored result at each audit.
+    data_docs_retention: str = "90d"
     # Stale when the last micro-batch started longer ago than this; falling behind when the lag grew
     # over this many micro-batches in a row, past the tolerance (lakehouse.ops.health).
     stream_max_staleness: str = "15m"

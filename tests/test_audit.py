@@ -497,3 +497,33 @@ def test_each_audit_renders_its_own_data_docs_pages_and_the_index_not_the_earlie
         assert "static/vendor/bootstrap.min.css" in page.read_text() and "bootstrapcdn" not in page.read_text()
         assert page.relative_to(quality.data_docs_dir(settings)).as_posix() in index
     assert "bootstrapcdn" not in index
+
+
+def test_the_data_docs_drop_results_older_than_their_retention(spark, tmp_path):
+    """A result stored 2025-01-01 is past the 90 days the Data Docs keep: the next audit's build
+    deletes it and its page, and its index no longer lists it; the audit's own result stays."""
+    from lakehouse.audit import quality
+
+    settings = make_settings(tmp_path / "home")
+    context = quality.gx_context(settings)
+    suite = Path(__file__).resolve().parent.parent / "expectations" / "toll_traffic.bronze.json"
+    frame = spark.createDataFrame([("e1", "bridge-01")], "event_id string, bridge_id string")
+    old = quality.validate_frame(context, suite, "toll_traffic.bronze", frame)
+    stored = next(quality.validation_store(settings).rglob("*.json"))
+    document = json.loads(stored.read_text())
+    document["meta"]["run_id"]["run_time"] = "2025-01-01T00:00:00+00:00"
+    aged = stored.parent.parent / "20250101T000000.000000Z" / stored.name
+    aged.parent.mkdir()
+    aged.write_text(json.dumps(document))
+    stored.unlink()
+    context.build_data_docs(site_names=[quality.DOCS_SITE])  # the aged result's page, as its audit left it
+    aged_page = quality.data_docs_dir(settings) / "validations" / aged.relative_to(quality.validation_store(settings))
+    aged_page = aged_page.with_suffix(".html")
+    assert aged_page.exists() and old.success is not None
+    new = quality.validate_frame(context, suite, "toll_traffic.bronze", frame)
+    quality.rebuild_docs(context, settings, [("toll_traffic.bronze", "toll_traffic.bronze", new.meta["run_id"])])
+    assert not aged.exists() and not aged_page.exists() and not aged.parent.exists()
+    index = (quality.data_docs_dir(settings) / "index.html").read_text()
+    assert "20250101T000000" not in index
+    page = quality.validation_page(settings, "toll_traffic.bronze", "toll_traffic.bronze", new)
+    assert Path(page).relative_to(quality.data_docs_dir(settings)).as_posix() in index

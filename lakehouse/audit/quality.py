@@ -18,6 +18,7 @@ the suite-derived Spark rules (``lakehouse.dataflow.pipelines.row_rules``) inste
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -209,8 +210,9 @@ def validation_page(settings: Settings, suite_name: str, asset_name: str, result
 
 
 def rebuild_docs(context, settings: Settings, validated: list[tuple]) -> None:
-    """Render this audit's pages into the Data Docs site, and its index: each result validated
-    (suite name, asset, GX run id) and its suite's own page. A whole-site build renders every stored
+    """Render this audit's pages into the Data Docs site, and its index, once the results past the
+    site's retention are gone (``expire_validations``): each result validated (suite name, asset,
+    GX run id) and its suite's own page. A whole-site build renders every stored
     result again, a cost that grows with each audit (1,000 results: 8.1 s against 2.1 s, measured by
     bench/data_docs.py). GX's pages load their styles from CDNs: the pages written point at local
     copies."""
@@ -219,6 +221,7 @@ def rebuild_docs(context, settings: Settings, validated: list[tuple]) -> None:
         ValidationResultIdentifier,
     )
 
+    expire_validations(settings, datetime.now(UTC))
     identifiers = []
     for suite_name, asset, run_id in validated:
         suite = ExpectationSuiteIdentifier(name=suite_name)
@@ -227,6 +230,41 @@ def rebuild_docs(context, settings: Settings, validated: list[tuple]) -> None:
     context.build_data_docs(site_names=[DOCS_SITE], resource_identifiers=identifiers)
     # Less a margin for file systems that keep modification times to the second or two.
     localize(data_docs_dir(settings), written_since=began - 2.0)
+
+
+# A stored result's folder: its GX run time (validations/<suite path>/<run name>/<run time>/<batch>).
+RUN_TIME_FOLDER = "%Y%m%dT%H%M%S.%fZ"
+
+
+def validation_store(settings: Settings) -> Path:
+    """Where the GX context keeps the validation results the Data Docs are rendered from."""
+    return gx_root(settings) / "gx" / "uncommitted" / "validations"
+
+
+def expire_validations(settings: Settings, now: datetime) -> int:
+    """Delete the stored validation results, and their Data Docs pages, of runs older than
+    ``data_docs_retention`` before ``now``; how many results it deleted. The next build's index
+    no longer lists them."""
+    oldest_kept = now.replace(tzinfo=None) - parse_duration(settings.data_docs_retention)
+    results = _runs_before(validation_store(settings), ".json", oldest_kept)
+    pages = _runs_before(data_docs_dir(settings) / "validations", ".html", oldest_kept)
+    for stored in results + pages:
+        stored.unlink()
+        with contextlib.suppress(OSError):  # another result of the run is left in its folder
+            stored.parent.rmdir()
+    return len(results)
+
+
+def _runs_before(folder: Path, suffix: str, moment: datetime) -> list[Path]:
+    """The files under ``folder`` ending in ``suffix`` whose run-time folder is older than ``moment``."""
+    found = []
+    for stored in folder.rglob(f"*{suffix}") if folder.is_dir() else []:
+        try:
+            if datetime.strptime(stored.parent.name, RUN_TIME_FOLDER) < moment:
+                found.append(stored)
+        except ValueError:  # not a result's folder
+            continue
+    return found
 
 
 def freshness_floor(newest_event_time: datetime | None, suite: dict) -> datetime:
