@@ -27,7 +27,7 @@ from lakehouse.serving.status import pipeline_status
 from lakehouse.settings import Settings
 from lakehouse.storage import archive as log_module
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
-from lakehouse.storage.faults import check_checkpoint
+from lakehouse.storage.faults import check_checkpoint, drop_unplanned_file_entries
 from lakehouse.storage.log_files import log_files
 from tests.chaos import VOLATILE
 from tests.conftest import make_settings
@@ -270,25 +270,68 @@ def test_a_stream_killed_while_planning_its_first_batch_starts_again(spark, unin
     assert _tables(spark, home) == _tables(spark, uninterrupted)
 
 
+# Spark compacts its file source's log every tenth entry (the setting): at 2, entry 1 is compacted.
+COMPACT_INTERVAL = "spark.sql.streaming.fileSource.log.compactInterval"
+
+
+@pytest.mark.parametrize("compact_interval", [None, "2"], ids=["plain entry", "compacted entry"])
 def test_a_stream_killed_between_picking_its_next_file_and_planning_the_batch_cuts_its_batches_as_before(
-    spark, uninterrupted, home, capsys
+    spark, uninterrupted, home, capsys, compact_interval
 ):
     # What a SIGKILL between the file source's entry for the next batch's file and the batch's
     # offsets file leaves (found by the chaos loop in CI): entry 1, which no offsets file names.
     # Spark alone then reads it and the file after it as one batch.
-    generate(home, PHASES[0])
-    assert lakehouse(capsys, *STREAM) == (0, "")
-    for phase in PHASES[1:]:
-        generate(home, phase)
-    log_root = local_path(home.log_uri)
-    second, third = sorted(log_root.rglob("*.jsonl"), key=lambda path: path.stat().st_mtime_ns)[1:]
-    entries = local_path(home.speed_checkpoint_uri(PIPELINE.name)) / "sources" / "0"
-    assert sorted(path.name for path in entries.iterdir() if path.name.isdigit()) == ["0"]
-    picked = {"path": f"file://{second}", "timestamp": second.stat().st_mtime_ns // 1_000_000, "batchId": 1}
-    (entries / "1").write_text(f"v1\n{json.dumps(picked)}")
-    assert lakehouse(capsys, *STREAM) == (0, "")
-    assert [_entry_files(entries / name) for name in ("1", "2")] == [[f"file://{second}"], [f"file://{third}"]]
+    if compact_interval:
+        spark.conf.set(COMPACT_INTERVAL, compact_interval)
+    try:
+        generate(home, PHASES[0])
+        assert lakehouse(capsys, *STREAM) == (0, "")
+        for phase in PHASES[1:]:
+            generate(home, phase)
+        log_root = local_path(home.log_uri)
+        first, second, third = sorted(log_root.rglob("*.jsonl"), key=lambda path: path.stat().st_mtime_ns)
+        entries = local_path(home.speed_checkpoint_uri(PIPELINE.name)) / "sources" / "0"
+        assert sorted(path.name for path in entries.iterdir() if path.name.isdigit()) == ["0"]
+        picked = {"path": f"file://{second}", "timestamp": second.stat().st_mtime_ns // 1_000_000, "batchId": 1}
+        # A compacted entry repeats entry 0's lines before its own.
+        earlier = (entries / "0").read_text().splitlines()[1:] if compact_interval else []
+        pick = "1.compact" if compact_interval else "1"
+        (entries / pick).write_text("\n".join(["v1", *earlier, json.dumps(picked)]))
+        assert lakehouse(capsys, *STREAM) == (0, "")
+    finally:
+        spark.conf.unset(COMPACT_INTERVAL)
+    repeated = [f"file://{first}"] if compact_interval else []
+    assert [_entry_files(entries / name) for name in (pick, "2")] == [
+        [*repeated, f"file://{second}"],
+        [f"file://{third}"],
+    ]
     assert _tables(spark, home) == _tables(spark, uninterrupted)
+
+
+@pytest.mark.parametrize(
+    ("entries", "planned", "dropped"),
+    [
+        (["0", "1", "2"], 1, ["2"]),  # the pick after batch 1's
+        (["0", "1"], 1, []),  # nothing picked beyond the plan
+        ([f"{batch}" for batch in range(9)] + ["9.compact"], 8, ["9.compact"]),  # it repeats entries 0 to 8
+        (["9.compact", "10", "11"], 10, ["11"]),
+        (["9.compact", "10", "11", "19.compact"], 11, []),  # 12 to 18 gone: only the compaction has them
+    ],
+)
+def test_a_pick_no_batch_planned_is_dropped_when_no_earlier_entry_depends_on_it(tmp_path, entries, planned, dropped):
+    root = tmp_path / "checkpoint"
+    (root / "offsets").mkdir(parents=True)
+    (root / "offsets" / str(planned)).write_text(f'v1\n{{"batchWatermarkMs":0}}\n{{"logOffset":{planned}}}')
+    (root / "sources" / "0").mkdir(parents=True)
+    for name in entries:
+        (root / "sources" / "0" / name).write_text("v1\n")
+        (root / "sources" / "0" / f".{name}.crc").write_bytes(b"crc")
+    checkpoint = log_files(make_settings(tmp_path / "home"), to_uri(root))
+    assert drop_unplanned_file_entries(checkpoint) == dropped
+    kept = [name for name in entries if name not in dropped]
+    assert sorted(path.name for path in (root / "sources" / "0").iterdir()) == sorted(
+        kept + [f".{name}.crc" for name in kept]
+    )
 
 
 def _entry_files(entry: Path) -> list[str]:

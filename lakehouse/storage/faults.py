@@ -125,6 +125,7 @@ def drop_abandoned_first_offsets(files: LocalFiles | ObjectFiles) -> list[str]:
 
 
 FILE_SOURCE_LOG = "sources/0"  # the file source's log of the files each source offset added
+COMPACT_SUFFIX = ".compact"  # Spark's name for an entry that repeats the entries before it
 
 
 def drop_unplanned_file_entries(files: LocalFiles | ObjectFiles) -> list[str]:
@@ -136,7 +137,8 @@ def drop_unplanned_file_entries(files: LocalFiles | ObjectFiles) -> list[str]:
     the batch reads entries K and K+1 together: two batches' files in one, so a stream killed there
     cut its batches, and its watermark's steps, unlike one that was not. Without the entry, the
     restarted query picks the same files again, as its first attempt did. A compacted entry
-    (``K.compact``, every tenth) holds the entries before it too, and is left: that batch reads both.
+    (``K.compact``, every tenth) repeats the entries since the compaction before it; Spark deletes
+    those only long after, so it goes too while they are all there, and is otherwise left.
 
     Args:
         files: the checkpoint of a stream reading the file log, a local folder or an S3 prefix
@@ -146,11 +148,28 @@ def drop_unplanned_file_entries(files: LocalFiles | ObjectFiles) -> list[str]:
     covered = _file_source_offset(files, planned[-1]) if planned else -1
     if covered is None:  # not a file source (Kafka), or an offsets file it cannot read: leave it
         return []
-    unplanned = [name for name in files.names(FILE_SOURCE_LOG) if name.isdigit() and int(name) > covered]
+    entries = {_entry_batch(name): name for name in files.names(FILE_SOURCE_LOG)}
+    entries.pop(None, None)
+    unplanned = [name for batch, name in sorted(entries.items()) if batch > covered and _restorable(entries, batch)]
     for name in unplanned:
         files.remove(f"{FILE_SOURCE_LOG}/{name}")
         files.remove(f"{FILE_SOURCE_LOG}/.{name}.crc")  # Hadoop's checksum beside a local file
     return unplanned
+
+
+def _entry_batch(name: str) -> int | None:
+    """The batch of a file source log entry's name (``7``, ``9.compact``), or None for other files."""
+    stem = name.removesuffix(COMPACT_SUFFIX)
+    return int(stem) if stem.isdigit() else None
+
+
+def _restorable(entries: dict[int, str], batch: int) -> bool:
+    """Whether deleting entry ``batch`` loses no earlier entry: a compacted one repeats the entries
+    since the compaction before it (or since the first), which must all still be there."""
+    if not entries[batch].endswith(COMPACT_SUFFIX):
+        return True
+    compactions = [earlier for earlier, name in entries.items() if earlier < batch and name.endswith(COMPACT_SUFFIX)]
+    return all(earlier in entries for earlier in range(max(compactions, default=0), batch))
 
 
 def _file_source_offset(files: LocalFiles | ObjectFiles, batch: int) -> int | None:
