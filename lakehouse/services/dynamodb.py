@@ -11,29 +11,20 @@ consistent listings), so a restart between commits loses nothing. It takes any k
 
 from __future__ import annotations
 
-import dataclasses
 import sys
-from pathlib import Path
 
-from lakehouse.services.process import Detached, claim_port, port_answers, saved_port
+from lakehouse.services.process import ServerFolder, claim_port, port_answers
 from lakehouse.settings import Settings
 
 START_SECONDS = 60
 STOP_SECONDS = 10
 
 
-@dataclasses.dataclass(frozen=True)
-class ServerFiles:
+class ServerFiles(ServerFolder):
     """The server's files in the home: its port, pid and log."""
 
-    folder: Path
-
-    @property
-    def process(self) -> Detached:
-        return Detached("DynamoDB server", self.folder / "dynamodb.pid", self.folder / "dynamodb.log")
-
-    def port(self) -> int | None:
-        return saved_port(self.folder)
+    label = "DynamoDB server"
+    stem = "dynamodb"
 
 
 def status(settings: Settings) -> dict:

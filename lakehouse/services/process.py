@@ -18,7 +18,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
@@ -212,3 +212,21 @@ class Detached:
             stop_session(pid, grace_seconds)
         self.pid_file.unlink(missing_ok=True)
         return running
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerFolder:
+    """A single-process server's folder in the home: the port it was set up on (``port.json``), and
+    its pid file and log, named after the server. A server's own files subclass it."""
+
+    label: ClassVar[str]  # what messages call the server
+    stem: ClassVar[str]  # its pid file's and log's name
+
+    folder: Path
+
+    @property
+    def process(self) -> Detached:
+        return Detached(self.label, self.folder / f"{self.stem}.pid", self.folder / f"{self.stem}.log")
+
+    def port(self) -> int | None:
+        return saved_port(self.folder)

@@ -11,21 +11,12 @@ the same folder.
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 import urllib.request
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.services.process import (
-    PORT_FILE,
-    Detached,
-    free_port,
-    port_answers,
-    refuse_taken,
-    saved_port,
-    write_json,
-)
+from lakehouse.services.process import PORT_FILE, ServerFolder, free_port, port_answers, refuse_taken, write_json
 from lakehouse.settings import PROJECT_ROOT, Settings
 
 # Where Spark's PrometheusServlet answers on the service's UI (lakehouse.serving.server).
@@ -79,18 +70,11 @@ def config_text(settings: Settings, rules_file: Path) -> str:
     return yaml.safe_dump(config, sort_keys=False)
 
 
-@dataclasses.dataclass(frozen=True)
-class ServerFiles:
+class ServerFiles(ServerFolder):
     """The server's files in the home: configuration, rules, port, pid, data and log."""
 
-    folder: Path
-
-    @property
-    def process(self) -> Detached:
-        return Detached("Prometheus", self.folder / "prometheus.pid", self.folder / "prometheus.log")
-
-    def port(self) -> int | None:
-        return saved_port(self.folder)
+    label = "Prometheus"
+    stem = "prometheus"
 
     def set_up(self, settings: Settings, port: int) -> Path:
         """The configuration and rules, written at each start (settings may have changed); returns the

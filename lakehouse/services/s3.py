@@ -14,12 +14,11 @@ commits to s3a:// tables (lakehouse.services.dynamodb): the status reports its e
 
 from __future__ import annotations
 
-import dataclasses
 import secrets
 from pathlib import Path
 
 from lakehouse.services import dynamodb
-from lakehouse.services.process import Detached, claim_port, port_answers, saved_port
+from lakehouse.services.process import ServerFolder, claim_port, port_answers
 from lakehouse.settings import Settings
 from lakehouse.storage.object_store import CREDENTIALS, save_credentials, saved_credentials
 
@@ -29,22 +28,15 @@ STOP_SECONDS = 15
 SERVER_HEAP = "-Xms64m -Xmx256m"
 
 
-@dataclasses.dataclass(frozen=True)
-class ServerFiles:
+class ServerFiles(ServerFolder):
     """The server's files in the home: configuration, port, credentials, pid, objects and log."""
 
-    folder: Path
-
-    @property
-    def process(self) -> Detached:
-        return Detached("S3 server", self.folder / "s3proxy.pid", self.folder / "s3proxy.log")
+    label = "S3 server"
+    stem = "s3proxy"
 
     @property
     def properties(self) -> Path:
         return self.folder / "s3proxy.properties"
-
-    def port(self) -> int | None:
-        return saved_port(self.folder)
 
     def credentials(self) -> tuple[str, str] | None:
         return saved_credentials(self.folder)
