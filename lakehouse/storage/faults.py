@@ -148,8 +148,7 @@ def drop_unplanned_file_entries(files: LocalFiles | ObjectFiles) -> list[str]:
     covered = _file_source_offset(files, planned[-1]) if planned else -1
     if covered is None:  # not a file source (Kafka), or an offsets file it cannot read: leave it
         return []
-    entries = {_entry_batch(name): name for name in files.names(FILE_SOURCE_LOG)}
-    entries.pop(None, None)
+    entries = {batch: name for name in files.names(FILE_SOURCE_LOG) if (batch := _entry_batch(name)) is not None}
     unplanned = [name for batch, name in sorted(entries.items()) if batch > covered and _restorable(entries, batch)]
     for name in unplanned:
         files.remove(f"{FILE_SOURCE_LOG}/{name}")
