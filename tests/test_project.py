@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -191,3 +192,34 @@ def test_ingest_appends_lines_whole_to_the_pipelines_log_and_refuses_an_unknown_
     assert unknown.returncode == 2 and "unknown pipeline 'nope'" in unknown.stderr
     missing = subprocess.run([*command[:-1], str(tmp_path / "none.jsonl")], env=env, capture_output=True, text=True)
     assert missing.returncode == 2 and "no such file" in missing.stderr
+
+
+def documented_project_files() -> dict[str, str]:
+    """The files of docs/pipelines.md's reference project, each the code block after its marker."""
+    text = (PROJECT_ROOT / "docs" / "pipelines.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"<!-- project file: (\S+) -->\n```\w+\n(.*?)```", text, re.DOTALL)
+    return dict(blocks)
+
+
+def test_the_reference_project_in_the_docs_validates_as_written(tmp_path):
+    files = documented_project_files()
+    assert set(files) == {"lakehouse.yaml", "pipelines/payments.yaml", "expectations/payments.raw_events.json"}
+    for name, text in files.items():
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    project = load_project(tmp_path)
+    payments = project.pipelines["payments"]
+    assert (payments.event_id, payments.event_time) == ("payment_id", "paid_at")
+    assert [
+        rule["meta"]["reason"] for rule in json.loads(files["expectations/payments.raw_events.json"])["expectations"]
+    ]
+    assert set(project.dimensions) == {"merchants"}
+
+
+def test_a_pipeline_without_its_suite_file_is_refused_and_an_empty_suite_passes(tmp_path):
+    root = project_with(tmp_path)
+    suite = root / "expectations" / "sensors.raw_events.json"
+    suite.unlink()
+    assert problems(root) == ["expectations/sensors.raw_events.json: no such file"]
+    suite.write_text(json.dumps({"name": "sensors.raw_events", "expectations": []}))
+    assert load_project(root).pipelines["sensors"].suite == "sensors"
