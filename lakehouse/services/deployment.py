@@ -121,7 +121,9 @@ def load(path: str | Path) -> Deployment:
         raise LakehouseError(f"cannot read the deployment {path}: {error}") from None
     try:
         deployment = _parse(description)
-    except (KeyError, TypeError, ValueError, AttributeError) as error:
+    except KeyError as error:
+        raise LakehouseError(f"{path}: the field {error} is missing") from None
+    except (TypeError, ValueError, AttributeError) as error:
         raise LakehouseError(f"{path}: {error}") from None
     _check(deployment)
     return deployment
@@ -129,23 +131,26 @@ def load(path: str | Path) -> Deployment:
 
 def _parse(description: dict) -> Deployment:
     network = description["network"]
-    unknown = set(description["services"]) - set(choices(DeployedService))
-    if unknown:
-        raise ValueError(f"services: unknown {sorted(unknown)}; known: {', '.join(choices(DeployedService))}")
     ports = {
-        DeployedService(name): {port_name: int(port) for port_name, port in (named or {}).items()}
+        _service(name, "services"): {port_name: int(port) for port_name, port in (named or {}).items()}
         for name, named in description["services"].items()
     }
     hosts = tuple(
         Host(
             name=str(name),
             address=ipaddress.IPv4Address(entry["address"]),
-            services=tuple(DeployedService(service) for service in entry.get("services") or ()),
+            services=tuple(_service(service, f"hosts.{name}.services") for service in entry.get("services") or ()),
         )
         for name, entry in description["hosts"].items()
     )
     subnet, machine = ipaddress.IPv4Network(network["subnet"]), ipaddress.IPv4Address(network["machine"])
     return Deployment(str(network["prefix"]), subnet, machine, ports, hosts)
+
+
+def _service(name: str, field: str) -> DeployedService:
+    if name not in choices(DeployedService):
+        raise ValueError(f"{field}: no service {name!r}; one of {', '.join(choices(DeployedService))}")
+    return DeployedService(name)
 
 
 def _check(deployment: Deployment) -> None:
