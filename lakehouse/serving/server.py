@@ -101,6 +101,16 @@ def write_metrics_target(spark, settings: Settings) -> None:
     )
 
 
+def endpoint_confs(settings: Settings) -> dict[str, str]:
+    """Spark Connect and the Thrift server on the service's address (LAKEHOUSE_BIND_ADDRESS) and ports."""
+    return {
+        "spark.connect.grpc.binding.address": settings.bind_address,
+        "spark.connect.grpc.binding.port": str(settings.connect_port),
+        "spark.hadoop.hive.server2.thrift.bind.host": settings.bind_address,
+        "spark.hadoop.hive.server2.thrift.port": str(settings.thrift_port),
+    }
+
+
 def service_confs(settings: Settings) -> dict[str, str]:
     """The Spark configuration that makes a session the service: both endpoints on its address, every
     client session read-only, and the catalog in the metastore when there is one."""
@@ -108,10 +118,7 @@ def service_confs(settings: Settings) -> dict[str, str]:
     staleness = parse_duration(settings.sql_staleness) // timedelta(milliseconds=1)
     confs = {
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-        "spark.connect.grpc.binding.address": settings.bind_address,
-        "spark.connect.grpc.binding.port": str(settings.connect_port),
-        "spark.hadoop.hive.server2.thrift.bind.host": settings.bind_address,
-        "spark.hadoop.hive.server2.thrift.port": str(settings.thrift_port),
+        **endpoint_confs(settings),
         "spark.lakehouse.readOnly": "true",
         # Connect requests of read-only sessions are judged before they are planned (the gate's
         # Javadoc says why); a compressed plan could not be, so clients are told not to compress.
