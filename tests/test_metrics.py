@@ -261,11 +261,15 @@ def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert
         "LAKEHOUSE_PROMETHEUS_PORT": "0",
         "LAKEHOUSE_PROMETHEUS_SCRAPE_INTERVAL": "1s",
         "LAKEHOUSE_ALERT_FOR": "2s",
+        # Prometheus and the stream's endpoint on another loopback address, as on a host's address in
+        # a deployment across hosts: they find each other there.
+        "LAKEHOUSE_BIND_ADDRESS": "127.0.0.2",
     }
     env = {**cli_env, **watched}
     settings = make_settings(Path(cli_env["LAKEHOUSE_HOME"]), **watched)
     generate(settings, GeneratorConfig(events=900, events_per_file=300, seed=3))
     url = prometheus.start(settings)["url"]
+    assert url.startswith("http://127.0.0.2:")
     stream = start_stream(env)
     try:
         progress = Path(STREAM_PROGRESS.uri(settings).removeprefix("file:")) / "_delta_log"

@@ -104,7 +104,14 @@ def master_arguments(host: str, port: int, web_port: int) -> list[str]:
 
 
 def worker_arguments(host: str, master: str, web_port: int, work: Path) -> list[str]:
-    """A worker bound to ``host`` that registers with the master at ``master`` (spark://host:port)."""
+    """A worker's arguments to ``spark-class``.
+
+    Args:
+        host: the address it binds to.
+        master: the master it registers with (``spark://host:port``).
+        web_port: its UI's port.
+        work: its work folder.
+    """
     worker = ["org.apache.spark.deploy.worker.Worker", "--host", host, "--cores", str(WORKER_CORES)]
     return [*worker, "--memory", WORKER_MEMORY, "--webui-port", str(web_port), "--work-dir", str(work), master]
 
