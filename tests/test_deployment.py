@@ -205,3 +205,28 @@ def test_a_wrong_description_is_refused_naming_its_field(tmp_path, change, messa
     (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(description, sort_keys=False))
     with pytest.raises(LakehouseError, match=re.escape(message)):
         deployment.load(tmp_path / "deployment.yaml")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["hosts", "run"], "name a host and a command: lakehouse hosts run HOST -- COMMAND"),
+        (["hosts", "run", "storage"], "name a host and a command"),
+        (["hosts", "up", "storage"], "`lakehouse hosts up` takes no host and no command; `run` does"),
+        (["hosts", "run", "nowhere", "--", "true"], "no host 'nowhere' in the deployment: one of storage, kafka"),
+    ],
+)
+def test_a_wrong_hosts_command_is_a_one_line_error_before_anything_is_made(arguments, message, capsys):
+    from lakehouse.cli import main
+
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"lakehouse: error: {message}") and error.count("\n") == 1
+
+
+def test_a_missing_description_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    from lakehouse.cli import main
+
+    monkeypatch.setenv("LAKEHOUSE_DEPLOYMENT", str(tmp_path / "nowhere.yaml"))
+    assert main(["hosts", "status"]) == 2
+    assert capsys.readouterr().err.startswith(f"lakehouse: error: cannot read the deployment {tmp_path}/nowhere.yaml")

@@ -3,13 +3,14 @@ description, where the hosts reach each other by name and nothing beyond the sub
 S3 server started on the storage host binds to that host's address and serves the analyst host, and
 answers on no loopback; ``down`` leaves no namespace, link, file or process behind.
 
-The test's deployment is the shipped description under another prefix and subnet, so that it leaves
-a deployment made with ``lakehouse hosts up`` alone."""
+The test's deployment is the shipped description under a prefix and subnet of its own, so that it
+leaves alone a deployment made with ``lakehouse hosts up``, and another run of this test beside it."""
 
 from __future__ import annotations
 
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -33,7 +34,6 @@ pytestmark = [
 ]
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
-PREFIX = "lhtest"
 # The analyst's client: the project's own S3 client, pointed at the storage host by the settings
 # `lakehouse hosts run` gives it.
 CLIENT = """
@@ -49,13 +49,26 @@ print(json.dumps({"endpoint": settings.s3_endpoint, "keys": keys}))
 """
 
 
+def unused_subnet() -> int:
+    """N of a subnet 10.77.N.0/24 no route of the machine names (the shipped one is N = 0)."""
+    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
+    taken = {int(n) for n in re.findall(r"\b10\.77\.(\d+)\.", routes)} | {0}
+    return random.Random(os.getpid()).choice([n for n in range(1, 255) if n not in taken])
+
+
 @pytest.fixture
 def deployed(tmp_path):
-    """The shipped description on 10.77.1.0/24 with the prefix ``lhtest``; taken down whatever happens."""
+    """The shipped description on a subnet 10.77.N.0/24 of its own, its names starting ``lhtN-``;
+    taken down whatever happens."""
+    number = unused_subnet()
     description = yaml.safe_load((PROJECT_ROOT / "docker" / "deployment.yaml").read_text())
-    description["network"] = {"prefix": PREFIX, "subnet": "10.77.1.0/24", "machine": "10.77.1.1"}
+    description["network"] = {
+        "prefix": f"lht{number}",
+        "subnet": f"10.77.{number}.0/24",
+        "machine": f"10.77.{number}.1",
+    }
     for entry in description["hosts"].values():
-        entry["address"] = entry["address"].replace("10.77.0.", "10.77.1.")
+        entry["address"] = entry["address"].replace("10.77.0.", f"10.77.{number}.")
     path = tmp_path / "deployment.yaml"
     path.write_text(yaml.safe_dump(description, sort_keys=False))
     described = deployment.load(path)
@@ -84,12 +97,12 @@ def running(pid: int) -> bool:
         return False
 
 
-def leftovers() -> list[str]:
-    """Whatever of the test's deployment is still on the machine: namespaces, links, /etc/netns folders."""
+def leftovers(prefix: str) -> list[str]:
+    """Whatever of a deployment is still on the machine: namespaces, links, /etc/netns folders."""
     namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
     links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    found = re.findall(rf"\b{PREFIX}-[\w-]+", namespaces + links)
-    return found + [str(path) for path in Path("/etc/netns").glob(f"{PREFIX}-*")]
+    found = re.findall(rf"\b{prefix}-[\w-]+", namespaces + links)
+    return found + [str(path) for path in Path("/etc/netns").glob(f"{prefix}-*")]
 
 
 def test_hosts_reach_each_other_by_name_the_s3_server_serves_across_them_and_down_leaves_nothing(deployed, tmp_path):
@@ -134,7 +147,7 @@ def test_hosts_reach_each_other_by_name_the_s3_server_serves_across_them_and_dow
     ]
     removed = lakehouse(env, "hosts", "down").stdout
     assert '"processes": 2' in removed and '"namespaces": 11' in removed, removed
-    assert leftovers() == [] and not any(running(pid) for pid in pids)
+    assert leftovers(described.prefix) == [] and not any(running(pid) for pid in pids)
     assert lakehouse(env, "hosts", "down").stdout.strip() == "no hosts were up"
 
 
