@@ -20,6 +20,8 @@ from lakehouse.location import local_path, to_uri
 from lakehouse.vocabulary import S3Commits, SqlRoute, choices
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+# Where the services `lakehouse` starts listen on one machine (LAKEHOUSE_BIND_ADDRESS).
+LOOPBACK = "127.0.0.1"
 
 
 def is_checkout(folder: Path) -> bool:
@@ -99,6 +101,8 @@ _STRIPPED_FIELDS = (
     "s3_commits",
     "s3_commit_table",
     "s3_commit_endpoint",
+    "bind_address",
+    "deployment",
 )
 _PORT_FIELDS = (
     "connect_port",
@@ -292,6 +296,12 @@ class Services:
     s3_commit_table: str = ""
     s3_commit_endpoint: str = ""
     dynamodb_port: int = 8000
+    # --- Hosts (docs/operations.md, "Deployment across hosts") ---
+    # The address every service `lakehouse` starts listens on and its status names: loopback on one
+    # machine, a host's own address in a deployment across hosts (`lakehouse hosts run` sets it).
+    bind_address: str = LOOPBACK
+    # The description of that deployment: its hosts, their addresses and services, the ports.
+    deployment: str = str(PROJECT_ROOT / "docker" / "deployment.yaml")
 
     def kafka_topic(self, pipeline_topic: str) -> str:
         return f"{self.kafka_topic_prefix}{pipeline_topic}"
@@ -396,6 +406,10 @@ def _validate(settings: Settings) -> None:
     if not re.match(r"^[\w.-]*$", settings.kafka_topic_prefix):
         raise LakehouseError("LAKEHOUSE_KAFKA_TOPIC_PREFIX may hold letters, digits, '.', '_' and '-' only")
     _validate_metrics(settings)
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9.-]*$", settings.bind_address):
+        raise LakehouseError(
+            f"LAKEHOUSE_BIND_ADDRESS must be an IPv4 address or a host name, not {settings.bind_address!r}"
+        )
     if settings.max_offsets_per_trigger < 0:
         raise LakehouseError("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER must be 0 (no limit) or more")
 

@@ -197,3 +197,21 @@ class Staleness(StrEnum):
     OLDER_DEFINITION = "older_definition"  # recomputed by a definition of the pipeline since changed
     NEVER_RECOMPUTED = "never_recomputed"  # bronze has its events, the batch layer never recomputed it
     LATER_DATA = "later_data"  # events reached bronze after its recomputation, and no correction folded them
+
+
+class DeployedService(StrEnum):
+    """What a host of the deployment across hosts runs (docker/deployment.yaml gives each its ports)."""
+
+    S3 = "s3"
+    KAFKA = "kafka"
+    POSTGRESQL = "postgresql"  # the Hive metastore's and Airflow's databases
+    SPARK_MASTER = "spark-master"
+    SPARK_WORKER = "spark-worker"
+    SPARK_SERVICE = "spark-service"  # Spark Connect and Thrift (JDBC/ODBC), one driver
+    AIRFLOW_API_SERVER = "airflow-api-server"
+    AIRFLOW_SCHEDULER = "airflow-scheduler"
+    AIRFLOW_DAG_PROCESSOR = "airflow-dag-processor"
+    AIRFLOW_TRIGGERER = "airflow-triggerer"
+    SPEED_LAYER = "speed-layer"  # the stream's driver
+    PROMETHEUS = "prometheus"
+    ALERTMANAGER = "alertmanager"

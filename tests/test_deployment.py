@@ -1,5 +1,7 @@
 """docker/compose.yaml runs what the tests run: the same settings names, versions and broker
-configuration. Nothing here starts a container (no Docker engine in CI): it reads the file."""
+configuration, and the hosts, services and ports of docker/deployment.yaml, whose ports are those the
+project's own commands and scripts start the services on. Nothing here starts a container (no Docker
+engine in CI): it reads the files."""
 
 from __future__ import annotations
 
@@ -9,16 +11,30 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lakehouse.errors import LakehouseError
+from lakehouse.services import deployment
 from lakehouse.services.kafka import KAFKA_VERSION, BrokerFiles, new_cluster_id
 from lakehouse.settings import PROJECT_ROOT, Settings, environment_variables
 from lakehouse.storage import commits
-from lakehouse.vocabulary import S3Commits
+from lakehouse.vocabulary import DeployedService, S3Commits
 
-COMPOSE = yaml.safe_load((PROJECT_ROOT / "docker" / "compose.yaml").read_text())
+COMPOSE_FILE = PROJECT_ROOT / "docker" / "compose.yaml"
+COMPOSE = yaml.safe_load(COMPOSE_FILE.read_text())
 SERVICES = COMPOSE["services"]
+DESCRIPTION = PROJECT_ROOT / "docker" / "deployment.yaml"
+DEPLOYMENT = deployment.load(DESCRIPTION)
 # The services that run the platform's code, and what each must be told: where the log, tables and
 # checkpoints are, which Spark to submit to, and which brokers hold the log.
-PLATFORM_SERVICES = ("spark-worker", "speed-layer", "airflow-api-server", "airflow-scheduler", "airflow-dag-processor")
+PLATFORM_SERVICES = (
+    "worker-1",
+    "worker-2",
+    "spark-service",
+    "stream",
+    "airflow",
+    "airflow-scheduler",
+    "airflow-dag-processor",
+    "airflow-triggerer",
+)
 REQUIRED = (
     "LAKEHOUSE_LOG_URI",
     "LAKEHOUSE_WAREHOUSE_URI",
@@ -55,10 +71,11 @@ def test_the_kafka_service_runs_the_tested_broker_version_and_configuration(tmp_
     kafka = SERVICES["kafka"]
     assert kafka["image"] == f"apache/kafka:{KAFKA_VERSION}"
     files = BrokerFiles(tmp_path)
-    files.write_configuration(9092, 9093)
+    files.write_configuration("kafka", 9092, 9093)
     tested = dict(line.split("=", 1) for line in files.properties.read_text().splitlines())
     # The image reads KAFKA_<PROPERTY> (dots as underscores) for each broker property.
-    for key in ("auto.create.topics.enable", "offsets.topic.replication.factor", "transaction.state.log.min.isr"):
+    keys = ("auto.create.topics.enable", "offsets.topic.replication.factor", "transaction.state.log.min.isr")
+    for key in (*keys, "advertised.listeners"):  # the broker's address: the kafka host's, by name
         assert str(kafka["environment"]["KAFKA_" + key.upper().replace(".", "_")]) == tested[key], key
 
 
@@ -75,3 +92,141 @@ def test_no_kafka_cluster_id_starts_with_a_dash_which_the_storage_tool_would_rea
     ids = [new_cluster_id() for _ in range(2000)]  # one in 64 would, drawn blindly
     assert not [cluster_id for cluster_id in ids if cluster_id.startswith("-")]
     assert {len(cluster_id) for cluster_id in ids} == {22} and len(set(ids)) == len(ids)
+
+
+def _one_shot(name: str) -> bool:
+    """A job that runs once before others (a bucket, a database): another service waits for it to end."""
+    waits = [spec.get("depends_on") for spec in SERVICES.values()]
+    return any(
+        isinstance(w, dict) and w.get(name, {}).get("condition") == "service_completed_successfully" for w in waits
+    )
+
+
+def test_compose_runs_each_host_of_the_description_with_its_services_and_their_ports():
+    described = DEPLOYMENT.compose_services()
+    assert {name for name in SERVICES if not _one_shot(name)} == set(described)
+    for name, (host, _) in described.items():
+        spec = SERVICES[name]
+        if name == host.name:  # the host's container: every port of the host's services
+            assert spec.get("hostname") == host.name, name
+            assert sorted(int(port) for port in spec.get("expose", [])) == DEPLOYMENT.host_ports(host), name
+        else:  # another service of the host, on the host's network
+            assert spec.get("network_mode") == f"service:{host.name}" and "expose" not in spec, name
+        bind = (spec.get("environment") or {}).get("LAKEHOUSE_BIND_ADDRESS")
+        assert bind in (None, host.name), f"{name} binds to {bind}, not its host's address"
+
+
+def _strings(node, key: str = ""):
+    """Every string of the compose file but the images' names (``apache/kafka:4.1.1`` is no address)."""
+    if isinstance(node, dict):
+        for child_key, child in node.items():
+            yield from _strings(child, str(child_key))
+    elif isinstance(node, list):
+        for child in node:
+            yield from _strings(child, key)
+    elif key != "image":
+        yield str(node)
+
+
+def test_compose_reaches_each_host_only_on_ports_the_description_gives_it():
+    mentioned = {
+        (host, int(port))
+        for text in _strings(COMPOSE)
+        for host, port in re.findall(r"(?<![\w.-])([a-z][a-z0-9-]*):(\d+)\b", text)
+        if host in DEPLOYMENT.host_names()
+    }
+    wrong = {(h, p) for h, p in mentioned if p not in DEPLOYMENT.host_ports(DEPLOYMENT.host(h))}
+    assert not wrong, f"compose reaches hosts on ports the description does not give them: {sorted(wrong)}"
+    # The clients' settings are the description's addresses.
+    assert DEPLOYMENT.client_environment().items() <= COMPOSE["x-lakehouse-env"].items()
+    assert {("storage", 9000), ("kafka", 9092), ("metastore", 54329), ("spark-master", 7077)} <= mentioned
+
+
+def _script_default(variable: str) -> int:
+    return int(re.search(rf"\$\{{{variable}:-(\d+)\}}", (PROJECT_ROOT / "scripts" / "airflow.sh").read_text())[1])
+
+
+def test_the_described_ports_are_those_the_services_start_on_by_default():
+    defaults = Settings.from_env({})
+    started_on = {
+        DeployedService.S3: {"s3": defaults.s3_port},
+        DeployedService.KAFKA: {"broker": defaults.kafka_port},
+        DeployedService.POSTGRESQL: {"sql": _script_default("AIRFLOW_PG_PORT")},
+        DeployedService.SPARK_MASTER: {"master": defaults.cluster_port},
+        DeployedService.SPARK_SERVICE: {"connect": defaults.connect_port, "thrift": defaults.thrift_port},
+        DeployedService.AIRFLOW_API_SERVER: {"api": _script_default("AIRFLOW_PORT")},
+        DeployedService.PROMETHEUS: {"web": defaults.prometheus_port},
+        DeployedService.ALERTMANAGER: {"web": 9093},
+    }
+    assert {service: dict(ports) for service, ports in DEPLOYMENT.ports.items() if ports} == started_on
+    assert set(DEPLOYMENT.ports) == set(DeployedService)
+    assert defaults.bind_address == "127.0.0.1"  # one machine: every service on loopback
+
+
+def test_each_host_is_told_its_address_to_bind_to_and_the_services_by_name():
+    storage = DEPLOYMENT.host("storage")
+    assert DEPLOYMENT.host_environment(storage) == {
+        "LAKEHOUSE_S3_ENDPOINT": "http://storage:9000",
+        "LAKEHOUSE_KAFKA_BOOTSTRAP": "kafka:9092",
+        "LAKEHOUSE_SPARK_MASTER": "spark://spark-master:7077",
+        "LAKEHOUSE_SQL_ROUTE": "sc://spark-service:15002",
+        "LAKEHOUSE_BIND_ADDRESS": "10.77.0.2",
+    }
+    Settings.from_env(DEPLOYMENT.host_environment(storage))  # values the settings accept
+    lines = DEPLOYMENT.hosts_file(storage, "box").splitlines()
+    assert "10.77.0.2\tstorage box" in lines and "10.77.0.12\tanalyst" in lines and "127.0.0.1\tlocalhost" in lines
+    names = [DEPLOYMENT.namespace(h) for h in DEPLOYMENT.hosts] + [DEPLOYMENT.link(h) for h in DEPLOYMENT.hosts]
+    assert all(name.startswith("lakehouse-") for name in [*names, DEPLOYMENT.bridge])
+    assert max(len(DEPLOYMENT.link(h)) for h in DEPLOYMENT.hosts) <= 15  # a link's name holds 15 characters
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (
+            ("hosts", "kafka", "address", "10.78.0.3"),
+            "hosts.kafka.address: 10.78.0.3 is no host address of 10.77.0.0/24",
+        ),
+        (("hosts", "kafka", "address", "10.77.0.2"), "hosts.kafka.address: 10.77.0.2 is already storage's"),
+        (("hosts", "kafka", "address", "10.77.0.1"), "hosts.kafka.address: 10.77.0.1 is already the machine's"),
+        (("hosts", "kafka", "services", ["kafak"]), "hosts.kafka.services: no service 'kafak'; one of s3, kafka"),
+        (("network", "prefix", "lakehouse-prod"), "network.prefix: lower-case letters, digits and '-', at most 10"),
+        (("services", "s3", {"api": 9000}), "services: a client needs the port named 's3'"),
+        (("hosts", "analyst", "services", ["s3", "alertmanager"]), "hosts: alertmanager would name two containers"),
+    ],
+)
+def test_a_wrong_description_is_refused_naming_its_field(tmp_path, change, message):
+    description = yaml.safe_load(DESCRIPTION.read_text())
+    *path, value = change
+    node = description
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    (tmp_path / "deployment.yaml").write_text(yaml.safe_dump(description, sort_keys=False))
+    with pytest.raises(LakehouseError, match=re.escape(message)):
+        deployment.load(tmp_path / "deployment.yaml")
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["hosts", "run"], "name a host and a command: lakehouse hosts run HOST -- COMMAND"),
+        (["hosts", "run", "storage"], "name a host and a command"),
+        (["hosts", "up", "storage"], "`lakehouse hosts up` takes no host and no command; `run` does"),
+        (["hosts", "run", "nowhere", "--", "true"], "no host 'nowhere' in the deployment: one of storage, kafka"),
+    ],
+)
+def test_a_wrong_hosts_command_is_a_one_line_error_before_anything_is_made(arguments, message, capsys):
+    from lakehouse.cli import main
+
+    assert main(arguments) == 2
+    error = capsys.readouterr().err
+    assert error.startswith(f"lakehouse: error: {message}") and error.count("\n") == 1
+
+
+def test_a_missing_description_is_a_one_line_error(tmp_path, monkeypatch, capsys):
+    from lakehouse.cli import main
+
+    monkeypatch.setenv("LAKEHOUSE_DEPLOYMENT", str(tmp_path / "nowhere.yaml"))
+    assert main(["hosts", "status"]) == 2
+    assert capsys.readouterr().err.startswith(f"lakehouse: error: cannot read the deployment {tmp_path}/nowhere.yaml")

@@ -144,6 +144,19 @@ def test_a_stale_stream_is_unhealthy_in_both_health_and_the_endpoint(tmp_path):
     assert ("lakehouse_stream_dedupe_index_ids", mine) not in samples
 
 
+def test_the_endpoint_listens_on_the_bind_address_and_names_it_for_prometheus(tmp_path):
+    from lakehouse.services.process import port_answers
+
+    settings = make_settings(tmp_path, LAKEHOUSE_BIND_ADDRESS="127.0.0.2")  # another loopback address
+    endpoint = start_endpoint(settings, PIPELINE, index_ids=lambda: None)
+    try:
+        assert port_answers(endpoint.port, "127.0.0.2") and not port_answers(endpoint.port)
+    finally:
+        endpoint.close()
+    targets = json.loads(target_file(settings, PIPELINE).read_text())[0]["targets"]
+    assert targets == [f"127.0.0.2:{endpoint.port}"]
+
+
 def test_metrics_port_off_serves_nothing_and_a_bad_port_is_a_one_line_error(tmp_path):
     from lakehouse.errors import LakehouseError
 
@@ -248,11 +261,15 @@ def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert
         "LAKEHOUSE_PROMETHEUS_PORT": "0",
         "LAKEHOUSE_PROMETHEUS_SCRAPE_INTERVAL": "1s",
         "LAKEHOUSE_ALERT_FOR": "2s",
+        # Prometheus and the stream's endpoint on another loopback address, as on a host's address in
+        # a deployment across hosts: they find each other there.
+        "LAKEHOUSE_BIND_ADDRESS": "127.0.0.2",
     }
     env = {**cli_env, **watched}
     settings = make_settings(Path(cli_env["LAKEHOUSE_HOME"]), **watched)
     generate(settings, GeneratorConfig(events=900, events_per_file=300, seed=3))
     url = prometheus.start(settings)["url"]
+    assert url.startswith("http://127.0.0.2:")
     stream = start_stream(env)
     try:
         progress = Path(STREAM_PROGRESS.uri(settings).removeprefix("file:")) / "_delta_log"

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
 import socket
 import xml.etree.ElementTree as ET
 
 import pytest
 
 from lakehouse.errors import LakehouseError
+from lakehouse.services import cluster, kafka
 from lakehouse.services.process import claim_port, saved_port
-from lakehouse.services.spark_service import ServiceState, connect_url, status
-from lakehouse.serving.server import hive_site
+from lakehouse.services.spark_service import ServiceState, _service_environment, connect_url, status
+from lakehouse.serving.server import endpoint_confs, hive_site
 from lakehouse.settings import Settings
 
 
@@ -66,3 +69,54 @@ def test_a_service_keeps_the_port_it_was_set_up_on_and_refuses_another_or_a_take
         with pytest.raises(LakehouseError, match=f"port {taken} is taken"):
             claim_port(tmp_path / "other", taken, "LAKEHOUSE_DYNAMODB_PORT", "DynamoDB server")
     assert saved_port(tmp_path / "other") is None
+
+
+# Another loopback address: a service bound to it does not answer on 127.0.0.1, as one bound to a
+# host's address in a deployment across hosts does not (tests/test_hosts.py runs that).
+ELSEWHERE = "127.0.0.2"
+
+
+def test_the_spark_service_binds_both_endpoints_and_its_ui_to_the_bind_address(tmp_path):
+    bound = _settings(tmp_path, LAKEHOUSE_BIND_ADDRESS="10.77.0.8")
+    assert endpoint_confs(bound)["spark.connect.grpc.binding.address"] == "10.77.0.8"
+    assert endpoint_confs(bound)["spark.hadoop.hive.server2.thrift.bind.host"] == "10.77.0.8"
+    assert _service_environment(bound)["SPARK_LOCAL_IP"] == "10.77.0.8"  # its UI, with Spark's metrics
+    assert set(endpoint_confs(_settings(tmp_path)).values()) >= {"127.0.0.1"}  # one machine: loopback
+
+
+def test_a_spark_service_up_on_the_bind_address_is_up_there_and_named_there(tmp_path):
+    settings = _settings(tmp_path, LAKEHOUSE_BIND_ADDRESS=ELSEWHERE)
+    with contextlib.ExitStack() as stack:
+        ports = []
+        for _ in range(2):  # its two endpoints
+            listener = stack.enter_context(socket.socket())
+            listener.bind((ELSEWHERE, 0))
+            listener.listen()
+            ports.append(listener.getsockname()[1])
+        files = ServiceState(settings.service_dir(), *ports, ELSEWHERE)
+        files.folder.mkdir(parents=True)
+        (files.folder / "server.pid").write_text(str(os.getpid()))
+        files.write_ready(os.getpid(), [])
+        report = status(settings)
+    assert report["up"] and report["connect"] == f"sc://{ELSEWHERE}:{ports[0]}"
+    assert report["jdbc"] == f"jdbc:hive2://{ELSEWHERE}:{ports[1]}/default"
+
+
+def test_the_cluster_daemons_bind_to_the_bind_address(tmp_path):
+    master = cluster.master_arguments("10.77.0.5", 7077, 8080)
+    worker = cluster.worker_arguments("10.77.0.6", "spark://10.77.0.5:7077", 8081, tmp_path)
+    assert master[master.index("--host") + 1] == "10.77.0.5" and master[master.index("--port") + 1] == "7077"
+    assert worker[worker.index("--host") + 1] == "10.77.0.6" and worker[-1] == "spark://10.77.0.5:7077"
+    assert cluster.daemon_environment(tmp_path, "10.77.0.6")["SPARK_LOCAL_IP"] == "10.77.0.6"
+
+
+def test_a_kafka_broker_set_up_on_one_address_is_found_there_and_refuses_to_start_on_another(tmp_path):
+    settings = _settings(tmp_path)
+    files = kafka.BrokerFiles(settings.kafka_dir())
+    files.folder.mkdir(parents=True)
+    files.write_configuration(ELSEWHERE, 9092, 9093)
+    properties = dict(line.split("=", 1) for line in files.properties.read_text().splitlines())
+    assert properties["listeners"] == f"PLAINTEXT://{ELSEWHERE}:9092,CONTROLLER://{ELSEWHERE}:9093"
+    assert properties["controller.quorum.bootstrap.servers"] == f"{ELSEWHERE}:9093"
+    with pytest.raises(LakehouseError, match=f"set up on {ELSEWHERE}: set LAKEHOUSE_BIND_ADDRESS={ELSEWHERE}$"):
+        kafka.start(settings)

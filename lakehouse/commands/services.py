@@ -1,8 +1,10 @@
 """The long-running services the platform starts: the Spark service, a Spark cluster, a Kafka broker,
-an S3 server and Prometheus. Each prints its status as JSON and exits 1 when it is down."""
+an S3 server and Prometheus; and the hosts of the deployment across hosts, on this machine. Each
+prints its status as JSON and exits 1 when it is down."""
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import json
 from typing import TYPE_CHECKING
@@ -58,6 +60,34 @@ def _service(name: str, help: str, module: str, label: str, status_help: str) ->
     return Command(name, help, run, options)
 
 
+def cmd_hosts(args, settings: Settings) -> None:
+    from lakehouse.errors import LakehouseError
+    from lakehouse.services import deployment, hosts
+
+    described = deployment.load(settings.deployment)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if args.action == "run":
+        hosts.run(described, args.host, command)
+    if args.host or command:
+        raise LakehouseError(f"`lakehouse hosts {args.action}` takes no host and no command; `run` does")
+    if args.action == "down":
+        removed = hosts.down(described)
+        print(f"hosts down: removed {json.dumps(removed)}" if any(removed.values()) else "no hosts were up")
+        return
+    report = hosts.up(described) if args.action == "up" else hosts.status(described)
+    print(json.dumps(report, indent=1))
+    if not report["up"]:
+        raise Unhealthy()
+
+
+def _hosts_options(parser) -> None:
+    parser.add_argument(
+        "action", choices=["up", "status", "down", "run"], help="status exits 1 unless every host is up"
+    )
+    parser.add_argument("host", nargs="?", help="run: the host to run the command on")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="run: the command, after --")
+
+
 COMMANDS = (
     Command(
         "serve",
@@ -92,5 +122,11 @@ COMMANDS = (
         module="lakehouse.services.prometheus",
         label="Prometheus",
         status_help="status exits 1 unless it is ready",
+    ),
+    Command(
+        "hosts",
+        "the hosts of docker/deployment.yaml on this machine, a network namespace each (root only)",
+        cmd_hosts,
+        _hosts_options,
     ),
 )

@@ -1,12 +1,13 @@
 """A stream's metrics endpoint, for Prometheus: each scrape reads the stream's figures
 (lakehouse.ops.stream_figures, the ones ``lakehouse health`` judges) and the health verdict on them.
 
-The endpoint runs in the stream's process, on loopback, on ``LAKEHOUSE_METRICS_PORT`` (0: any free
-port; off: none). Its address goes to ``<home>/metrics/<pipeline>.json`` in Prometheus's file
-service-discovery format, which the Prometheus of ``lakehouse prometheus start`` watches. The file
-stays when the stream stops, so Prometheus sees the target down (``up == 0``) instead of forgetting it.
-Reading at scrape time rather than counting in the stream keeps the micro-batch free of metrics work
-and the figures equal to the tables after a restart.
+The endpoint runs in the stream's process, on loopback (or LAKEHOUSE_BIND_ADDRESS), on
+``LAKEHOUSE_METRICS_PORT`` (0: any free port; off: none). Its address goes to
+``<home>/metrics/<pipeline>.json`` in Prometheus's file service-discovery format, which the
+Prometheus of ``lakehouse prometheus start`` watches. The file stays when the stream stops, so
+Prometheus sees the target down (``up == 0``) instead of forgetting it. Reading at scrape time rather
+than counting in the stream keeps the micro-batch free of metrics work and the figures equal to the
+tables after a restart.
 """
 
 from __future__ import annotations
@@ -161,8 +162,8 @@ def target_file(settings: Settings, pipeline: str) -> Path:
 
 
 def start_endpoint(settings: Settings, pipeline: str, index_ids: Callable[[], int | None]) -> Endpoint | None:
-    """Serve the pipeline's metrics on loopback and write its address for Prometheus (None when
-    ``LAKEHOUSE_METRICS_PORT`` is off).
+    """Serve the pipeline's metrics on the bind address and write its address for Prometheus (None
+    when ``LAKEHOUSE_METRICS_PORT`` is off).
 
     Args:
         settings: the port, and where the tables and the home are.
@@ -180,14 +181,14 @@ def start_endpoint(settings: Settings, pipeline: str, index_ids: Callable[[], in
     registry = CollectorRegistry(auto_describe=False)
     registry.register(StreamCollector(settings, pipeline, index_ids))
     try:
-        server, _ = start_http_server(port, addr="127.0.0.1", registry=registry)
+        server, _ = start_http_server(port, addr=settings.bind_address, registry=registry)
     except OSError as error:
         raise LakehouseError(
             f"the metrics endpoint cannot listen on port {port} (LAKEHOUSE_METRICS_PORT): {error}"
         ) from None
     path = target_file(settings, pipeline)
     path.parent.mkdir(parents=True, exist_ok=True)
-    address = f"127.0.0.1:{server.server_port}"
+    address = f"{settings.bind_address}:{server.server_port}"
     write_json(path, [{"targets": [address], "labels": {"pipeline": pipeline}}])
     return Endpoint(server.server_port, path, server)
 

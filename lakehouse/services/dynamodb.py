@@ -1,7 +1,7 @@
-"""A DynamoDB-compatible server on loopback, started and stopped with the S3 server (``lakehouse s3
-start``, lakehouse.services.s3) for a machine without DynamoDB: with LAKEHOUSE_S3_COMMITS=dynamodb,
-Spark's commits to s3a:// tables claim their version in its table first (lakehouse.storage.commits,
-docs/operations.md "Object storage").
+"""A DynamoDB-compatible server on loopback (or LAKEHOUSE_BIND_ADDRESS), started and stopped with the
+S3 server (``lakehouse s3 start``, lakehouse.services.s3) for a machine without DynamoDB: with
+LAKEHOUSE_S3_COMMITS=dynamodb, Spark's commits to s3a:// tables claim their version in its table
+first (lakehouse.storage.commits, docs/operations.md "Object storage").
 
 The server is moto's (``moto.server``, a Python package of the lock). It
 keeps its tables in memory: a restart forgets the commit claims, so stop the writers before it.
@@ -30,10 +30,10 @@ class ServerFiles(ServerFolder):
 def status(settings: Settings) -> dict:
     """Whether this home's server is up: its process alive and its port answering."""
     files = ServerFiles(settings.dynamodb_dir())
-    port = files.port()
-    report = files.process.report(lambda: port is not None and port_answers(port))
+    port, host = files.port(), settings.bind_address
+    report = files.process.report(lambda: port is not None and port_answers(port, host))
     if report["up"]:
-        report["endpoint"] = f"http://127.0.0.1:{port}"
+        report["endpoint"] = f"http://{host}:{port}"
     return report
 
 
@@ -45,9 +45,10 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     files = ServerFiles(settings.dynamodb_dir())
     files.folder.mkdir(parents=True, exist_ok=True)
     files.process.refuse_if_running("lakehouse s3 stop")
-    port = claim_port(files.folder, settings.dynamodb_port, "LAKEHOUSE_DYNAMODB_PORT", "DynamoDB server")
+    host = settings.bind_address
+    port = claim_port(files.folder, settings.dynamodb_port, "LAKEHOUSE_DYNAMODB_PORT", "DynamoDB server", host)
     # moto's server module, run by this interpreter: the venv's, whatever the PATH.
-    command = [sys.executable, "-m", "moto.server", "--host", "127.0.0.1", "--port", str(port)]
+    command = [sys.executable, "-m", "moto.server", "--host", host, "--port", str(port)]
     return files.process.start(command, lambda: status(settings), wait_seconds)
 
 

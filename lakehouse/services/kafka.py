@@ -1,4 +1,5 @@
-"""A Kafka broker on loopback for the retained log (``lakehouse kafka start``, ``make kafka``).
+"""A Kafka broker on loopback for the retained log (``lakehouse kafka start``, ``make kafka``), or on
+LAKEHOUSE_BIND_ADDRESS, a host's address in a deployment across hosts.
 
 One JVM is both broker and KRaft controller, as in Kafka's own quick start; its JARs come from
 Maven Central through the Ivy that pyspark ships, into the ignored ``.cache/kafka/``. The broker
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
-from lakehouse.settings import PROJECT_ROOT, Settings
+from lakehouse.settings import LOOPBACK, PROJECT_ROOT, Settings
 
 KAFKA_VERSION = "4.1.1"
 KAFKA_JARS = PROJECT_ROOT / ".cache" / "kafka" / KAFKA_VERSION
@@ -87,17 +88,21 @@ class BrokerFiles:
         return self.folder / "server.properties"
 
     def ports(self) -> dict | None:
-        """The ports chosen when the storage was formatted: KRaft records the controller's address."""
+        """The address and ports chosen when the storage was formatted: KRaft records the controller's."""
         return read_json(self.folder / "ports.json")
 
-    def write_configuration(self, port: int, controller_port: int) -> None:
+    def host(self) -> str:
+        """The address the broker was set up on (a home set up before there was a choice: loopback)."""
+        return (self.ports() or {}).get("host", LOOPBACK)
+
+    def write_configuration(self, host: str, port: int, controller_port: int) -> None:
         data = self.folder / "data"
         lines = {
             "process.roles": "broker,controller",
             "node.id": "1",
-            "controller.quorum.bootstrap.servers": f"127.0.0.1:{controller_port}",
-            "listeners": f"PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://127.0.0.1:{port}",
+            "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
+            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
+            "advertised.listeners": f"PLAINTEXT://{host}:{port}",
             "controller.listener.names": "CONTROLLER",
             "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
             "inter.broker.listener.name": "PLAINTEXT",
@@ -111,16 +116,16 @@ class BrokerFiles:
             "auto.create.topics.enable": "false",
         }
         self.properties.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
-        write_json(self.folder / "ports.json", {"port": port, "controller_port": controller_port})
+        write_json(self.folder / "ports.json", {"host": host, "port": port, "controller_port": controller_port})
 
 
 def status(settings: Settings) -> dict:
     """Whether this home's broker is up: its process alive and its port answering."""
     files = BrokerFiles(settings.kafka_dir())
-    ports = files.ports() or {}
-    report = files.process.report(lambda: bool(ports) and port_answers(ports["port"]))
+    ports, host = files.ports() or {}, files.host()
+    report = files.process.report(lambda: bool(ports) and port_answers(ports["port"], host))
     if report["up"]:
-        report["bootstrap"] = f"127.0.0.1:{ports['port']}"
+        report["bootstrap"] = f"{host}:{ports['port']}"
     return report
 
 
@@ -129,9 +134,10 @@ def _java(jars: list[str], *arguments: str) -> list[str]:
 
 
 def _format_storage(files: BrokerFiles, settings: Settings, jars: list[str]) -> None:
-    port = settings.kafka_port or free_port()
+    host = settings.bind_address
+    port = settings.kafka_port or free_port(host)
     files.folder.mkdir(parents=True, exist_ok=True)
-    files.write_configuration(port, free_port())
+    files.write_configuration(host, port, free_port(host))
     format_command = _java(
         jars, "kafka.tools.StorageTool", "format", "--standalone", "-t", new_cluster_id(), "-c", str(files.properties)
     )
@@ -150,15 +156,19 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
         return already
     files = BrokerFiles(settings.kafka_dir())
     files.process.refuse_if_running("lakehouse kafka stop")
+    if files.ports() is not None and settings.bind_address != files.host():
+        raise LakehouseError(
+            f"this home's broker was set up on {files.host()}: set LAKEHOUSE_BIND_ADDRESS={files.host()}"
+        )
     check_java()
     jars = broker_jars()
     if files.ports() is None or not (files.folder / "data" / "meta.properties").is_file():
         _format_storage(files, settings, jars)
-    port = files.ports()["port"]
+    port, host = files.ports()["port"], files.host()
     if settings.kafka_port and settings.kafka_port != port:
         raise LakehouseError(f"this home's broker was set up on port {port}: set LAKEHOUSE_KAFKA_PORT={port}")
     for taken in (port, files.ports()["controller_port"]):
-        refuse_taken(taken, "choose another home")
+        refuse_taken(taken, "choose another home", host)
     command = _java(jars, f"-Dkafka.logs.dir={files.folder}", "kafka.Kafka", str(files.properties))
     return files.process.start(command, lambda: status(settings), wait_seconds)
 

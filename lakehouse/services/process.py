@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import ClassVar, Protocol
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import Settings
+from lakehouse.settings import LOOPBACK, Settings
 
 
 class Service(Protocol):
@@ -37,22 +37,27 @@ class Service(Protocol):
 PORT_FILE = "port.json"
 
 
-def port_answers(port: int) -> bool:
+def port_answers(port: int, host: str = LOOPBACK) -> bool:
+    """Whether something listens on ``port`` at ``host`` (a service's bind address)."""
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
         probe.settimeout(1)
-        return probe.connect_ex(("127.0.0.1", port)) == 0
+        try:
+            return probe.connect_ex((host, port)) == 0
+        except OSError:  # a host name that does not resolve
+            return False
 
 
-def free_port() -> int:
-    """A port nothing listens on now (for a port setting of 0; another process may take it first)."""
+def free_port(host: str = LOOPBACK) -> int:
+    """A port nothing listens on now at ``host`` (for a port setting of 0; another process may take
+    it first)."""
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind((host, 0))
         return probe.getsockname()[1]
 
 
-def refuse_taken(port: int, remedy: str) -> None:
-    """Fail before starting when something already listens on ``port``."""
-    if port_answers(port):
+def refuse_taken(port: int, remedy: str, host: str = LOOPBACK) -> None:
+    """Fail before starting when something already listens on ``port`` at ``host``."""
+    if port_answers(port, host):
         raise LakehouseError(f"port {port} is taken: stop what listens there or {remedy}")
 
 
@@ -64,7 +69,7 @@ def saved_port(folder: Path) -> int | None:
         return None
 
 
-def claim_port(folder: Path, configured: int | None, setting: str, service: str) -> int:
+def claim_port(folder: Path, configured: int | None, setting: str, service: str, host: str = LOOPBACK) -> int:
     """The port a home's service listens on, kept across restarts (clients of the home have it):
     the one it was set up on, else the configured one, else a free one. A configured port other
     than the set-up one is refused, as is a port something else listens on.
@@ -74,11 +79,12 @@ def claim_port(folder: Path, configured: int | None, setting: str, service: str)
         configured: the port the settings name (None or 0: any).
         setting: the variable that names it, for the refusal's remedy.
         service: what the service is called in messages.
+        host: the address it binds to (LAKEHOUSE_BIND_ADDRESS).
     """
-    port = saved_port(folder) or configured or free_port()
+    port = saved_port(folder) or configured or free_port(host)
     if configured and configured != port:
         raise LakehouseError(f"this home's {service} was set up on port {port}: set {setting}={port}")
-    refuse_taken(port, "choose another home")
+    refuse_taken(port, "choose another home", host)
     write_json(folder / PORT_FILE, {"port": port})
     return port
 

@@ -1,4 +1,5 @@
-"""A Prometheus on loopback (``lakehouse prometheus start``, ``make prometheus``) that scrapes the
+"""A Prometheus on loopback (``lakehouse prometheus start``, ``make prometheus``; or on
+LAKEHOUSE_BIND_ADDRESS, a host's address in a deployment across hosts) that scrapes the
 streams' metrics endpoints (lakehouse.ops.metrics) and evaluates the alert rules of
 ``monitoring/alerts.yml``.
 
@@ -90,9 +91,9 @@ class ServerFiles(ServerFolder):
         return config
 
 
-def _ready(port: int) -> bool:
+def _ready(host: str, port: int) -> bool:
     try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/-/ready", timeout=2) as answer:
+        with urllib.request.urlopen(f"http://{host}:{port}/-/ready", timeout=2) as answer:
             return answer.status == 200
     except OSError:
         return False
@@ -101,10 +102,10 @@ def _ready(port: int) -> bool:
 def status(settings: Settings) -> dict:
     """Whether this home's Prometheus is up: its process alive and ready on its port."""
     files = ServerFiles(settings.prometheus_dir())
-    port = files.port()
-    report = files.process.report(lambda: port is not None and port_answers(port) and _ready(port))
+    port, host = files.port(), settings.bind_address
+    report = files.process.report(lambda: port is not None and port_answers(port, host) and _ready(host, port))
     if report["up"]:
-        report["url"] = f"http://127.0.0.1:{port}"
+        report["url"] = f"http://{host}:{port}"
     return report
 
 
@@ -118,14 +119,15 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
         return already
     files = ServerFiles(settings.prometheus_dir())
     files.process.refuse_if_running("lakehouse prometheus stop")
-    port = settings.prometheus_port or files.port() or free_port()
-    refuse_taken(port, "set LAKEHOUSE_PROMETHEUS_PORT to another port")
+    host = settings.bind_address
+    port = settings.prometheus_port or files.port() or free_port(host)
+    refuse_taken(port, "set LAKEHOUSE_PROMETHEUS_PORT to another port", host)
     config = files.set_up(settings, port)
     command = [
         binary,
         f"--config.file={config}",
         f"--storage.tsdb.path={files.folder / 'data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
+        f"--web.listen-address={host}:{port}",
         "--storage.tsdb.retention.time=15d",
     ]
     return files.process.start(command, lambda: status(settings), wait_seconds)

@@ -1,4 +1,5 @@
-"""An S3 server on loopback (``lakehouse s3 start``, ``make s3``) for a machine without one; the
+"""An S3 server on loopback (``lakehouse s3 start``, ``make s3``; on LAKEHOUSE_BIND_ADDRESS, a host's
+address in a deployment across hosts) for a machine without one; the
 clients' side (Spark's, delta-rs's and boto3's access, buckets, credentials) is
 lakehouse.storage.object_store.
 
@@ -41,14 +42,15 @@ class ServerFiles(ServerFolder):
     def credentials(self) -> tuple[str, str] | None:
         return saved_credentials(self.folder)
 
-    def set_up(self, port: int) -> None:
-        """The configuration and a generated key pair, written once: later starts keep both."""
+    def set_up(self, host: str, port: int) -> None:
+        """The configuration, at each start (``host``: the address it binds to), and a generated key
+        pair, once: later starts keep it."""
         (self.folder / "data").mkdir(parents=True, exist_ok=True)
         if self.credentials() is None:
             save_credentials(self.folder, f"lakehouse-{secrets.token_hex(4)}", secrets.token_urlsafe(24))
         key, secret = self.credentials()
         lines = {
-            "s3proxy.endpoint": f"http://127.0.0.1:{port}",
+            "s3proxy.endpoint": f"http://{host}:{port}",
             "s3proxy.authorization": "aws-v2-or-v4",
             "s3proxy.identity": key,
             "s3proxy.credential": secret,
@@ -72,10 +74,10 @@ def status(settings: Settings) -> dict:
 
 def _proxy_status(settings: Settings) -> dict:
     files = ServerFiles(settings.s3_dir())
-    port = files.port()
-    report = files.process.report(lambda: port is not None and port_answers(port))
+    port, host = files.port(), settings.bind_address
+    report = files.process.report(lambda: port is not None and port_answers(port, host))
     if report["up"]:
-        report["endpoint"] = f"http://127.0.0.1:{port}"
+        report["endpoint"] = f"http://{host}:{port}"
         report["credentials"] = str(files.folder / CREDENTIALS)
     return report
 
@@ -98,8 +100,8 @@ def _start_proxy(settings: Settings, wait_seconds: float) -> dict:
     check_java()
     jar = maven_central_jar(S3PROXY)
     files.folder.mkdir(parents=True, exist_ok=True)
-    port = claim_port(files.folder, settings.s3_port, "LAKEHOUSE_S3_PORT", "S3 server")
-    files.set_up(port)
+    port = claim_port(files.folder, settings.s3_port, "LAKEHOUSE_S3_PORT", "S3 server", settings.bind_address)
+    files.set_up(settings.bind_address, port)
     command = ["java", *SERVER_HEAP.split(), "-jar", jar, "--properties", str(files.properties)]
     return files.process.start(command, lambda: _proxy_status(settings), wait_seconds)
 

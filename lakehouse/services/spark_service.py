@@ -23,7 +23,7 @@ from lakehouse.services.process import (
     wait_until_up,
     write_json,
 )
-from lakehouse.settings import Settings
+from lakehouse.settings import LOOPBACK, Settings
 from lakehouse.vocabulary import SqlRoute
 
 METASTORE_DRIVER = "org.postgresql:postgresql:42.7.14"
@@ -57,10 +57,11 @@ class ServiceState:
     folder: Path
     connect_port: int
     thrift_port: int
+    host: str = LOOPBACK  # the address both endpoints bind to (LAKEHOUSE_BIND_ADDRESS)
 
     @classmethod
     def of(cls, settings: Settings) -> ServiceState:
-        return cls(settings.service_dir(), settings.connect_port, settings.thrift_port)
+        return cls(settings.service_dir(), settings.connect_port, settings.thrift_port, settings.bind_address)
 
     @property
     def process(self) -> Detached:
@@ -72,7 +73,8 @@ class ServiceState:
         return self.folder / "server.log"
 
     def write_ready(self, pid: int, tables: list[str]) -> None:
-        state = {"pid": pid, "connect_port": self.connect_port, "thrift_port": self.thrift_port, "tables": tables}
+        ports = {"connect_port": self.connect_port, "thrift_port": self.thrift_port}
+        state = {"pid": pid, "host": self.host, **ports, "tables": tables}
         write_json(self.folder / "state.json", state)
 
     def ready(self) -> dict | None:
@@ -84,9 +86,10 @@ class ServiceState:
 
 
 def endpoints(state: dict) -> dict[str, str]:
+    host = state.get("host", LOOPBACK)  # a state written before the address was a setting: loopback
     return {
-        "connect": f"sc://127.0.0.1:{state['connect_port']}",
-        "jdbc": f"jdbc:hive2://127.0.0.1:{state['thrift_port']}/default",
+        "connect": f"sc://{host}:{state['connect_port']}",
+        "jdbc": f"jdbc:hive2://{host}:{state['thrift_port']}/default",
     }
 
 
@@ -95,7 +98,10 @@ def status(settings: Settings) -> dict:
     files = ServiceState.of(settings)
     ready = files.ready()
     report = files.process.report(
-        lambda: bool(ready) and all(port_answers(ready[k]) for k in ("connect_port", "thrift_port"))
+        lambda: (
+            bool(ready)
+            and all(port_answers(ready[k], ready.get("host", LOOPBACK)) for k in ("connect_port", "thrift_port"))
+        )
     )
     if report["up"]:
         report |= endpoints(ready) | {"tables": len(ready["tables"])}
@@ -121,7 +127,7 @@ def _check_can_start(settings: Settings) -> None:
         ("LAKEHOUSE_CONNECT_PORT", settings.connect_port),
         ("LAKEHOUSE_THRIFT_PORT", settings.thrift_port),
     ):
-        refuse_taken(port, f"choose another ({name})")
+        refuse_taken(port, f"choose another ({name})", settings.bind_address)
     from pyspark.find_spark_home import _find_spark_home
 
     jars = Path(_find_spark_home()) / "jars"
@@ -142,8 +148,9 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
         return already
     files = ServiceState.of(settings)
     files.process.refuse_if_running("lakehouse serve --stop")
+    host = settings.bind_address
     settings = settings.replace(
-        connect_port=settings.connect_port or free_port(), thrift_port=settings.thrift_port or free_port()
+        connect_port=settings.connect_port or free_port(host), thrift_port=settings.thrift_port or free_port(host)
     )
     _check_can_start(settings)
     files.folder.mkdir(parents=True, exist_ok=True)
@@ -168,7 +175,7 @@ def _service_environment(settings: Settings) -> dict[str, str]:
         LAKEHOUSE_CONNECT_PORT=str(settings.connect_port),
         LAKEHOUSE_THRIFT_PORT=str(settings.thrift_port),
         # Spark's UI (its metrics servlet) binds to this address, not to every interface.
-        SPARK_LOCAL_IP="127.0.0.1",
+        SPARK_LOCAL_IP=settings.bind_address,
     )
     return env
 

@@ -54,9 +54,10 @@ def hive_site(settings: Settings) -> str:
     return f'<?xml version="1.0"?>\n<configuration>\n{rows}</configuration>\n'
 
 
-# Spark's own metrics in Prometheus's format, served by the UI's web server on loopback (the service
-# starts with SPARK_LOCAL_IP=127.0.0.1): the driver's and executors' JVM, block manager, DAG
-# scheduler and Connect figures at /metrics/prometheus, the executors' at /metrics/executors/prometheus.
+# Spark's own metrics in Prometheus's format, served by the UI's web server on the service's address
+# (it starts with SPARK_LOCAL_IP=LAKEHOUSE_BIND_ADDRESS, loopback by default): the driver's and
+# executors' JVM, block manager, DAG scheduler and Connect figures at /metrics/prometheus, the
+# executors' at /metrics/executors/prometheus.
 SPARK_METRICS_PATH = "/metrics/prometheus/"
 
 
@@ -95,21 +96,29 @@ def write_metrics_target(spark, settings: Settings) -> None:
     folder = settings.metrics_dir() / "spark"
     folder.mkdir(parents=True, exist_ok=True)
     write_json(
-        folder / "service.json", [{"targets": [f"127.0.0.1:{urlparse(url).port}"], "labels": {"service": "spark"}}]
+        folder / "service.json",
+        [{"targets": [f"{settings.bind_address}:{urlparse(url).port}"], "labels": {"service": "spark"}}],
     )
 
 
+def endpoint_confs(settings: Settings) -> dict[str, str]:
+    """Spark Connect and the Thrift server on the service's address (LAKEHOUSE_BIND_ADDRESS) and ports."""
+    return {
+        "spark.connect.grpc.binding.address": settings.bind_address,
+        "spark.connect.grpc.binding.port": str(settings.connect_port),
+        "spark.hadoop.hive.server2.thrift.bind.host": settings.bind_address,
+        "spark.hadoop.hive.server2.thrift.port": str(settings.thrift_port),
+    }
+
+
 def service_confs(settings: Settings) -> dict[str, str]:
-    """The Spark configuration that makes a session the service: both endpoints on loopback, every
+    """The Spark configuration that makes a session the service: both endpoints on its address, every
     client session read-only, and the catalog in the metastore when there is one."""
     class_path = [*delta_class_path(settings)]
     staleness = parse_duration(settings.sql_staleness) // timedelta(milliseconds=1)
     confs = {
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-        "spark.connect.grpc.binding.address": "127.0.0.1",
-        "spark.connect.grpc.binding.port": str(settings.connect_port),
-        "spark.hadoop.hive.server2.thrift.bind.host": "127.0.0.1",
-        "spark.hadoop.hive.server2.thrift.port": str(settings.thrift_port),
+        **endpoint_confs(settings),
         "spark.lakehouse.readOnly": "true",
         # Connect requests of read-only sessions are judged before they are planned (the gate's
         # Javadoc says why); a compressed plan could not be, so clients are told not to compress.
