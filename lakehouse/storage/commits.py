@@ -96,17 +96,19 @@ def check(settings: Settings) -> None:
 
 
 PROBE_PREFIX = "_lakehouse/conditional-write-probe"
-# (endpoint, bucket) -> whether the store honours conditional writes: asked once per process.
-_PROBED: dict[tuple[str, str], bool] = {}
+# (endpoint, bucket) -> how the store fails conditional writes (None: it honours them): asked once per process.
+_PROBED: dict[tuple[str, str], str | None] = {}
 
 
-# How a store that cannot write conditionally answers a PUT with If-None-Match (S3Proxy 2.1, for one).
+# How a store answers a request carrying a header it does not implement.
 NOT_IMPLEMENTED = ("NotImplemented", "501")
 
 
-def _honours_conditional_writes(s3, bucket: str) -> bool:
-    """Whether the store refuses a second PUT of one key with ``If-None-Match: *`` (two PUTs and a
-    DELETE of a probe object of its own). A store that refuses the header itself cannot."""
+def _conditional_write_failure(s3, bucket: str) -> str | None:
+    """How the store fails to refuse a second PUT of one key with ``If-None-Match: *`` (two PUTs
+    and a DELETE of a probe object of its own), None when it refuses it. ``s3`` sends no header
+    besides the one probed (object_store.bare_client): S3Proxy 2.1 refuses boto3's default
+    checksums with 501, and would seem to refuse the condition, which it accepts and ignores."""
     from botocore.exceptions import ClientError
 
     def code(error: ClientError) -> str:
@@ -117,38 +119,52 @@ def _honours_conditional_writes(s3, bucket: str) -> bool:
         s3.put_object(Bucket=bucket, Key=key, Body=b"first", IfNoneMatch="*")
     except ClientError as error:
         if code(error) in NOT_IMPLEMENTED:
-            return False
+            return "it refuses the header"
         raise
     try:
         s3.put_object(Bucket=bucket, Key=key, Body=b"second", IfNoneMatch="*")
-        refused = False
+        return "it accepts the header and a second PUT of an object replaced the first"
     except ClientError as error:
-        refused = code(error) in ("PreconditionFailed", "412")
-        if not refused:
+        if code(error) not in ("PreconditionFailed", "412"):
             raise
+        return None
     finally:
         s3.delete_object(Bucket=bucket, Key=key)
-    return refused
 
 
 def check_store(settings: Settings) -> None:
-    """Refuse conditional commits to a store that ignores the condition: its second PUT of a commit
-    would replace the first, for Spark's and delta-rs's commits alike. Run once the buckets exist."""
+    """Refuse a Spark session's conditional commits to a store that ignores the condition: its second
+    PUT of a commit would replace the first, for Spark's and delta-rs's commits alike. Run once the
+    buckets exist."""
     from lakehouse.location import Location, Scheme
-    from lakehouse.storage import object_store
 
     warehouse = Location.parse(settings.warehouse_uri)
-    if settings.s3_commits != S3Commits.CONDITIONAL or warehouse.scheme is not Scheme.S3:
-        return
+    if settings.s3_commits == S3Commits.CONDITIONAL and warehouse.scheme is Scheme.S3:
+        _refuse_unconditional_store(settings, warehouse.bucket)
+
+
+def check_delta_rs_store(settings: Settings, bucket: str) -> None:
+    """Refuse delta-rs's first write to a bucket whose store ignores conditional writes. delta-rs
+    commits with them whatever Spark's log store is, so only the single-driver opt-in (one writer
+    alone writes each table) goes without. Run once the bucket exists."""
+    if settings.s3_commits != S3Commits.SINGLE_DRIVER:
+        _refuse_unconditional_store(settings, bucket)
+
+
+def _refuse_unconditional_store(settings: Settings, bucket: str) -> None:
+    """The probe of the store's bucket, once per process; a one-line refusal when it failed."""
+    from lakehouse.storage import object_store
+
     endpoint = object_store.endpoint(settings)
-    probed = (endpoint, warehouse.bucket)
+    probed = (endpoint, bucket)
     if probed not in _PROBED:
-        _PROBED[probed] = _honours_conditional_writes(object_store.client(settings), warehouse.bucket)
-    if not _PROBED[probed]:
+        with object_store.refused_as_error(f"the conditional-write probe of S3 bucket {bucket} at {endpoint}"):
+            _PROBED[probed] = _conditional_write_failure(object_store.bare_client(settings), bucket)
+    if _PROBED[probed]:
         raise LakehouseError(
-            f"the S3 store at {endpoint} does not honour conditional writes (If-None-Match), so two commits "
-            "of one version would replace each other: use a store that honours them (AWS S3, MinIO, S3Proxy 4), or "
-            "LAKEHOUSE_S3_COMMITS=single-driver if one writer alone writes each table"
+            f"the S3 store at {endpoint} does not honour conditional writes (If-None-Match: {_PROBED[probed]}), so "
+            "two commits of one version would replace each other: use a store that honours them (AWS S3, MinIO, "
+            "S3Proxy 4), or LAKEHOUSE_S3_COMMITS=single-driver if one writer alone writes each table"
         )
 
 
