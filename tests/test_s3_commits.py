@@ -25,7 +25,7 @@ import pytest
 
 from lakehouse.cli import main
 from lakehouse.errors import LakehouseError
-from lakehouse.storage import commits, object_store
+from lakehouse.storage import commits, conditional_writes, object_store
 from lakehouse.storage.spark import build_spark_session
 from tests.conftest import make_settings
 from tests.s3_commit_race import DELTA_RS, claims, measured
@@ -150,9 +150,9 @@ def test_a_job_refuses_conditional_commits_on_a_store_that_cannot_write_conditio
     assert s3.list_objects_v2(Bucket="tables").get("KeyCount", 0) == 0  # the probe's object deleted, no table made
     for _ in range(2):  # asked once per process, refused every time
         with pytest.raises(LakehouseError, match="does not honour"):
-            commits.check_store(settings)
+            conditional_writes.check_store(settings)
     opted_out = make_settings(tmp_path / "home", **unconditional_store, LAKEHOUSE_S3_COMMITS="single-driver")
-    commits.check_store(opted_out)
+    conditional_writes.check_store(opted_out)
 
 
 def _drivers_env(object_store_env: dict[str, str], tmp_path, **commit_settings) -> dict[str, str]:

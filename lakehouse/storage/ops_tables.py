@@ -26,17 +26,17 @@ def delta_rs_location(uri: str, settings: Settings | None = None, writes: bool =
     delta-rs creates no bucket, and fails on a missing one where a missing table reads as none yet:
     in S3, the bucket is created before this process first uses it. Before its first write there
     (``writes``), the store is probed for the conditional writes delta-rs commits with, as a Spark
-    session's start probes it (lakehouse.storage.commits), since a job may write through delta-rs
+    session's start probes it (lakehouse.storage.conditional_writes), since a job may write through delta-rs
     alone.
     """
-    from lakehouse.storage import commits, object_store
+    from lakehouse.storage import conditional_writes, object_store
 
     location = Location.parse(uri)
     if location.scheme is Scheme.S3:
         settings = settings or Settings.from_env()
         object_store.ensure_bucket_once(settings, location.bucket)
         if writes:
-            commits.check_delta_rs_store(settings, location.bucket)
+            conditional_writes.check_delta_rs_store(settings, location.bucket)
     return location.delta_rs(lambda: object_store.delta_rs_options(settings))
 
 
