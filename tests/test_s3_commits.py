@@ -257,3 +257,26 @@ def test_commands_without_a_jvm_create_a_new_bucket_and_name_what_the_store_refu
     code, _, error = lakehouse(capsys, "status")
     assert code == 2 and error.startswith(f"lakehouse: error: S3 bucket {refused} at ") and "\n" not in error, error
     assert "403" in error
+
+
+def test_a_store_that_does_not_answer_is_one_line_naming_the_bucket():
+    """boto3's own failures (no connection here, a closed port, asked once) end a command with one
+    line too: bucket set-up is most processes' first request to the store."""
+    import boto3
+    from botocore.config import Config
+
+    from lakehouse.services.process import free_port
+
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    once = Config(retries={"max_attempts": 1})
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=endpoint,
+        aws_access_key_id="k",
+        aws_secret_access_key="s",
+        region_name="us-east-1",
+        config=once,
+    )
+    with pytest.raises(LakehouseError, match=f"S3 bucket lake at {endpoint}: Could not connect") as refused:
+        object_store.ensure_bucket(s3, "lake")
+    assert "\n" not in str(refused.value)

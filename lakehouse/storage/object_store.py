@@ -59,7 +59,7 @@ def client(settings: Settings):
 def bare_client(settings: Settings):
     """``client``, but sending no checksum the request does not need. boto3 adds a CRC32 of the body
     to every upload by default, which S3 stores older than it (S3Proxy 2.1, for one) refuse with 501
-    NotImplemented: a probe of one header (lakehouse.storage.commits) sends that header alone."""
+    NotImplemented: a probe of one header (lakehouse.storage.conditional_writes) sends that header alone."""
     return _client(endpoint(settings), *credentials(settings), checksums="when_required")
 
 
