@@ -80,7 +80,7 @@ def delta_rs_append(settings, table_uri: str, name: str, round_number: int) -> N
 
     from lakehouse.storage.ops_tables import delta_rs_location
 
-    location, options = delta_rs_location(table_uri, settings)
+    location, options = delta_rs_location(table_uri, settings, writes=True)
     rows = pa.table({"writer": [name], "round": pa.array([round_number], pa.int32())})
     done = CommitProperties(app_transactions=[Transaction(name, round_number)])
     write_deltalake(location, rows, mode="append", storage_options=options, commit_properties=done)
@@ -98,20 +98,22 @@ def race(table_uri: str, folder: Path, rounds: int, env: dict[str, str], writers
     """
     folder.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "tests.s3_commit_race"]
-    drivers = [
-        subprocess.Popen(
-            [*command, w, table_uri, str(folder), str(rounds), ",".join(writers)],
-            env=env,
-            stdout=subprocess.PIPE,
-            text=True,
-        )
-        for w in writers
-    ]
+    # Each driver's standard error to a file of its own (a pipe read only at the end could fill and
+    # stall a driver at the barrier); its report names the file.
+    errors = {w: folder / f"{w}.stderr" for w in writers}
+    drivers = []
+    for w in writers:
+        with errors[w].open("w") as error:
+            command_line = [*command, w, table_uri, str(folder), str(rounds), ",".join(writers)]
+            drivers.append(subprocess.Popen(command_line, env=env, stdout=subprocess.PIPE, stderr=error, text=True))
     outputs = [driver.communicate(timeout=60 + rounds * 30)[0] for driver in drivers]
     failed = [w for w, driver in zip(writers, drivers, strict=True) if driver.returncode != 0]
     if failed:
-        raise AssertionError(f"driver(s) {failed} failed; their output: {outputs}")
-    return [json.loads(output.strip().splitlines()[-1]) for output in outputs]
+        raise AssertionError(
+            f"driver(s) {failed} failed; their output: {outputs}; {[errors[w].read_text()[-3000:] for w in failed]}"
+        )
+    reports = [json.loads(output.strip().splitlines()[-1]) for output in outputs]
+    return [{**report, "stderr": str(errors[w])} for w, report in zip(writers, reports, strict=True)]
 
 
 def committed_transactions(s3, table_uri: str) -> dict[str, int]:

@@ -502,7 +502,7 @@ def _create(table: Table, uri: str, settings: Settings) -> None:
 
     from lakehouse.storage.ops_tables import delta_rs_location
 
-    location, options = delta_rs_location(uri, settings)
+    location, options = delta_rs_location(uri, settings, writes=True)
     DeltaTable.create(
         location,
         schema=Schema.from_json(delta_schema_json(table)),
@@ -523,7 +523,7 @@ def evolve_table(table: Table, settings: Settings) -> None:
 
     from lakehouse.storage.ops_tables import delta_rs_location
 
-    location, options = delta_rs_location(table.uri(settings), settings)
+    location, options = delta_rs_location(table.uri(settings), settings, writes=True)
     try:
         current = DeltaTable(location, storage_options=options)
     except DeltaError:

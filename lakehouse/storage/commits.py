@@ -21,7 +21,6 @@ at N+1. The choices beside it:
 
 from __future__ import annotations
 
-import uuid
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
@@ -92,63 +91,6 @@ def check(settings: Settings) -> None:
             "LAKEHOUSE_S3_COMMITS=dynamodb claims Spark's commits in a DynamoDB table: set LAKEHOUSE_S3_COMMIT_TABLE "
             "(and LAKEHOUSE_S3_COMMIT_ENDPOINT for a server other than AWS's: `lakehouse s3 start` runs one), "
             "or leave LAKEHOUSE_S3_COMMITS unset to commit with conditional writes"
-        )
-
-
-PROBE_PREFIX = "_lakehouse/conditional-write-probe"
-# (endpoint, bucket) -> whether the store honours conditional writes: asked once per process.
-_PROBED: dict[tuple[str, str], bool] = {}
-
-
-# How a store that cannot write conditionally answers a PUT with If-None-Match (S3Proxy 2.1, for one).
-NOT_IMPLEMENTED = ("NotImplemented", "501")
-
-
-def _honours_conditional_writes(s3, bucket: str) -> bool:
-    """Whether the store refuses a second PUT of one key with ``If-None-Match: *`` (two PUTs and a
-    DELETE of a probe object of its own). A store that refuses the header itself cannot."""
-    from botocore.exceptions import ClientError
-
-    def code(error: ClientError) -> str:
-        return error.response.get("Error", {}).get("Code", "")
-
-    key = f"{PROBE_PREFIX}/{uuid.uuid4().hex}"
-    try:
-        s3.put_object(Bucket=bucket, Key=key, Body=b"first", IfNoneMatch="*")
-    except ClientError as error:
-        if code(error) in NOT_IMPLEMENTED:
-            return False
-        raise
-    try:
-        s3.put_object(Bucket=bucket, Key=key, Body=b"second", IfNoneMatch="*")
-        refused = False
-    except ClientError as error:
-        refused = code(error) in ("PreconditionFailed", "412")
-        if not refused:
-            raise
-    finally:
-        s3.delete_object(Bucket=bucket, Key=key)
-    return refused
-
-
-def check_store(settings: Settings) -> None:
-    """Refuse conditional commits to a store that ignores the condition: its second PUT of a commit
-    would replace the first, for Spark's and delta-rs's commits alike. Run once the buckets exist."""
-    from lakehouse.location import Location, Scheme
-    from lakehouse.storage import object_store
-
-    warehouse = Location.parse(settings.warehouse_uri)
-    if settings.s3_commits != S3Commits.CONDITIONAL or warehouse.scheme is not Scheme.S3:
-        return
-    endpoint = object_store.endpoint(settings)
-    probed = (endpoint, warehouse.bucket)
-    if probed not in _PROBED:
-        _PROBED[probed] = _honours_conditional_writes(object_store.client(settings), warehouse.bucket)
-    if not _PROBED[probed]:
-        raise LakehouseError(
-            f"the S3 store at {endpoint} does not honour conditional writes (If-None-Match), so two commits "
-            "of one version would replace each other: use a store that honours them (AWS S3, MinIO, S3Proxy 4), or "
-            "LAKEHOUSE_S3_COMMITS=single-driver if one writer alone writes each table"
         )
 
 

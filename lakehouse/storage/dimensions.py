@@ -67,7 +67,7 @@ def _overwrite(uri: str, schema, rows: list[dict], settings: Settings) -> None:
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    location, options = delta_rs_location(uri, settings)
+    location, options = delta_rs_location(uri, settings, writes=True)
     write_deltalake(location, pa.Table.from_pylist(rows, schema=schema), mode="overwrite", storage_options=options)
 
 

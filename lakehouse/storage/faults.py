@@ -1,8 +1,9 @@
 """Storage faults, named: a full disk, a damaged Delta commit, a log file that vanished while a job
-read it, and a stream checkpoint that is damaged or missing. Each ends the job with one line that
-says what is wrong, that nothing committed was lost, and how to resume (docs/operations.md,
-"Storage faults"). Delta commits are atomic and every write of a micro-batch or a backfill chunk is
-repeatable, so a job that stops on any of them resumes cleanly once the storage is put right.
+read it, a stream checkpoint that is damaged or missing, and a request to an S3 store that failed.
+Each ends the job with one line that says what is wrong, that nothing committed was lost, and how
+to resume (docs/operations.md, "Storage faults"). Delta commits are atomic and every write of a
+micro-batch or a backfill chunk is repeatable, so a job that stops on any of them resumes cleanly
+once the storage is put right.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ class StorageFault(enum.StrEnum):
     VANISHED_FILE = "file vanished while read"
     DAMAGED_CHECKPOINT = "damaged stream checkpoint"
     MISSING_CHECKPOINT = "missing stream checkpoint"
+    S3_REQUEST_FAILED = "S3 request failed"
 
 
 # What Java and Python say, through Py4J, in the chain of a failed job.
@@ -30,6 +32,13 @@ _COMMIT_FILE = re.compile(r"(?:file:)?(/\S+?)/_delta_log/(\d{20})\.json")
 _UNREADABLE = re.compile(r"Checksum error|FAILED_READ_FILE|JsonParseException|Unexpected end-of-input|MALFORMED")
 # "[FAILED_READ_FILE.FILE_NOT_EXIST] Encountered error while reading file file:///...", or Java's own.
 _VANISHED = re.compile(r"(?:FileNotFoundException|FILE_NOT_EXIST)[^\n]*?((?:file:)?/[^\s,]+)")
+# delta-rs's failed request to an object store: "Error performing GET http://... in 5ms - <why>", then
+# its causes one a line (coloured): the status ("403 Forbidden") and the S3 error's XML, or the
+# connection's failure ("Connection refused (os error 111)").
+_S3_REQUEST = re.compile(r"Error performing (\w+) (\S+) in \S+ - (.*)")
+_S3_STATUS = re.compile(r"^\d{3} [A-Z][\w ]*$")
+_S3_CODE = re.compile(r"<Code>(\w+)</Code>")
+_COLOURS_AND_ARROWS = re.compile(r"\x1b\[[0-9;]*m|↳")
 
 
 def _chain_text(error: BaseException) -> str:
@@ -65,7 +74,25 @@ def explain(error: BaseException) -> LakehouseError | None:
             "it (by hand, or by the log's expiry). Nothing of the failed read was written; restore the "
             "file and run the job again, or run it again to compute from what the storage now holds"
         )
-    return None
+    return _s3_request_failed(text)
+
+
+def _s3_request_failed(text: str) -> LakehouseError | None:
+    """The line for a request delta-rs made to an S3 store that failed after its retries: the
+    request, then the store's status and S3 error code, or else the last of the causes."""
+    request = _S3_REQUEST.search(text)
+    if request is None:
+        return None
+    method, url, why = request.groups()
+    causes = [_COLOURS_AND_ARROWS.sub("", line).strip() for line in text[request.end() :].splitlines()]
+    causes = [cause for cause in causes if cause]
+    status = next((cause for cause in causes if _S3_STATUS.match(cause)), None)
+    code = _S3_CODE.search(text)
+    answer = f"{status} ({code.group(1)})" if status and code else status or (causes[-1] if causes else why)
+    return LakehouseError(
+        f"{StorageFault.S3_REQUEST_FAILED}: {method} {url}: {answer}. Nothing the job had not committed is "
+        "visible (Delta commits are atomic); put the store, its keys or its permissions right and run it again"
+    )
 
 
 def check_checkpoint(files: LocalFiles | ObjectFiles, committed_batches: int) -> None:

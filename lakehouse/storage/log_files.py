@@ -90,7 +90,7 @@ class ObjectFiles:
         location = Location.parse(uri)
         self.bucket, self.prefix = location.bucket, location.key
         self.s3 = object_store.client(settings)
-        object_store.ensure_bucket(self.s3, self.bucket)
+        object_store.ensure_bucket_once(settings, self.bucket)
 
     def _key(self, relative: str) -> str:
         return f"{self.prefix}/{relative}" if self.prefix else relative

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
@@ -55,45 +56,83 @@ def client(settings: Settings):
     return _client(endpoint(settings), *credentials(settings))
 
 
+def bare_client(settings: Settings):
+    """``client``, but sending no checksum the request does not need. boto3 adds a CRC32 of the body
+    to every upload by default, which S3 stores older than it (S3Proxy 2.1, for one) refuse with 501
+    NotImplemented: a probe of one header (lakehouse.storage.conditional_writes) sends that header alone."""
+    return _client(endpoint(settings), *credentials(settings), checksums="when_required")
+
+
 @functools.lru_cache(maxsize=8)
-def _client(endpoint_url: str, key: str, secret: str):
+def _client(endpoint_url: str, key: str, secret: str, checksums: str | None = None):
     # One per store and process: a client costs tens of milliseconds to build, and is thread-safe.
+    # ``checksums``: boto3's request_checksum_calculation (None: its default, AWS's variables).
     import boto3
     from botocore.config import Config
 
+    config = Config(
+        s3={"addressing_style": "path"},
+        retries={"max_attempts": 5, "mode": "standard"},
+        request_checksum_calculation=checksums,
+    )
     return boto3.client(
         "s3",
         endpoint_url=endpoint_url,
         aws_access_key_id=key,
         aws_secret_access_key=secret,
         region_name=REGION,
-        config=Config(s3={"addressing_style": "path"}, retries={"max_attempts": 5, "mode": "standard"}),
+        config=config,
     )
 
 
 def ensure_bucket(s3, bucket: str) -> None:
     """Create the bucket when it does not exist yet (a first write to a new store). Jobs started
     together on a new store all find it missing: one creates it, and the others' creation answers
-    that they own it already, which is what they wanted."""
+    that they own it already, which is what they wanted. The store's refusal, or no answer at all,
+    is a one-line LakehouseError: the first request a process makes to a store is usually this one."""
     from botocore.exceptions import ClientError
 
+    with refused_as_error(f"S3 bucket {bucket} at {s3.meta.endpoint_url}"):
+        try:
+            s3.head_bucket(Bucket=bucket)
+        except ClientError as error:
+            if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
+                raise
+            with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
+                s3.create_bucket(Bucket=bucket)
+
+
+@contextlib.contextmanager
+def refused_as_error(what: str) -> Iterator[None]:
+    """A store's refusal of a boto3 request, or its silence (no connection), as a one-line
+    LakehouseError about ``what``."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
     try:
-        s3.head_bucket(Bucket=bucket)
-    except ClientError as error:
-        if error.response.get("Error", {}).get("Code") not in ("404", "NoSuchBucket"):
-            raise LakehouseError(f"S3 bucket {bucket} at {s3.meta.endpoint_url}: {error}") from None
-        with contextlib.suppress(s3.exceptions.BucketAlreadyOwnedByYou):
-            s3.create_bucket(Bucket=bucket)
+        yield
+    except (ClientError, BotoCoreError) as error:
+        raise LakehouseError(f"{what}: {error}") from None
+
+
+# (endpoint, bucket) pairs this process has found or created: each asked for once per process.
+_READY_BUCKETS: set[tuple[str, str]] = set()
+
+
+def ensure_bucket_once(settings: Settings, bucket: str) -> None:
+    """``ensure_bucket``, the first time this process uses the bucket: before any client's first
+    request to it (Spark's s3a, delta-rs and boto3 alike; none of them creates a bucket)."""
+    ready = (endpoint(settings), bucket)
+    if ready not in _READY_BUCKETS:
+        ensure_bucket(client(settings), bucket)
+        _READY_BUCKETS.add(ready)
 
 
 def ensure_buckets(settings: Settings) -> list[str]:
     """Create the buckets the settings' s3a:// locations name, when missing; returns their names."""
     locations = [Location.parse(uri) for uri in (settings.log_uri, settings.warehouse_uri, settings.checkpoint_uri)]
     buckets = sorted({location.bucket for location in locations if location.scheme is Scheme.S3})
-    if buckets:
-        s3 = client(settings)
-        for bucket in buckets:
-            ensure_bucket(s3, bucket)
+    for bucket in buckets:
+        ensure_bucket_once(settings, bucket)
     return buckets
 
 

@@ -13,18 +13,31 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
-from lakehouse.location import Location
+from lakehouse.location import Location, Scheme
 from lakehouse.settings import Settings
 from lakehouse.storage.table_names import ALERTS_COLUMNS, ALERTS_TABLE
 
 
-def delta_rs_location(uri: str, settings: Settings | None = None) -> tuple[str, dict[str, str]]:
+def delta_rs_location(uri: str, settings: Settings | None = None, writes: bool = False) -> tuple[str, dict[str, str]]:
     """The location as delta-rs spells it (plain local paths, ``s3://`` for Hadoop's ``s3a://``) and
     the options it needs there: an object store's endpoint and keys, from ``settings`` (None: this
-    process's)."""
-    from lakehouse.storage import object_store
+    process's).
 
-    return Location.parse(uri).delta_rs(lambda: object_store.delta_rs_options(settings or Settings.from_env()))
+    delta-rs creates no bucket, and fails on a missing one where a missing table reads as none yet:
+    in S3, the bucket is created before this process first uses it. Before its first write there
+    (``writes``), the store is probed for the conditional writes delta-rs commits with, as a Spark
+    session's start probes it (lakehouse.storage.conditional_writes), since a job may write through delta-rs
+    alone.
+    """
+    from lakehouse.storage import conditional_writes, object_store
+
+    location = Location.parse(uri)
+    if location.scheme is Scheme.S3:
+        settings = settings or Settings.from_env()
+        object_store.ensure_bucket_once(settings, location.bucket)
+        if writes:
+            conditional_writes.check_delta_rs_store(settings, location.bucket)
+    return location.delta_rs(lambda: object_store.delta_rs_options(settings))
 
 
 def read_rows(
@@ -129,7 +142,7 @@ def append_rows(uri: str, schema, rows: list[dict], settings: Settings | None = 
     import pyarrow as pa
     from deltalake import write_deltalake
 
-    location, options = delta_rs_location(uri, settings)
+    location, options = delta_rs_location(uri, settings, writes=True)
     frame = pa.Table.from_pylist(rows, schema=schema)
     write_deltalake(location, frame, mode="append", schema_mode="merge", storage_options=options)
 
@@ -180,7 +193,7 @@ def append_arrow_stamped_once(
 
     if not first_attempt and _holds_stamp(uri, app_id, batch_id, settings):
         return
-    location, options = delta_rs_location(uri, settings)
+    location, options = delta_rs_location(uri, settings, writes=True)
     table = DeltaTable(location, storage_options=options)
     write_deltalake(table, as_table_types(rows, table), mode="append")
 

@@ -35,8 +35,8 @@ def spark_packages() -> list[str]:
 
 
 # The platform's own JVM classes (the read-only rule of lakehouse.serving, the local file system of
-# FORK_FREE_FILE_CONTEXT), compiled from their Java source by ``make setup`` (or by the first session
-# that needs them) into the ignored .cache/.
+# FORK_FREE_FILE_CONTEXT, the SLF4J binding the AWS SDK's bundle looks for), compiled from their Java
+# source by ``make setup`` (or by the first session that needs them) into the ignored .cache/.
 EXTENSIONS_SOURCES = (PROJECT_ROOT / "lakehouse" / "serving" / "java", PROJECT_ROOT / "lakehouse" / "storage" / "java")
 EXTENSIONS_JAR = PROJECT_ROOT / ".cache" / "jvm" / "lakehouse-extensions.jar"
 SESSION_EXTENSIONS = "io.delta.sql.DeltaSparkSessionExtension,lakehouse.serving.ReadOnlyExtension"
@@ -241,13 +241,13 @@ def _configured_builder(builder, settings: Settings, app_name: str):
     )
     for key, value in session_sql_confs(settings).items():
         builder = builder.config(key, value)
-    from lakehouse.storage import commits, object_store
+    from lakehouse.storage import commits, conditional_writes, object_store
 
     if settings.s3_endpoint:
         # Refused before anything is created when its commits to s3a:// could be lost (commits.check).
         s3_confs = {**commits.spark_confs(settings, object_store.REGION), **object_store.spark_confs(settings)}
         object_store.ensure_buckets(settings)
-        commits.check_store(settings)
+        conditional_writes.check_store(settings)
         for key, value in s3_confs.items():
             builder = builder.config(key, value)
     return builder

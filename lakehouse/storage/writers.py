@@ -170,7 +170,7 @@ def upsert_once(
 
     from lakehouse.storage.ops_tables import as_table_types, delta_rs_location
 
-    location, options = delta_rs_location(uri, settings)
+    location, options = delta_rs_location(uri, settings, writes=True)
     app_id, version = transaction
     condition = " AND ".join([*(f"t.{c} = s.{c}" for c in match_columns), *([target_rows] if target_rows else [])])
 
@@ -219,7 +219,7 @@ def replace_rows(rows, uri: str, predicate: str, settings: Settings | None = Non
 
     from lakehouse.storage.ops_tables import as_table_types, delta_rs_location
 
-    location, options = delta_rs_location(uri, settings)
+    location, options = delta_rs_location(uri, settings, writes=True)
 
     def execute() -> None:
         table = DeltaTable(location, storage_options=options)  # per attempt: the latest snapshot
