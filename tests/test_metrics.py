@@ -1,6 +1,7 @@
 """Operating the stream: its metrics endpoint reads the figures `lakehouse health` judges, the alert
-rules hold under promtool, the dashboard's queries parse, and a real Prometheus scrapes a running
-stream and sees the stall alert fire and resolve."""
+rules hold under promtool, the dashboard's queries parse, the Alertmanager's configuration holds under
+amtool, and a real Prometheus scrapes a running stream and sees the stall alert fire and resolve, both
+of which its Alertmanager delivers to a webhook."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -197,6 +200,122 @@ def test_every_query_of_the_dashboard_parses_as_promql(tmp_path):
     assert subprocess.run(["promtool", "check", "rules", "bad.yml"], cwd=tmp_path, capture_output=True).returncode == 1
 
 
+WEBHOOK = "https://chat.example/hooks/T0/secret"
+
+
+def test_the_alertmanager_sends_every_alert_to_the_webhook_firing_and_resolved_and_prometheus_finds_it(tmp_path):
+    import yaml
+
+    from lakehouse.services import alertmanager, prometheus
+
+    settings = make_settings(
+        tmp_path,
+        LAKEHOUSE_ALERT_WEBHOOK_URL=WEBHOOK,
+        LAKEHOUSE_ALERT_GROUP_WAIT="1s",
+        LAKEHOUSE_ALERT_GROUP_INTERVAL="2s",
+    )
+    config = yaml.safe_load(alertmanager.config_text(settings))
+    route = config["route"]
+    assert (route["group_wait"], route["group_interval"], route["group_by"]) == ("1s", "2s", ["alertname", "pipeline"])
+    receiver = next(r for r in config["receivers"] if r["name"] == route["receiver"])
+    assert receiver["webhook_configs"] == [{"url": WEBHOOK, "send_resolved": True}]
+    assert WEBHOOK not in repr(settings)  # a chat's webhook URL is a secret
+    # Prometheus sends to whatever address the Alertmanager names in the home.
+    sent_to = yaml.safe_load(prometheus.config_text(settings, tmp_path / "alerts.yml"))["alerting"]["alertmanagers"]
+    assert sent_to == [{"file_sd_configs": [{"files": [str(tmp_path / "alertmanager" / "targets.json")]}]}]
+    # Without a webhook the Alertmanager still runs and holds the alerts, and its configuration says so.
+    defaults = alertmanager.config_text(make_settings(tmp_path))
+    assert yaml.safe_load(defaults)["receivers"] == [{"name": route["receiver"]}]
+    assert "# sent nowhere: LAKEHOUSE_ALERT_WEBHOOK_URL is not set" in defaults
+    assert yaml.safe_load(defaults)["route"] | {"receiver": None} == {
+        "receiver": None,
+        "group_by": ["alertname", "pipeline"],
+        "group_wait": "30s",
+        "group_interval": "5m",
+        "repeat_interval": "4h",
+    }
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("LAKEHOUSE_ALERT_WEBHOOK_URL", "chat.example/hook?token=secret", "must be an http:// or https:// URL$"),
+        ("LAKEHOUSE_ALERT_GROUP_INTERVAL", "0s", "LAKEHOUSE_ALERT_GROUP_INTERVAL must be at least 1s"),
+        ("LAKEHOUSE_ALERT_GROUP_WAIT", "soon", "cannot read duration 'soon'"),
+        ("LAKEHOUSE_ALERTMANAGER_PORT", "70000", "LAKEHOUSE_ALERTMANAGER_PORT must be a port number"),
+    ],
+)
+def test_a_wrong_alerting_setting_is_a_one_line_error_naming_it(tmp_path, variable, value, message):
+    from lakehouse.errors import LakehouseError
+
+    with pytest.raises(LakehouseError, match=message):
+        make_settings(tmp_path, **{variable: value})
+
+
+# amtool comes with Debian's prometheus-alertmanager package (scripts/system-deps.sh), as promtool with
+# prometheus: the same tier.
+@pytest.mark.services
+@pytest.mark.parametrize("webhook", [WEBHOOK, ""], ids=["webhook", "none"])
+def test_amtool_accepts_the_generated_configuration_and_routes_the_stall_alert_to_its_receiver(tmp_path, webhook):
+    from lakehouse.services import alertmanager
+
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(alertmanager.config_text(make_settings(tmp_path, LAKEHOUSE_ALERT_WEBHOOK_URL=webhook)))
+    checked = subprocess.run(["amtool", "check-config", str(config)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS" in checked.stdout, checked.stdout + checked.stderr
+    labels = ["alertname=LakehouseStreamStalled", f"pipeline={PIPELINE}", "severity=page"]
+    routed = subprocess.run(
+        ["amtool", "config", "routes", "test", f"--config.file={config}", "--verify.receivers=lakehouse", *labels],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert routed.returncode == 0, routed.stdout + routed.stderr
+
+
+@pytest.mark.services
+def test_the_alertmanager_runs_a_configuration_of_ones_own_on_the_bind_address(tmp_path):
+    """An operator's receivers (email here) instead of the generated webhook; a missing file is refused."""
+    import yaml
+
+    from lakehouse.errors import LakehouseError
+    from lakehouse.services import alertmanager
+    from lakehouse.services.process import port_answers
+
+    own = tmp_path / "team.yml"
+    own.write_text(
+        "global: {smtp_smarthost: 'mail.example:25', smtp_from: 'alerts@example.org'}\n"
+        "route: {receiver: on-call}\n"
+        "receivers: [{name: on-call, email_configs: [{to: 'on-call@example.org', send_resolved: true}]}]\n"
+    )
+    missing = make_settings(tmp_path / "other", LAKEHOUSE_ALERTMANAGER_CONFIG=str(tmp_path / "nowhere.yml"))
+    with pytest.raises(LakehouseError, match="^LAKEHOUSE_ALERTMANAGER_CONFIG names no file: .*nowhere.yml$"):
+        alertmanager.start(missing)
+    assert not alertmanager.status(missing)["up"] and alertmanager.status(missing)["pid"] is None
+    settings = make_settings(
+        tmp_path / "home",
+        LAKEHOUSE_ALERTMANAGER_CONFIG=str(own),
+        LAKEHOUSE_ALERTMANAGER_PORT="0",
+        LAKEHOUSE_BIND_ADDRESS="127.0.0.2",
+    )
+    try:
+        report = alertmanager.start(settings)
+        url = report["url"]
+        port = int(url.rsplit(":", 1)[1])
+        assert url.startswith("http://127.0.0.2:") and not port_answers(port)  # not on 127.0.0.1
+        with urllib.request.urlopen(f"{url}/api/v2/status", timeout=10) as answer:
+            running = yaml.safe_load(json.loads(answer.read())["config"]["original"])
+        assert [(r["name"], r["email_configs"][0]["to"]) for r in running["receivers"]] == [
+            ("on-call", "on-call@example.org")
+        ]
+        assert report["config"] == str(own) and not (tmp_path / "home" / "alertmanager" / "alertmanager.yml").exists()
+        targets = json.loads(alertmanager.targets_file(settings).read_text())
+        assert targets == [{"targets": [f"127.0.0.2:{port}"]}]
+    finally:
+        assert alertmanager.stop(settings)
+    assert not alertmanager.status(settings)["up"]
+
+
 # Every figure of a running stream, as Prometheus names it.
 FIGURES = (
     "lakehouse_stream_event_lag_seconds",
@@ -246,14 +365,53 @@ def stop_stream(stream: subprocess.Popen) -> None:
     stream.wait()
 
 
+@pytest.fixture
+def webhook():
+    """A webhook receiver on loopback, as a team's chat or pager offers one: its URL, and the JSON
+    body of every POST it received."""
+    bodies: list[dict] = []
+
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):  # not on the test's output
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/alerts", bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def stall_notified(bodies: list[dict], status: str) -> bool:
+    """Whether a notification of the pipeline's stall alert with ``status`` (firing, resolved) arrived."""
+    return any(
+        body["status"] == status
+        and any(
+            alert["status"] == status
+            and alert["labels"]["alertname"] == "LakehouseStreamStalled"
+            and alert["labels"].get("pipeline") == PIPELINE
+            for alert in body["alerts"]
+        )
+        for body in list(bodies)
+    )
+
+
 @pytest.mark.slow
-def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert_fires_and_resolves(
-    spark, tmp_path, cli_env
+def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert_fires_and_resolves_at_a_webhook(
+    spark, tmp_path, cli_env, webhook
 ):
     from lakehouse.audit.reconcile import Auditor
-    from lakehouse.services import prometheus
+    from lakehouse.services import alertmanager, prometheus
     from tests.services import free_port
 
+    webhook_url, notifications = webhook
     watched = {
         "LAKEHOUSE_METRICS_PORT": str(free_port()),  # the same after the restart: the same target comes back
         "LAKEHOUSE_TRIGGER_INTERVAL": "1s",
@@ -261,8 +419,12 @@ def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert
         "LAKEHOUSE_PROMETHEUS_PORT": "0",
         "LAKEHOUSE_PROMETHEUS_SCRAPE_INTERVAL": "1s",
         "LAKEHOUSE_ALERT_FOR": "2s",
-        # Prometheus and the stream's endpoint on another loopback address, as on a host's address in
-        # a deployment across hosts: they find each other there.
+        "LAKEHOUSE_ALERTMANAGER_PORT": "0",
+        "LAKEHOUSE_ALERT_WEBHOOK_URL": webhook_url,
+        "LAKEHOUSE_ALERT_GROUP_WAIT": "1s",
+        "LAKEHOUSE_ALERT_GROUP_INTERVAL": "1s",
+        # Prometheus, Alertmanager and the stream's endpoint on another loopback address, as on a host's
+        # address in a deployment across hosts: they find each other there.
         "LAKEHOUSE_BIND_ADDRESS": "127.0.0.2",
     }
     env = {**cli_env, **watched}
@@ -270,6 +432,7 @@ def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert
     generate(settings, GeneratorConfig(events=900, events_per_file=300, seed=3))
     url = prometheus.start(settings)["url"]
     assert url.startswith("http://127.0.0.2:")
+    assert alertmanager.start(settings)["url"].startswith("http://127.0.0.2:")
     stream = start_stream(env)
     try:
         progress = Path(STREAM_PROGRESS.uri(settings).removeprefix("file:")) / "_delta_log"
@@ -287,13 +450,16 @@ def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert
             len(f.read_text().splitlines()) for f in Path(settings.log_uri.removeprefix("file:")).rglob("*.jsonl")
         )
         assert sum(float(series["value"][1]) for series in fates) == lines  # every record read, one fate each
-        assert stall_alert(url) is None
+        assert stall_alert(url) is None and not stall_notified(notifications, "firing")
         stop_stream(stream)
         until(lambda: stall_alert(url) == "firing", 30, "the stall alert to fire")
+        until(lambda: stall_notified(notifications, "firing"), 30, "the firing stall alert at the webhook")
         stream = start_stream(env)
         until(lambda: stall_alert(url) is None, 60, "the stall alert to resolve", stream)
+        until(lambda: stall_notified(notifications, "resolved"), 30, "the stall alert resolved at the webhook")
     finally:
         stop_stream(stream)
+        alertmanager.stop(settings)
         prometheus.stop(settings)
 
 

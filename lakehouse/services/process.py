@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -45,6 +46,16 @@ def port_answers(port: int, host: str = LOOPBACK) -> bool:
             return probe.connect_ex((host, port)) == 0
         except OSError:  # a host name that does not resolve
             return False
+
+
+def reports_ready(host: str, port: int) -> bool:
+    """Whether the server at ``host:port`` answers its ``/-/ready`` with 200, as Prometheus and
+    Alertmanager do once they serve."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/-/ready", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 def free_port(host: str = LOOPBACK) -> int:
