@@ -389,17 +389,19 @@ def webhook():
         server.server_close()
 
 
-def stall_notified(bodies: list[dict], status: str) -> bool:
-    """Whether a notification of the pipeline's stall alert with ``status`` (firing, resolved) arrived."""
-    return any(
-        body["status"] == status
-        and any(
-            alert["status"] == status
+def stall_notification(bodies: list[dict], status: str) -> dict | None:
+    """The pipeline's stall alert as a notification with ``status`` (firing, resolved) carried it, if one came."""
+    return next(
+        (
+            alert
+            for body in list(bodies)
+            if body["status"] == status
+            for alert in body["alerts"]
+            if alert["status"] == status
             and alert["labels"]["alertname"] == "LakehouseStreamStalled"
             and alert["labels"].get("pipeline") == PIPELINE
-            for alert in body["alerts"]
-        )
-        for body in list(bodies)
+        ),
+        None,
     )
 
 
@@ -450,13 +452,15 @@ def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert
             len(f.read_text().splitlines()) for f in Path(settings.log_uri.removeprefix("file:")).rglob("*.jsonl")
         )
         assert sum(float(series["value"][1]) for series in fates) == lines  # every record read, one fate each
-        assert stall_alert(url) is None and not stall_notified(notifications, "firing")
+        assert stall_alert(url) is None and not stall_notification(notifications, "firing")
         stop_stream(stream)
         until(lambda: stall_alert(url) == "firing", 30, "the stall alert to fire")
-        until(lambda: stall_notified(notifications, "firing"), 30, "the firing stall alert at the webhook")
+        fired = until(lambda: stall_notification(notifications, "firing"), 30, "the firing stall alert at the webhook")
+        assert fired["generatorURL"].startswith(f"{url}/graph?")  # a link to the rule in this Prometheus
         stream = start_stream(env)
         until(lambda: stall_alert(url) is None, 60, "the stall alert to resolve", stream)
-        until(lambda: stall_notified(notifications, "resolved"), 30, "the stall alert resolved at the webhook")
+        resolved = until(lambda: stall_notification(notifications, "resolved"), 30, "the stall alert resolved")
+        assert (resolved["fingerprint"], resolved["startsAt"]) == (fired["fingerprint"], fired["startsAt"])  # that one
     finally:
         stop_stream(stream)
         alertmanager.stop(settings)

@@ -132,6 +132,8 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
         f"--config.file={config}",
         f"--storage.tsdb.path={files.folder / 'data'}",
         f"--web.listen-address={host}:{port}",
+        # The address an alert's notification links to (its generatorURL), not the machine's name.
+        f"--web.external-url=http://{host}:{port}",
         "--storage.tsdb.retention.time=15d",
     ]
     return files.process.start(command, lambda: status(settings), wait_seconds)
