@@ -405,17 +405,10 @@ def stall_notification(bodies: list[dict], status: str) -> dict | None:
     )
 
 
-@pytest.mark.slow
-def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert_fires_and_resolves_at_a_webhook(
-    spark, tmp_path, cli_env, webhook
-):
-    from lakehouse.audit.reconcile import Auditor
-    from lakehouse.services import alertmanager, prometheus
-    from tests.services import free_port
-
-    webhook_url, notifications = webhook
-    watched = {
-        "LAKEHOUSE_METRICS_PORT": str(free_port()),  # the same after the restart: the same target comes back
+def watched_stream_settings(metrics_port: int, webhook_url: str) -> dict[str, str]:
+    """A stream, its Prometheus and its Alertmanager at a pace a test sees within seconds."""
+    return {
+        "LAKEHOUSE_METRICS_PORT": str(metrics_port),  # the same after a restart: the same target comes back
         "LAKEHOUSE_TRIGGER_INTERVAL": "1s",
         "LAKEHOUSE_MAX_FILES_PER_TRIGGER": "1",
         "LAKEHOUSE_PROMETHEUS_PORT": "0",
@@ -429,6 +422,24 @@ def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert
         # address in a deployment across hosts: they find each other there.
         "LAKEHOUSE_BIND_ADDRESS": "127.0.0.2",
     }
+
+
+def scraped(url: str) -> set[str]:
+    """The names of the pipeline's series in Prometheus."""
+    names = prometheus_api(url, "query", query=f'{{__name__=~"lakehouse_.+", pipeline="{PIPELINE}"}}')
+    return {series["metric"]["__name__"] for series in names["result"]}
+
+
+@pytest.mark.slow
+def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert_fires_and_resolves_at_a_webhook(
+    spark, tmp_path, cli_env, webhook
+):
+    from lakehouse.audit.reconcile import Auditor
+    from lakehouse.services import alertmanager, prometheus
+    from tests.services import free_port
+
+    webhook_url, notifications = webhook
+    watched = watched_stream_settings(free_port(), webhook_url)
     env = {**cli_env, **watched}
     settings = make_settings(Path(cli_env["LAKEHOUSE_HOME"]), **watched)
     generate(settings, GeneratorConfig(events=900, events_per_file=300, seed=3))
@@ -441,12 +452,7 @@ def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert
         until(lambda: len(list(progress.glob("*.json"))) >= 4, 240, "three micro-batches", stream)  # created + 3
         start = datetime(2026, 1, 5, 8, 0)
         Auditor(spark, settings, get_pipeline(PIPELINE)).reconcile(start, start + timedelta(hours=1))
-
-        def scraped() -> set[str]:
-            names = prometheus_api(url, "query", query='{__name__=~"lakehouse_.+", pipeline="toll_traffic"}')
-            return {series["metric"]["__name__"] for series in names["result"]}
-
-        until(lambda: set(FIGURES) <= scraped(), 30, "every figure in Prometheus", stream)
+        until(lambda: set(FIGURES) <= scraped(url), 30, "every figure in Prometheus", stream)
         fates = prometheus_api(url, "query", query="lakehouse_stream_events_total")["result"]
         lines = sum(
             len(f.read_text().splitlines()) for f in Path(settings.log_uri.removeprefix("file:")).rglob("*.jsonl")
