@@ -236,22 +236,6 @@ def test_the_alertmanager_sends_every_alert_to_the_webhook_firing_and_resolved_a
     }
 
 
-@pytest.mark.parametrize(
-    ("variable", "value", "message"),
-    [
-        ("LAKEHOUSE_ALERT_WEBHOOK_URL", "chat.example/hook?token=secret", "must be an http:// or https:// URL$"),
-        ("LAKEHOUSE_ALERT_GROUP_INTERVAL", "0s", "LAKEHOUSE_ALERT_GROUP_INTERVAL must be at least 1s"),
-        ("LAKEHOUSE_ALERT_GROUP_WAIT", "soon", "cannot read duration 'soon'"),
-        ("LAKEHOUSE_ALERTMANAGER_PORT", "70000", "LAKEHOUSE_ALERTMANAGER_PORT must be a port number"),
-    ],
-)
-def test_a_wrong_alerting_setting_is_a_one_line_error_naming_it(tmp_path, variable, value, message):
-    from lakehouse.errors import LakehouseError
-
-    with pytest.raises(LakehouseError, match=message):
-        make_settings(tmp_path, **{variable: value})
-
-
 # amtool comes with Debian's prometheus-alertmanager package (scripts/system-deps.sh), as promtool with
 # prometheus: the same tier.
 @pytest.mark.services

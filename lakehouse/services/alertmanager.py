@@ -22,7 +22,7 @@ import textwrap
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.services.process import ServerFolder, claim_port, port_answers, reports_ready, write_json
+from lakehouse.services.process import ServerFolder, claim_port, web_command, write_json
 from lakehouse.settings import Settings
 
 # Debian's name for the server, then upstream's.
@@ -108,10 +108,8 @@ class ServerFiles(ServerFolder):
 def status(settings: Settings) -> dict:
     """Whether this home's Alertmanager is up: its process alive and ready on its port."""
     files = ServerFiles(settings.alertmanager_dir())
-    port, host = files.port(), settings.bind_address
-    report = files.process.report(lambda: port is not None and port_answers(port, host) and reports_ready(host, port))
+    report = files.ready_report(settings.bind_address)
     if report["up"]:
-        report["url"] = f"http://{host}:{port}"
         report["config"] = str(files.config_file(settings))
         report["notifications"] = delivery(settings)
     return report
@@ -134,11 +132,8 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     port = claim_port(files.folder, settings.alertmanager_port, "LAKEHOUSE_ALERTMANAGER_PORT", "Alertmanager", host)
     config = files.set_up(settings, port)
     command = [
-        binary,
-        f"--config.file={config}",
+        *web_command(binary, config, host, port),
         f"--storage.path={files.folder / 'data'}",
-        f"--web.listen-address={host}:{port}",
-        f"--web.external-url=http://{host}:{port}",
         # One server, no high-availability peers: no gossip port, which would listen on every address.
         "--cluster.listen-address=",
     ]

@@ -247,3 +247,34 @@ class ServerFolder:
 
     def port(self) -> int | None:
         return saved_port(self.folder)
+
+    def ready_report(self, host: str) -> dict:
+        """The status of a server that says when it serves at ``/-/ready`` (Prometheus, Alertmanager):
+        its process alive and ready on the port it was set up on, and its URL when up."""
+        port = self.port()
+        report = self.process.report(
+            lambda: port is not None and port_answers(port, host) and reports_ready(host, port)
+        )
+        if report["up"]:
+            report["url"] = f"http://{host}:{port}"
+        return report
+
+
+def web_command(binary: str, config: Path, host: str, port: int) -> list[str]:
+    """The command line Prometheus and Alertmanager share: the configuration, the address to listen on,
+    and the one their links name (an alert's generatorURL; by default the machine's name, which may
+    not resolve to the bind address).
+
+    Args:
+        binary: the server's executable.
+        config: its configuration file.
+        host: the address it listens on (LAKEHOUSE_BIND_ADDRESS).
+        port: its port.
+    """
+    address = f"{host}:{port}"
+    return [
+        binary,
+        f"--config.file={config}",
+        f"--web.listen-address={address}",
+        f"--web.external-url=http://{address}",
+    ]

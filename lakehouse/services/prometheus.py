@@ -18,15 +18,7 @@ from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.services import alertmanager
-from lakehouse.services.process import (
-    PORT_FILE,
-    ServerFolder,
-    free_port,
-    port_answers,
-    refuse_taken,
-    reports_ready,
-    write_json,
-)
+from lakehouse.services.process import PORT_FILE, ServerFolder, free_port, refuse_taken, web_command, write_json
 from lakehouse.settings import PROJECT_ROOT, Settings
 
 # Where Spark's PrometheusServlet answers on the service's UI (lakehouse.serving.server).
@@ -105,12 +97,7 @@ class ServerFiles(ServerFolder):
 
 def status(settings: Settings) -> dict:
     """Whether this home's Prometheus is up: its process alive and ready on its port."""
-    files = ServerFiles(settings.prometheus_dir())
-    port, host = files.port(), settings.bind_address
-    report = files.process.report(lambda: port is not None and port_answers(port, host) and reports_ready(host, port))
-    if report["up"]:
-        report["url"] = f"http://{host}:{port}"
-    return report
+    return ServerFiles(settings.prometheus_dir()).ready_report(settings.bind_address)
 
 
 def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
@@ -128,12 +115,8 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     refuse_taken(port, "set LAKEHOUSE_PROMETHEUS_PORT to another port", host)
     config = files.set_up(settings, port)
     command = [
-        binary,
-        f"--config.file={config}",
+        *web_command(binary, config, host, port),
         f"--storage.tsdb.path={files.folder / 'data'}",
-        f"--web.listen-address={host}:{port}",
-        # The address an alert's notification links to (its generatorURL), not the machine's name.
-        f"--web.external-url=http://{host}:{port}",
         "--storage.tsdb.retention.time=15d",
     ]
     return files.process.start(command, lambda: status(settings), wait_seconds)
