@@ -97,8 +97,6 @@ class ServerFiles(ServerFolder):
         Prometheus; returns the configuration file."""
         (self.folder / "data").mkdir(parents=True, exist_ok=True)
         config = self.config_file(settings)
-        if settings.alertmanager_config and not config.is_file():
-            raise LakehouseError(f"LAKEHOUSE_ALERTMANAGER_CONFIG names no file: {config}")
         if not settings.alertmanager_config:
             config.write_text(config_text(settings))
         write_json(targets_file(settings), [{"targets": [f"{settings.bind_address}:{port}"]}])
@@ -122,6 +120,8 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
         raise LakehouseError(
             "alertmanager is not installed: run scripts/system-deps.sh (Debian's prometheus-alertmanager package)"
         )
+    if settings.alertmanager_config and not Path(settings.alertmanager_config).is_file():
+        raise LakehouseError(f"LAKEHOUSE_ALERTMANAGER_CONFIG names no file: {settings.alertmanager_config}")
     already = status(settings)
     if already["up"]:
         return already
