@@ -8,7 +8,8 @@ STAMP := $(VENV)/.installed
 PACKAGES_STAMP := $(VENV)/.packages-installed
 
 .PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke chaos lock clean airflow airflow-stop \
-	system-deps test-airflow serve serve-stop kafka kafka-stop cluster cluster-stop s3 s3-stop prometheus prometheus-stop
+	system-deps test-airflow serve serve-stop kafka kafka-stop cluster cluster-stop s3 s3-stop prometheus prometheus-stop \
+	alertmanager alertmanager-stop
 
 # The virtual environment, installed exactly from the lock, plus Spark's Delta JARs in .cache/.
 setup: $(STAMP)
@@ -153,6 +154,14 @@ prometheus: setup system-deps
 
 prometheus-stop:
 	@$(VENV)/bin/lakehouse prometheus stop
+
+# Alertmanager beside it (docs/operations.md, "Metrics and alerts"): what the alert rules fire, POSTed to
+# LAKEHOUSE_ALERT_WEBHOOK_URL (unset: held in its API); its data under .lakehouse/alertmanager/. Prints its URL.
+alertmanager: setup system-deps
+	@$(VENV)/bin/lakehouse alertmanager start
+
+alertmanager-stop:
+	@$(VENV)/bin/lakehouse alertmanager stop
 
 # A Spark standalone cluster (a master, two workers) from pyspark's spark-class; prints its spark:// address.
 cluster: setup

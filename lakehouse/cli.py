@@ -39,6 +39,7 @@ ORDER = (
     "kafka",
     "s3",
     "prometheus",
+    "alertmanager",
     "hosts",
 )
 

@@ -52,6 +52,8 @@ _DURATION_FIELDS = (
     "batch_lateness_delay",
     "sql_staleness",
     "prometheus_scrape_interval",
+    "alert_group_wait",
+    "alert_group_interval",
 )
 _TEXT_FIELDS = (
     "spark_master",
@@ -103,6 +105,8 @@ _STRIPPED_FIELDS = (
     "s3_commit_endpoint",
     "bind_address",
     "deployment",
+    "alert_webhook_url",
+    "alertmanager_config",
 )
 _PORT_FIELDS = (
     "connect_port",
@@ -111,6 +115,7 @@ _PORT_FIELDS = (
     "cluster_port",
     "s3_port",
     "prometheus_port",
+    "alertmanager_port",
     "dynamodb_port",
 )
 _INTEGER_FIELDS = (
@@ -164,6 +169,11 @@ class Paths:
     def prometheus_dir(self) -> Path:
         """Where the Prometheus of ``lakehouse prometheus start`` keeps its configuration, data and log."""
         return local_path(self.home) / "prometheus"
+
+    def alertmanager_dir(self) -> Path:
+        """Where the Alertmanager of ``lakehouse alertmanager start`` keeps its configuration, data, log
+        and the address Prometheus sends alerts to."""
+        return local_path(self.home) / "alertmanager"
 
     def dynamodb_dir(self) -> Path:
         """Where the DynamoDB-compatible server ``lakehouse s3 start`` runs keeps its port and log."""
@@ -282,6 +292,17 @@ class Services:
     prometheus_port: int = 9090
     prometheus_scrape_interval: str = "15s"
     alert_for: str = ""
+    # The Alertmanager `lakehouse alertmanager start` runs (0: any free port), which that Prometheus
+    # sends what fires to; the webhook it POSTs each notification to, firing and resolved (empty: none,
+    # the alerts wait in its API; the URL of a chat's webhook is a secret); how long it gathers a new
+    # group's alerts before notifying, and how long it waits between notifications of a group's
+    # changes (a resolution among them). Or a configuration of one's own instead of the generated
+    # one: email, Slack, PagerDuty (docs/operations.md, "Metrics and alerts").
+    alertmanager_port: int = 9093
+    alert_webhook_url: str = dataclasses.field(default="", repr=False)
+    alert_group_wait: str = "30s"
+    alert_group_interval: str = "5m"
+    alertmanager_config: str = ""
 
     def metrics_port_number(self) -> int | None:
         """The metrics endpoint's port (0: any free one; None: no endpoint)."""
@@ -420,3 +441,7 @@ def _validate_metrics(settings: Settings) -> None:
         raise LakehouseError(f"LAKEHOUSE_METRICS_PORT must be a port number, 0 (any free one) or off, not {port!r}")
     if settings.alert_for:
         parse_duration(settings.alert_for)
+    if settings.alert_webhook_url and not re.match(r"^https?://[^/\s]+", settings.alert_webhook_url):
+        raise LakehouseError("LAKEHOUSE_ALERT_WEBHOOK_URL must be an http:// or https:// URL")
+    if parse_duration(settings.alert_group_interval).total_seconds() < 1:
+        raise LakehouseError("LAKEHOUSE_ALERT_GROUP_INTERVAL must be at least 1s")

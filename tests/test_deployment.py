@@ -94,6 +94,26 @@ def test_no_kafka_cluster_id_starts_with_a_dash_which_the_storage_tool_would_rea
     assert {len(cluster_id) for cluster_id in ids} == {22} and len(set(ids)) == len(ids)
 
 
+def test_composes_alertmanager_runs_the_configuration_the_project_writes_for_its_settings(tmp_path, monkeypatch):
+    from lakehouse.services import alertmanager
+
+    writer, server = SERVICES["alertmanager-config"], SERVICES["alertmanager"]
+    module, written = writer["command"][-2:]
+    assert writer["command"][:2] == ["python", "-m"] and module == alertmanager.__name__
+    assert f"--config.file={written}" in server["command"] and "--cluster.listen-address=" in server["command"]
+    folder = str(Path(written).parent)
+    assert [v.split(":")[1] for v in writer["volumes"]] == [folder] and server["volumes"] == [
+        f"{writer['volumes'][0]}:ro"
+    ]
+    assert server["depends_on"]["alertmanager-config"] == {"condition": "service_completed_successfully"}
+    # What the module writes for the environment compose gives it: the generated configuration.
+    monkeypatch.setenv("LAKEHOUSE_ALERT_WEBHOOK_URL", "http://chat.example/hook")
+    alertmanager.main([str(tmp_path / "alertmanager.yml")])
+    expected = alertmanager.config_text(Settings.from_env({"LAKEHOUSE_ALERT_WEBHOOK_URL": "http://chat.example/hook"}))
+    assert (tmp_path / "alertmanager.yml").read_text() == expected
+    assert set(writer["environment"]) == {"LAKEHOUSE_ALERT_WEBHOOK_URL"}
+
+
 def _one_shot(name: str) -> bool:
     """A job that runs once before others (a bucket, a database): another service waits for it to end."""
     waits = [spec.get("depends_on") for spec in SERVICES.values()]
@@ -156,7 +176,7 @@ def test_the_described_ports_are_those_the_services_start_on_by_default():
         DeployedService.SPARK_SERVICE: {"connect": defaults.connect_port, "thrift": defaults.thrift_port},
         DeployedService.AIRFLOW_API_SERVER: {"api": _script_default("AIRFLOW_PORT")},
         DeployedService.PROMETHEUS: {"web": defaults.prometheus_port},
-        DeployedService.ALERTMANAGER: {"web": 9093},
+        DeployedService.ALERTMANAGER: {"web": defaults.alertmanager_port},
     }
     assert {service: dict(ports) for service, ports in DEPLOYMENT.ports.items() if ports} == started_on
     assert set(DEPLOYMENT.ports) == set(DeployedService)

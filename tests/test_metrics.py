@@ -1,18 +1,22 @@
 """Operating the stream: its metrics endpoint reads the figures `lakehouse health` judges, the alert
-rules hold under promtool, the dashboard's queries parse, and a real Prometheus scrapes a running
-stream and sees the stall alert fire and resolve."""
+rules hold under promtool, the dashboard's queries parse, the Alertmanager's configuration holds under
+amtool, and a real Prometheus scrapes a running stream and sees the stall alert fire and resolve, both
+of which its Alertmanager delivers to a webhook."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
 from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -197,6 +201,106 @@ def test_every_query_of_the_dashboard_parses_as_promql(tmp_path):
     assert subprocess.run(["promtool", "check", "rules", "bad.yml"], cwd=tmp_path, capture_output=True).returncode == 1
 
 
+WEBHOOK = "https://chat.example/hooks/T0/secret"
+
+
+def test_the_alertmanager_sends_every_alert_to_the_webhook_firing_and_resolved_and_prometheus_finds_it(tmp_path):
+    import yaml
+
+    from lakehouse.services import alertmanager, prometheus
+
+    settings = make_settings(
+        tmp_path,
+        LAKEHOUSE_ALERT_WEBHOOK_URL=WEBHOOK,
+        LAKEHOUSE_ALERT_GROUP_WAIT="1s",
+        LAKEHOUSE_ALERT_GROUP_INTERVAL="2s",
+    )
+    config = yaml.safe_load(alertmanager.config_text(settings))
+    route = config["route"]
+    assert (route["group_wait"], route["group_interval"], route["group_by"]) == ("1s", "2s", ["alertname", "pipeline"])
+    receiver = next(r for r in config["receivers"] if r["name"] == route["receiver"])
+    assert receiver["webhook_configs"] == [{"url": WEBHOOK, "send_resolved": True}]
+    assert WEBHOOK not in repr(settings)  # a chat's webhook URL is a secret
+    # Prometheus sends to whatever address the Alertmanager names in the home.
+    sent_to = yaml.safe_load(prometheus.config_text(settings, tmp_path / "alerts.yml"))["alerting"]["alertmanagers"]
+    assert sent_to == [{"file_sd_configs": [{"files": [str(tmp_path / "alertmanager" / "targets.json")]}]}]
+    # Without a webhook the Alertmanager still runs and holds the alerts, and its configuration says so.
+    defaults = alertmanager.config_text(make_settings(tmp_path))
+    assert yaml.safe_load(defaults)["receivers"] == [{"name": route["receiver"]}]
+    assert "# sent nowhere: LAKEHOUSE_ALERT_WEBHOOK_URL is not set" in defaults
+    assert yaml.safe_load(defaults)["route"] | {"receiver": None} == {
+        "receiver": None,
+        "group_by": ["alertname", "pipeline"],
+        "group_wait": "30s",
+        "group_interval": "5m",
+        "repeat_interval": "4h",
+    }
+
+
+# amtool comes with Debian's prometheus-alertmanager package (scripts/system-deps.sh), as promtool with
+# prometheus: the same tier.
+@pytest.mark.services
+@pytest.mark.parametrize("webhook", [WEBHOOK, ""], ids=["webhook", "none"])
+def test_amtool_accepts_the_generated_configuration_and_routes_the_stall_alert_to_its_receiver(tmp_path, webhook):
+    from lakehouse.services import alertmanager
+
+    config = tmp_path / "alertmanager.yml"
+    config.write_text(alertmanager.config_text(make_settings(tmp_path, LAKEHOUSE_ALERT_WEBHOOK_URL=webhook)))
+    checked = subprocess.run(["amtool", "check-config", str(config)], capture_output=True, text=True, timeout=60)
+    assert checked.returncode == 0 and "SUCCESS" in checked.stdout, checked.stdout + checked.stderr
+    labels = ["alertname=LakehouseStreamStalled", f"pipeline={PIPELINE}", "severity=page"]
+    routed = subprocess.run(
+        ["amtool", "config", "routes", "test", f"--config.file={config}", "--verify.receivers=lakehouse", *labels],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert routed.returncode == 0, routed.stdout + routed.stderr
+
+
+@pytest.mark.services
+def test_the_alertmanager_runs_a_configuration_of_ones_own_on_the_bind_address(tmp_path):
+    """An operator's receivers (email here) instead of the generated webhook; a missing file is refused."""
+    import yaml
+
+    from lakehouse.errors import LakehouseError
+    from lakehouse.services import alertmanager
+    from lakehouse.services.process import port_answers
+
+    own = tmp_path / "team.yml"
+    own.write_text(
+        "global: {smtp_smarthost: 'mail.example:25', smtp_from: 'alerts@example.org'}\n"
+        "route: {receiver: on-call}\n"
+        "receivers: [{name: on-call, email_configs: [{to: 'on-call@example.org', send_resolved: true}]}]\n"
+    )
+    missing = make_settings(tmp_path / "other", LAKEHOUSE_ALERTMANAGER_CONFIG=str(tmp_path / "nowhere.yml"))
+    with pytest.raises(LakehouseError, match="^LAKEHOUSE_ALERTMANAGER_CONFIG names no file: .*nowhere.yml$"):
+        alertmanager.start(missing)
+    assert not (tmp_path / "other").exists()  # nothing written
+    settings = make_settings(
+        tmp_path / "home",
+        LAKEHOUSE_ALERTMANAGER_CONFIG=str(own),
+        LAKEHOUSE_ALERTMANAGER_PORT="0",
+        LAKEHOUSE_BIND_ADDRESS="127.0.0.2",
+    )
+    try:
+        report = alertmanager.start(settings)
+        url = report["url"]
+        port = int(url.rsplit(":", 1)[1])
+        assert url.startswith("http://127.0.0.2:") and not port_answers(port)  # not on 127.0.0.1
+        with urllib.request.urlopen(f"{url}/api/v2/status", timeout=10) as answer:
+            running = yaml.safe_load(json.loads(answer.read())["config"]["original"])
+        assert [(r["name"], r["email_configs"][0]["to"]) for r in running["receivers"]] == [
+            ("on-call", "on-call@example.org")
+        ]
+        assert report["config"] == str(own) and not (tmp_path / "home" / "alertmanager" / "alertmanager.yml").exists()
+        targets = json.loads(alertmanager.targets_file(settings).read_text())
+        assert targets == [{"targets": [f"127.0.0.2:{port}"]}]
+    finally:
+        assert alertmanager.stop(settings)
+    assert not alertmanager.status(settings)["up"]
+
+
 # Every figure of a running stream, as Prometheus names it.
 FIGURES = (
     "lakehouse_stream_event_lag_seconds",
@@ -242,58 +346,118 @@ def start_stream(env: dict[str, str]) -> subprocess.Popen:
 
 
 def stop_stream(stream: subprocess.Popen) -> None:
-    os.killpg(stream.pid, signal.SIGKILL)
+    """SIGKILL the stream's process session; a stream already stopped (a test failing between its
+    stop and its restart) is no error, so that the servers are stopped after it."""
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(stream.pid, signal.SIGKILL)
     stream.wait()
 
 
-@pytest.mark.slow
-def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert_fires_and_resolves(
-    spark, tmp_path, cli_env
-):
-    from lakehouse.audit.reconcile import Auditor
-    from lakehouse.services import prometheus
-    from tests.services import free_port
+@pytest.fixture
+def webhook():
+    """A webhook receiver on loopback, as a team's chat or pager offers one: its URL, and the JSON
+    body of every POST it received."""
+    bodies: list[dict] = []
 
-    watched = {
-        "LAKEHOUSE_METRICS_PORT": str(free_port()),  # the same after the restart: the same target comes back
+    class Receiver(BaseHTTPRequestHandler):
+        def do_POST(self):
+            bodies.append(json.loads(self.rfile.read(int(self.headers["Content-Length"]))))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args):  # not on the test's output
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_port}/alerts", bodies
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def stall_notification(bodies: list[dict], status: str) -> dict | None:
+    """The pipeline's stall alert as a notification with ``status`` (firing, resolved) carried it, if one came."""
+    return next(
+        (
+            alert
+            for body in list(bodies)
+            if body["status"] == status
+            for alert in body["alerts"]
+            if alert["status"] == status
+            and alert["labels"]["alertname"] == "LakehouseStreamStalled"
+            and alert["labels"].get("pipeline") == PIPELINE
+        ),
+        None,
+    )
+
+
+def watched_stream_settings(metrics_port: int, webhook_url: str) -> dict[str, str]:
+    """A stream, its Prometheus and its Alertmanager at a pace a test sees within seconds."""
+    return {
+        "LAKEHOUSE_METRICS_PORT": str(metrics_port),  # the same after a restart: the same target comes back
         "LAKEHOUSE_TRIGGER_INTERVAL": "1s",
         "LAKEHOUSE_MAX_FILES_PER_TRIGGER": "1",
         "LAKEHOUSE_PROMETHEUS_PORT": "0",
         "LAKEHOUSE_PROMETHEUS_SCRAPE_INTERVAL": "1s",
         "LAKEHOUSE_ALERT_FOR": "2s",
-        # Prometheus and the stream's endpoint on another loopback address, as on a host's address in
-        # a deployment across hosts: they find each other there.
+        "LAKEHOUSE_ALERTMANAGER_PORT": "0",
+        "LAKEHOUSE_ALERT_WEBHOOK_URL": webhook_url,
+        "LAKEHOUSE_ALERT_GROUP_WAIT": "1s",
+        "LAKEHOUSE_ALERT_GROUP_INTERVAL": "1s",
+        # Prometheus, Alertmanager and the stream's endpoint on another loopback address, as on a host's
+        # address in a deployment across hosts: they find each other there.
         "LAKEHOUSE_BIND_ADDRESS": "127.0.0.2",
     }
+
+
+def scraped(url: str) -> set[str]:
+    """The names of the pipeline's series in Prometheus."""
+    names = prometheus_api(url, "query", query=f'{{__name__=~"lakehouse_.+", pipeline="{PIPELINE}"}}')
+    return {series["metric"]["__name__"] for series in names["result"]}
+
+
+@pytest.mark.slow
+def test_prometheus_scrapes_every_figure_of_a_running_stream_and_its_stall_alert_fires_and_resolves_at_a_webhook(
+    spark, tmp_path, cli_env, webhook
+):
+    from lakehouse.audit.reconcile import Auditor
+    from lakehouse.services import alertmanager, prometheus
+    from tests.services import free_port
+
+    webhook_url, notifications = webhook
+    watched = watched_stream_settings(free_port(), webhook_url)
     env = {**cli_env, **watched}
     settings = make_settings(Path(cli_env["LAKEHOUSE_HOME"]), **watched)
     generate(settings, GeneratorConfig(events=900, events_per_file=300, seed=3))
     url = prometheus.start(settings)["url"]
     assert url.startswith("http://127.0.0.2:")
+    assert alertmanager.start(settings)["url"].startswith("http://127.0.0.2:")
     stream = start_stream(env)
     try:
         progress = Path(STREAM_PROGRESS.uri(settings).removeprefix("file:")) / "_delta_log"
         until(lambda: len(list(progress.glob("*.json"))) >= 4, 240, "three micro-batches", stream)  # created + 3
         start = datetime(2026, 1, 5, 8, 0)
         Auditor(spark, settings, get_pipeline(PIPELINE)).reconcile(start, start + timedelta(hours=1))
-
-        def scraped() -> set[str]:
-            names = prometheus_api(url, "query", query='{__name__=~"lakehouse_.+", pipeline="toll_traffic"}')
-            return {series["metric"]["__name__"] for series in names["result"]}
-
-        until(lambda: set(FIGURES) <= scraped(), 30, "every figure in Prometheus", stream)
+        until(lambda: set(FIGURES) <= scraped(url), 30, "every figure in Prometheus", stream)
         fates = prometheus_api(url, "query", query="lakehouse_stream_events_total")["result"]
         lines = sum(
             len(f.read_text().splitlines()) for f in Path(settings.log_uri.removeprefix("file:")).rglob("*.jsonl")
         )
         assert sum(float(series["value"][1]) for series in fates) == lines  # every record read, one fate each
-        assert stall_alert(url) is None
+        assert stall_alert(url) is None and not stall_notification(notifications, "firing")
         stop_stream(stream)
         until(lambda: stall_alert(url) == "firing", 30, "the stall alert to fire")
+        fired = until(lambda: stall_notification(notifications, "firing"), 30, "the firing stall alert at the webhook")
+        assert fired["generatorURL"].startswith(f"{url}/graph?")  # a link to the rule in this Prometheus
         stream = start_stream(env)
         until(lambda: stall_alert(url) is None, 60, "the stall alert to resolve", stream)
+        resolved = until(lambda: stall_notification(notifications, "resolved"), 30, "the stall alert resolved")
+        assert (resolved["fingerprint"], resolved["startsAt"]) == (fired["fingerprint"], fired["startsAt"])  # that one
     finally:
         stop_stream(stream)
+        alertmanager.stop(settings)
         prometheus.stop(settings)
 
 

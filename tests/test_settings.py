@@ -264,6 +264,11 @@ def test_the_default_home_is_the_checkout_a_command_runs_in(tmp_path, monkeypatc
         ("LAKEHOUSE_KAFKA_BOOTSTRAP", "b1", "LAKEHOUSE_KAFKA_BOOTSTRAP must be host:port"),
         ("LAKEHOUSE_KAFKA_TOPIC_PREFIX", "prod/", "LAKEHOUSE_KAFKA_TOPIC_PREFIX may hold letters"),
         ("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", "-1", "LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER must be 0"),
+        # The URL itself stays out of the message: a chat's webhook URL is a secret.
+        ("LAKEHOUSE_ALERT_WEBHOOK_URL", "chat.example/hook?token=secret", "must be an http:// or https:// URL$"),
+        ("LAKEHOUSE_ALERT_GROUP_INTERVAL", "0s", "LAKEHOUSE_ALERT_GROUP_INTERVAL must be at least 1s"),
+        ("LAKEHOUSE_ALERT_GROUP_WAIT", "soon", "cannot read duration 'soon'"),
+        ("LAKEHOUSE_ALERTMANAGER_PORT", "70000", "LAKEHOUSE_ALERTMANAGER_PORT must be a port number"),
     ],
 )
 def test_a_bad_service_setting_is_a_lakehouse_error(tmp_path, variable, value, message):

@@ -1,5 +1,5 @@
 """The long-running services the platform starts: the Spark service, a Spark cluster, a Kafka broker,
-an S3 server and Prometheus; and the hosts of the deployment across hosts, on this machine. Each
+an S3 server, Prometheus and Alertmanager; and the hosts of the deployment across hosts, on this machine. Each
 prints its status as JSON and exits 1 when it is down."""
 
 from __future__ import annotations
@@ -121,6 +121,13 @@ COMMANDS = (
         "a Prometheus on loopback: scrapes the streams' metrics, evaluates monitoring/alerts.yml",
         module="lakehouse.services.prometheus",
         label="Prometheus",
+        status_help="status exits 1 unless it is ready",
+    ),
+    _service(
+        "alertmanager",
+        "an Alertmanager on loopback: what Prometheus's alert rules fire, to LAKEHOUSE_ALERT_WEBHOOK_URL",
+        module="lakehouse.services.alertmanager",
+        label="Alertmanager",
         status_help="status exits 1 unless it is ready",
     ),
     Command(

@@ -16,6 +16,7 @@ import signal
 import socket
 import subprocess
 import time
+import urllib.request
 from collections.abc import Callable
 from pathlib import Path
 from typing import ClassVar, Protocol
@@ -45,6 +46,16 @@ def port_answers(port: int, host: str = LOOPBACK) -> bool:
             return probe.connect_ex((host, port)) == 0
         except OSError:  # a host name that does not resolve
             return False
+
+
+def reports_ready(host: str, port: int) -> bool:
+    """Whether the server at ``host:port`` answers its ``/-/ready`` with 200, as Prometheus and
+    Alertmanager do once they serve."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{port}/-/ready", timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 def free_port(host: str = LOOPBACK) -> int:
@@ -236,3 +247,34 @@ class ServerFolder:
 
     def port(self) -> int | None:
         return saved_port(self.folder)
+
+    def ready_report(self, host: str) -> dict:
+        """The status of a server that says when it serves at ``/-/ready`` (Prometheus, Alertmanager):
+        its process alive and ready on the port it was set up on, and its URL when up."""
+        port = self.port()
+        report = self.process.report(
+            lambda: port is not None and port_answers(port, host) and reports_ready(host, port)
+        )
+        if report["up"]:
+            report["url"] = f"http://{host}:{port}"
+        return report
+
+
+def web_command(binary: str, config: Path, host: str, port: int) -> list[str]:
+    """The command line Prometheus and Alertmanager share: the configuration, the address to listen on,
+    and the one their links name (an alert's generatorURL; by default the machine's name, which may
+    not resolve to the bind address).
+
+    Args:
+        binary: the server's executable.
+        config: its configuration file.
+        host: the address it listens on (LAKEHOUSE_BIND_ADDRESS).
+        port: its port.
+    """
+    address = f"{host}:{port}"
+    return [
+        binary,
+        f"--config.file={config}",
+        f"--web.listen-address={address}",
+        f"--web.external-url=http://{address}",
+    ]

@@ -1,7 +1,8 @@
 """A Prometheus on loopback (``lakehouse prometheus start``, ``make prometheus``; or on
 LAKEHOUSE_BIND_ADDRESS, a host's address in a deployment across hosts) that scrapes the
-streams' metrics endpoints (lakehouse.ops.metrics) and evaluates the alert rules of
-``monitoring/alerts.yml``.
+streams' metrics endpoints (lakehouse.ops.metrics), evaluates the alert rules of
+``monitoring/alerts.yml`` and sends what fires to the home's Alertmanager
+(lakehouse.services.alertmanager), once that names its address.
 
 The server is Debian's ``prometheus`` package (scripts/system-deps.sh installs it). Its
 configuration, time-series data and log stay in the home's ``prometheus/`` folder, so a restart keeps
@@ -13,11 +14,11 @@ the same folder.
 from __future__ import annotations
 
 import shutil
-import urllib.request
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.services.process import PORT_FILE, ServerFolder, free_port, port_answers, refuse_taken, write_json
+from lakehouse.services import alertmanager
+from lakehouse.services.process import PORT_FILE, ServerFolder, free_port, refuse_taken, web_command, write_json
 from lakehouse.settings import PROJECT_ROOT, Settings
 
 # Where Spark's PrometheusServlet answers on the service's UI (lakehouse.serving.server).
@@ -49,7 +50,8 @@ def rules_text(rules: str, alert_for: str) -> str:
 
 
 def config_text(settings: Settings, rules_file: Path) -> str:
-    """prometheus.yml: the scrape and evaluation interval, the rules, and a job per kind of endpoint."""
+    """prometheus.yml: the scrape and evaluation interval, the rules, the home's Alertmanager (where
+    ``lakehouse alertmanager start`` names it), and a job per kind of endpoint."""
     import yaml
 
     interval = settings.prometheus_scrape_interval
@@ -57,6 +59,7 @@ def config_text(settings: Settings, rules_file: Path) -> str:
     config = {
         "global": {"scrape_interval": interval, "evaluation_interval": interval, "scrape_timeout": interval},
         "rule_files": [str(rules_file)],
+        "alerting": {"alertmanagers": [{"file_sd_configs": [{"files": [str(alertmanager.targets_file(settings))]}]}]},
         "scrape_configs": [
             {
                 "job_name": job,
@@ -81,8 +84,9 @@ class ServerFiles(ServerFolder):
         """The configuration and rules, written at each start (settings may have changed); returns the
         configuration file."""
         (self.folder / "data").mkdir(parents=True, exist_ok=True)
-        for folder in ("spark", "airflow"):  # Prometheus watches folders that exist
-            settings.metrics_dir().joinpath(folder).mkdir(parents=True, exist_ok=True)
+        watched = [settings.metrics_dir() / "spark", settings.metrics_dir() / "airflow", settings.alertmanager_dir()]
+        for folder in watched:  # Prometheus watches folders that exist
+            folder.mkdir(parents=True, exist_ok=True)
         rules = self.folder / "alerts.yml"
         rules.write_text(rules_text(RULES.read_text(), settings.alert_for))
         config = self.folder / "prometheus.yml"
@@ -91,22 +95,9 @@ class ServerFiles(ServerFolder):
         return config
 
 
-def _ready(host: str, port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://{host}:{port}/-/ready", timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
-
-
 def status(settings: Settings) -> dict:
     """Whether this home's Prometheus is up: its process alive and ready on its port."""
-    files = ServerFiles(settings.prometheus_dir())
-    port, host = files.port(), settings.bind_address
-    report = files.process.report(lambda: port is not None and port_answers(port, host) and _ready(host, port))
-    if report["up"]:
-        report["url"] = f"http://{host}:{port}"
-    return report
+    return ServerFiles(settings.prometheus_dir()).ready_report(settings.bind_address)
 
 
 def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
@@ -124,10 +115,8 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     refuse_taken(port, "set LAKEHOUSE_PROMETHEUS_PORT to another port", host)
     config = files.set_up(settings, port)
     command = [
-        binary,
-        f"--config.file={config}",
+        *web_command(binary, config, host, port),
         f"--storage.tsdb.path={files.folder / 'data'}",
-        f"--web.listen-address={host}:{port}",
         "--storage.tsdb.retention.time=15d",
     ]
     return files.process.start(command, lambda: status(settings), wait_seconds)
