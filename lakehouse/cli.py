@@ -8,7 +8,7 @@ import os
 import sys
 
 from lakehouse.commands import layers, log, maintenance, project, reading, services
-from lakehouse.commands.base import AuditFailed, Unhealthy
+from lakehouse.commands.base import AuditFailed, Unhealthy, chosen_pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
@@ -60,10 +60,8 @@ def _settings_for(args) -> Settings:
         # Through the environment, so that every process a command starts (a job, the service) serves it too.
         os.environ["LAKEHOUSE_PROJECT"] = args.project
     settings = Settings.from_env()
-    if getattr(args, "pipeline", "") is None:
-        from lakehouse.ops.orchestration import default_pipeline
-
-        args.pipeline = default_pipeline(settings)
+    if getattr(args, "pipeline", "") is None and not args.every_pipeline:
+        args.pipeline = chosen_pipeline(settings)
     overrides = {
         name: getattr(args, name)
         for name in ("max_files_per_trigger", "max_bytes_per_trigger", "watermark_delay", "allowed_lateness")
