@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from lakehouse.commands import layers, log, maintenance, project, reading, services
@@ -74,6 +75,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.run(args, _settings_for(args))
+        sys.stdout.flush()  # the rest of the output now: a reader that has gone shows here, not at exit
+    except BrokenPipeError:
+        return _reader_gone()
     except LakehouseError as error:
         print(f"lakehouse: error: {error}", file=sys.stderr)
         return 2
@@ -92,6 +96,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lakehouse: error: {refused}", file=sys.stderr)
         return 2
     return 0
+
+
+def _reader_gone() -> int:
+    """The reader stopped reading (``lakehouse status | head -3``): end quietly, as a Unix tool that
+    SIGPIPE ends, with the shell's code for that. Standard output goes to /dev/null, so that Python's
+    own flush at exit has nothing left to fail on (the Python docs' note on SIGPIPE)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":
