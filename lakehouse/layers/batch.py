@@ -337,7 +337,7 @@ class ChunkWriter:
             fingerprinted = Observation(f"fingerprint_{uuid.uuid4().hex}")
             chunk_events = chunk_events.observe(fingerprinted, *fingerprint_totals(chunk_events))
         # Events counted once across the run's chunks, though hopping windows share them.
-        gold = tx.window_values(chunk_events, pipeline, count_events_before=result.end)
+        gold = tx.window_values(chunk_events, pipeline, count_events_before=result.range_end)
         gold = gold.where(tx.in_window_range(*chunk))
         rows = gold.withColumns({"run_id": F.lit(result.run_id), "updated_at": F.current_timestamp()})
         rows_written, events_used = self._replace(rows, chunk)
