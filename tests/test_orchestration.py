@@ -157,10 +157,11 @@ def test_a_request_takes_the_same_defaults_in_plan_backfill_the_form_and_the_bac
     import inspect
 
     from lakehouse.cli import build_parser, main
+    from lakehouse.commands.base import chosen_pipeline
     from lakehouse.layers.batch import BatchLayer
 
     home_settings(tmp_path, monkeypatch)
-    given = {"pipeline": "toll_traffic", "start": "2026-11-20T00:00:00Z", "end": "2026-11-22T00:00:00Z"}
+    given = {"start": "2026-11-20T00:00:00Z", "end": "2026-11-22T00:00:00Z"}  # the pipeline: the examples' default
     assert main(["plan-backfill", json.dumps(given)]) == 0, capsys.readouterr().err
     assert len(json.loads(capsys.readouterr().out)["chunks"]) == 2  # a day a chunk
     request = validate_backfill_request(given, SETTINGS)
@@ -171,6 +172,7 @@ def test_a_request_takes_the_same_defaults_in_plan_backfill_the_form_and_the_bac
     assert [getattr(request, n) for n in names] == [form[n]["default"] for n in names] == ["bronze", "1d", "redo"]
     assert [getattr(command, n) for n in names] == [layer[n].default for n in names] == ["bronze", "1d", "redo"]
     assert request.dry_run is form["dry_run"]["default"] is False
+    assert request.pipeline == form["pipeline"]["default"] == chosen_pipeline(SETTINGS) == "toll_traffic"
 
 
 def test_param_schemas_reject_single_value_errors_the_way_airflow_checks_them():

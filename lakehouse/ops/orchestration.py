@@ -87,8 +87,7 @@ def backfill_param_schemas(settings: Settings) -> dict[str, dict]:
     holds (end after start, longest range, input retention removed) are checked by
     ``validate_backfill_request``. Each parameter a request may leave out has its default here.
     """
-    default = _project(settings).default_pipeline  # none: the form asks for one
-    defaults = REQUEST_DEFAULTS | ({"pipeline": default} if default else {})
+    defaults = request_defaults(settings)
     schemas = {
         "pipeline": {
             "type": "string",
@@ -152,10 +151,17 @@ REQUEST_DEFAULTS = {
 }
 
 
+def request_defaults(settings: Settings) -> dict:
+    """What a request's parameters are when left out: ``REQUEST_DEFAULTS``, and the project's default
+    pipeline when it has one (none: a request names its pipeline, and the form asks for one)."""
+    default = _project(settings).default_pipeline
+    return REQUEST_DEFAULTS | ({"pipeline": default} if default else {})
+
+
 def validate_backfill_request(params: dict, settings: Settings) -> BackfillRequest:
     """Every rule a backfill's parameters must meet, with a message that says how to fix it. A
-    parameter left out takes its default (``REQUEST_DEFAULTS``)."""
-    params = {**REQUEST_DEFAULTS, **params}
+    parameter left out takes its default (``request_defaults``)."""
+    params = request_defaults(settings) | params
     pipeline = params.get("pipeline")
     if pipeline not in (declared := pipeline_names(settings)):
         raise LakehouseError(f"unknown pipeline {pipeline!r}; the project's pipelines: {', '.join(declared)}")
