@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 
 from lakehouse.commands import layers, log, maintenance, project, reading, services
-from lakehouse.commands.base import AuditFailed, Unhealthy
+from lakehouse.commands.base import AuditFailed, Unhealthy, chosen_pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
@@ -62,10 +63,8 @@ def _settings_for(args) -> Settings:
         # Through the environment, so that every process a command starts (a job, the service) serves it too.
         os.environ["LAKEHOUSE_PROJECT"] = args.project
     settings = Settings.from_env()
-    if getattr(args, "pipeline", "") is None:
-        from lakehouse.ops.orchestration import default_pipeline
-
-        args.pipeline = default_pipeline(settings)
+    if getattr(args, "pipeline", "") is None and not args.every_pipeline:
+        args.pipeline = chosen_pipeline(settings)
     overrides = {
         name: getattr(args, name)
         for name in ("max_files_per_trigger", "max_bytes_per_trigger", "watermark_delay", "allowed_lateness")
@@ -78,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         args.run(args, _settings_for(args))
+        sys.stdout.flush()  # the rest of the output now: a reader that has gone shows here, not at exit
+    except BrokenPipeError:
+        return _reader_gone()
     except LakehouseError as error:
         print(f"lakehouse: error: {error}", file=sys.stderr)
         return 2
@@ -96,6 +98,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"lakehouse: error: {refused}", file=sys.stderr)
         return 2
     return 0
+
+
+def _reader_gone() -> int:
+    """The reader stopped reading (``lakehouse status | head -3``): end quietly, as a Unix tool that
+    SIGPIPE ends, with the shell's code for that. Standard output goes to /dev/null, so that Python's
+    own flush at exit has nothing left to fail on (the Python docs' note on SIGPIPE)."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    return 128 + signal.SIGPIPE
 
 
 if __name__ == "__main__":

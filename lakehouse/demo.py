@@ -1,9 +1,11 @@
 """The whole lambda loop on embedded defaults, explained as it goes.
 
 Generate a log with every defect turned on, drain it through the speed layer one file per
-micro-batch (so the watermark advances and stragglers turn out late), recompute the first part of
-the range with the batch layer, audit the speed table against the raw log, then show what happened
-and query the result with SQL.
+micro-batch (so the watermark advances and stragglers turn out late), fold the late events into the
+windows the stream served (a correction: each served value retracted, the recomputed one inserted),
+recompute the range with the batch layer, audit the speed table against the raw log, then show what
+happened and query the result with SQL. The correction runs before the batch layer: after it, the
+batch layer's values already hold the late events and a correction would have nothing to change.
 """
 
 from __future__ import annotations
@@ -126,15 +128,15 @@ def run_demo(settings: Settings, events: int = DEMO_EVENTS) -> None:
     _step(f"Speed layer: draining the log one file per micro-batch (watermark delay {pipeline.watermark_delay})")
     run_speed_layer(spark, speed_settings, pipeline, available_now=True)
 
+    _step("Late-data correction: the late events folded into the windows the stream served, as retractions")
+    correction = CorrectionRun(spark, settings, pipeline).run()
+    print(correction.summary())
+
     start = config.start.replace(tzinfo=None)
     end = start + timedelta(minutes=10)
     _step(f"Batch layer: recomputing [{start:%H:%M}, {end:%H:%M}) from bronze, late events included")
     result = BatchLayer(spark, settings, pipeline).backfill(start, end, source="bronze", chunk="5m")
     print(f"run {result.run_id}: {result.chunks} chunks, {result.events_used} events, {result.rows_written} rows")
-
-    _step("Late-data correction: the late events folded into the windows they belong to, as retractions")
-    correction = CorrectionRun(spark, settings, pipeline).run()
-    print(correction.summary())
 
     _step("Audit: the speed table against the truth recomputed from the raw log, every difference explained")
     audit = Auditor(spark, settings, pipeline).reconcile(start, start + timedelta(hours=1))

@@ -11,8 +11,11 @@ import re
 from datetime import UTC, datetime, timedelta
 
 from lakehouse.errors import LakehouseError
+from lakehouse.vocabulary import WindowKind
 
 EPOCH = datetime(1970, 1, 1)
+# An event may be stamped up to a day ahead of its sending (a device clock ahead of the log's).
+FUTURE_TOLERANCE = timedelta(days=1)
 # Whole seconds and up: event-time windows, watermarks and triggers here are never finer than that.
 _DURATION = re.compile(r"^\s*(\d+)\s*(s|m|h|d)\s*$")
 _UNIT_SECONDS = {"s": 1, "m": 60, "h": 3600, "d": 86400}
@@ -92,3 +95,17 @@ def on_time_watermark(max_event_time_seen: datetime | None, watermark_delay: tim
 def is_closed(window_end: datetime, current_watermark: datetime | None) -> bool:
     """A window is closed, and an event of it late, when its end is at or before the watermark."""
     return current_watermark is not None and window_end <= current_watermark
+
+
+def first_event_time(pipeline, start: datetime) -> datetime:
+    """The earliest event time that windows starting at ``start`` or later can hold: ``start``, or for
+    sessions ``session_lookback`` before it (a session is known to start in a range only if no event
+    came less than a gap before). ``pipeline`` is a declaration or the pipeline built from one."""
+    if pipeline.window.kind == WindowKind.SESSION:
+        return start - parse_duration(pipeline.session_lookback)
+    return start
+
+
+def earliest_arrival_for(event_time_start: datetime, future_tolerance: timedelta = FUTURE_TOLERANCE) -> datetime:
+    """An event may be stamped up to a day ahead of its sending: it arrived no earlier than this."""
+    return event_time_start - future_tolerance

@@ -58,6 +58,14 @@ class Reprocess(StrEnum):
     REDO = "redo"
 
 
+# What a backfill does with an option its request leaves out: the command line, the trigger form,
+# plan-backfill and the batch layer's own API all take these. Redo: a backfill recomputes what it is
+# asked to unless told it may skip, so its result never rests on a fingerprint by default.
+DEFAULT_SOURCE = Source.BRONZE
+DEFAULT_CHUNK = "1d"
+DEFAULT_REPROCESS = Reprocess.REDO
+
+
 class CorrectionChange(StrEnum):
     """A row of ``audit.corrections``: the value served before (retracted) or the recomputed one."""
 

@@ -129,7 +129,7 @@ def test_the_metrics_endpoints_cost_is_set_against_the_same_speed_layer_without_
 def test_the_process_suites_run_commands_the_cli_and_the_backfill_dag_accept():
     """The topology and orchestration suites start whole processes: their arguments still parse,
     their settings are read, and the DAG they trigger still takes their conf."""
-    from bench.data import DAY, DataSet
+    from bench.data import DataSet
     from bench.orchestration import _commands
     from bench.topology import Services, _jobs
     from lakehouse.cli import build_parser
@@ -145,7 +145,7 @@ def test_the_process_suites_run_commands_the_cli_and_the_backfill_dag_accept():
     build_parser().parse_args(commands["one_job"][1:])
     conf, settings = json.loads(commands["airflow_hourly_chunks"][-1]), Settings.from_env({"LAKEHOUSE_HOME": "/tmp/b"})
     assert set(conf) == set(backfill_param_schemas(settings))  # the DAG's params
-    validate_backfill_request(conf, settings, data.start + DAY)
+    validate_backfill_request(conf, settings)
 
 
 def test_the_dag_parse_figure_stands_alone_against_its_goal():

@@ -46,6 +46,20 @@ def test_missing_java_is_a_one_line_error(cli_env):
     ]
 
 
+def test_a_reader_that_stops_reading_ends_the_command_quietly(cli_env):
+    """`lakehouse status | head -3`: the pipe closes before the output is written. No traceback; the
+    exit code a shell shows for a tool that SIGPIPE ended."""
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        finished = subprocess.run(
+            lakehouse("status"), env=cli_env, stdout=write, stderr=subprocess.PIPE, text=True, timeout=60
+        )
+    finally:
+        os.close(write)
+    assert (finished.returncode, finished.stderr) == (128 + signal.SIGPIPE, "")
+
+
 def test_unknown_pipeline_is_named_with_the_shipped_ones(cli_env):
     finished = subprocess.run(
         lakehouse("backfill", "--pipeline", "nope", "--start", "2026-01-05", "--end", "2026-01-06"),
@@ -82,7 +96,12 @@ def test_sql_answers_from_another_process_while_the_stream_runs(tmp_path, cli_en
     generate(settings, GeneratorConfig(events=1500, events_per_file=500, seed=3))
     stream_env = {**cli_env, "LAKEHOUSE_TRIGGER_INTERVAL": "1s", "LAKEHOUSE_MAX_FILES_PER_TRIGGER": "1"}
     stream = subprocess.Popen(
-        lakehouse("stream"), env=stream_env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE
+        lakehouse("stream"),
+        env=stream_env,
+        cwd=tmp_path,
+        start_new_session=True,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
     )
     try:
         progress_log = tmp_path / "home" / "warehouse" / "ops" / "stream_progress" / "_delta_log"
@@ -96,12 +115,19 @@ def test_sql_answers_from_another_process_while_the_stream_runs(tmp_path, cli_en
             "UNION ALL SELECT count(*), NULL FROM bronze.toll_traffic_events VERSION AS OF 0"
         )
         finished = subprocess.run(
-            lakehouse("sql", query, "--format", "json"), env=cli_env, capture_output=True, text=True, timeout=240
+            lakehouse("sql", query, "--format", "json"),
+            env=cli_env,
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            timeout=240,
         )
         assert finished.returncode == 0, finished.stderr[-2000:]
         latest, first_version = json.loads(finished.stdout)
         assert latest["accepted"] > 0 and first_version["accepted"] == 0
         assert stream.poll() is None, "the stream stopped while SQL ran beside it"
+        # Spark's catalog keeps its default database in the home, not in the directory a command ran from.
+        assert not (tmp_path / "spark-warehouse").exists()
     finally:
         os.killpg(stream.pid, signal.SIGKILL)
         stream.wait()

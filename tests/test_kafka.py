@@ -20,6 +20,7 @@ from confluent_kafka.admin import AdminClient
 
 from lakehouse.audit.reconcile import Auditor
 from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.eventtime import earliest_arrival_for
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
@@ -28,7 +29,7 @@ from lakehouse.location import Location
 from lakehouse.storage.archive import Archive, check_covered
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
-from lakehouse.storage.log import LogWriter, earliest_arrival_for
+from lakehouse.storage.log import LogWriter
 from lakehouse.storage.ops_tables import arrow_at
 from lakehouse.vocabulary import LogSink
 from tests.chaos import VOLATILE, kill_after

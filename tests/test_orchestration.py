@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import json
 from datetime import datetime, timedelta
 
 import pytest
@@ -67,7 +68,7 @@ def test_joining_pipeline_names_match_the_shipped_pipelines_with_a_join():
 
 
 def test_valid_parameters_become_a_request_in_naive_utc():
-    request = validate_backfill_request(params(start="2026-11-20T09:00:00+01:00"), SETTINGS, NOW)
+    request = validate_backfill_request(params(start="2026-11-20T09:00:00+01:00"), SETTINGS)
     assert (request.start, request.end) == (datetime(2026, 11, 20, 8), datetime(2026, 11, 20, 11))
 
 
@@ -77,7 +78,6 @@ def test_valid_parameters_become_a_request_in_naive_utc():
         ({"pipeline": "nope"}, "unknown pipeline 'nope'"),
         ({"end": "2026-11-20T07:00:00Z"}, "must be after start"),
         ({"end": "2026-11-23T08:00:00Z"}, "longer than the 2d one backfill may cover"),
-        ({"start": "2026-10-01T00:00:00Z", "end": "2026-10-02T00:00:00Z"}, "older than the log's retention of 30d"),
         ({"source": "kafka"}, "source must be one of bronze, log"),
         ({"start": "yesterday"}, "cannot read start 'yesterday'"),
         # What an injection attempt looks like: refused by the same rules, before any work.
@@ -93,7 +93,86 @@ def test_valid_parameters_become_a_request_in_naive_utc():
 )
 def test_bad_parameters_are_rejected_with_a_message_that_says_why(changes, message):
     with pytest.raises(LakehouseError, match=message):
-        validate_backfill_request(params(**changes), SETTINGS, NOW)
+        validate_backfill_request(params(**changes), SETTINGS)
+
+
+def home_settings(tmp_path, monkeypatch) -> Settings:
+    """Settings of a home in ``tmp_path``, for this process and for the commands it runs in-process."""
+    env = {"LAKEHOUSE_HOME": str(tmp_path / "home"), "LAKEHOUSE_LOG_RETENTION": "30d"}
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return Settings.from_env(env)
+
+
+JANUARY = {"start": "2026-01-05T08:00:00Z", "end": "2026-01-05T09:00:00Z"}
+EVENT = '{"event_id": "e-1", "event_time": "2026-01-05T08:00:30Z"}'
+
+
+def test_a_backfill_of_old_events_the_log_still_holds_is_planned_from_the_log_and_from_bronze(
+    tmp_path, monkeypatch, capsys
+):
+    """Events of January ingested in December (docs/pipelines.md's tutorial): retention removes files
+    by when they arrived, and the log has removed none."""
+    from lakehouse.cli import main
+    from lakehouse.storage.log import LogWriter
+
+    settings = home_settings(tmp_path, monkeypatch)
+    LogWriter(settings, "toll_traffic").write(datetime(2026, 12, 1, 9, 0), "tutorial", [EVENT])
+    for source in ("log", "bronze"):
+        assert main(["plan-backfill", json.dumps(params(**JANUARY, source=source))]) == 0, capsys.readouterr().err
+        assert json.loads(capsys.readouterr().out)["chunks"] == [
+            {"start": "2026-01-05T08:00:00Z", "end": "2026-01-05T09:00:00Z"}
+        ]
+
+
+def test_a_backfill_from_the_log_is_refused_once_retention_removed_hours_its_events_may_have_arrived_in(
+    tmp_path, monkeypatch, capsys
+):
+    from lakehouse.cli import main
+    from lakehouse.storage.log import LogWriter
+    from lakehouse.storage.maintenance import expire_log
+
+    settings = home_settings(tmp_path, monkeypatch)
+    writer = LogWriter(settings, "toll_traffic")
+    writer.write(datetime(2026, 10, 1, 8, 30), "october", [EVENT])
+    writer.write(datetime(2026, 11, 20, 8, 30), "november", [EVENT])
+    removed = expire_log(settings, "toll_traffic", NOW)  # 30 days before NOW: 2026-10-23T12:00
+    assert removed == [f"{settings.pipeline_log_uri('toll_traffic')}/ingest_date=2026-10-01/ingest_hour=08"]
+    october = {"start": "2026-10-01T08:00:00Z", "end": "2026-10-01T09:00:00Z"}
+    gone = r"no longer holds the files it received before 2026-10-01T09:00:00Z: its retention \(30d\) removed them"
+    with pytest.raises(LakehouseError, match=gone):
+        validate_backfill_request(params(**october, source="log"), settings)
+    validate_backfill_request(params(**october, source="bronze"), settings)  # bronze keeps every accepted event
+    validate_backfill_request(params(source="log"), settings)  # events that arrived after the hours removed
+    # The backfill each chunk runs refuses too, before Spark starts.
+    assert main(["backfill", "--source", "log", "--start", october["start"], "--end", october["end"]]) == 2
+    [error] = capsys.readouterr().err.splitlines()
+    assert error.startswith("lakehouse: error: the log of toll_traffic no longer holds the files it received")
+    assert not (tmp_path / "home" / "warehouse").exists()
+
+
+def test_a_request_takes_the_same_defaults_in_plan_backfill_the_form_and_the_backfill_command(
+    tmp_path, monkeypatch, capsys
+):
+    import inspect
+
+    from lakehouse.cli import build_parser, main
+    from lakehouse.commands.base import chosen_pipeline
+    from lakehouse.layers.batch import BatchLayer
+
+    home_settings(tmp_path, monkeypatch)
+    given = {"start": "2026-11-20T00:00:00Z", "end": "2026-11-22T00:00:00Z"}  # the pipeline: the examples' default
+    assert main(["plan-backfill", json.dumps(given)]) == 0, capsys.readouterr().err
+    assert len(json.loads(capsys.readouterr().out)["chunks"]) == 2  # a day a chunk
+    request = validate_backfill_request(given, SETTINGS)
+    form = backfill_param_schemas(SETTINGS)
+    command = build_parser().parse_args(["backfill", "--start", given["start"], "--end", given["end"]])
+    layer = inspect.signature(BatchLayer.backfill).parameters
+    names = ("source", "chunk", "reprocess")
+    assert [getattr(request, n) for n in names] == [form[n]["default"] for n in names] == ["bronze", "1d", "redo"]
+    assert [getattr(command, n) for n in names] == [layer[n].default for n in names] == ["bronze", "1d", "redo"]
+    assert request.dry_run is form["dry_run"]["default"] is False
+    assert request.pipeline == form["pipeline"]["default"] == chosen_pipeline(SETTINGS) == "toll_traffic"
 
 
 def test_param_schemas_reject_single_value_errors_the_way_airflow_checks_them():

@@ -83,8 +83,10 @@ def test_a_pipeline_of_a_users_project_runs_the_whole_loop_to_the_oracle(spark, 
     never = [(s.hour, s.reason) for s in find_stale(spark, settings, pipeline)]
     assert never == [(FIRST_HOUR, "never_recomputed"), (sensors.START, "never_recomputed")]
 
-    BatchLayer(spark, settings, pipeline).backfill(*NAIVE_RANGE, source="bronze", chunk="1h")
+    backfill = BatchLayer(spark, settings, pipeline).backfill(*NAIVE_RANGE, source="bronze", chunk="1h")
     assert find_stale(spark, settings, pipeline) == []
+    # Each reading counted once, though it falls in ten windows (and two chunks' windows hold them).
+    assert backfill.events_used == len({event["event_id"] for event in on_time}) - 1  # the bad one is quarantined
     truth = sensors.oracle(on_time)
     in_range = {k: v for k, v in truth.items() if k[0] < END}
     assert_served_equals({k: v for k, v in served(spark, settings, pipeline).items() if k in in_range}, in_range)
@@ -103,7 +105,7 @@ def test_a_pipeline_of_a_users_project_runs_the_whole_loop_to_the_oracle(spark, 
 
 
 def test_a_metric_change_marks_that_pipelines_hours_stale_and_the_fill_recomputes_them(
-    spark, project, tmp_path, monkeypatch
+    spark, project, tmp_path, monkeypatch, capsys
 ):
     from lakehouse.cli import main
     from lakehouse.dataflow.pipelines import get_pipeline
@@ -130,9 +132,17 @@ def test_a_metric_change_marks_that_pipelines_hours_stale_and_the_fill_recompute
         (FIRST_HOUR, "older_definition"),
         (sensors.START, "older_definition"),
     ]
-    # The fill as `lakehouse stale --fill` (and the lakehouse_stale DAG's task) runs it, in this session.
+    # The fill as `lakehouse stale --fill` runs it, in this session: without --pipeline, over every
+    # pipeline of the project, here one more that no stream has fed (it sorts first).
+    (project / "pipelines" / "sensor_daily.yaml").write_text(f"extends: {sensors.NAME}\nwindow: {{size: 1d}}\n")
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
-    assert main(["stale", "--pipeline", sensors.NAME, "--fill"]) == 0
+    capsys.readouterr()
+    assert main(["stale", "--fill"]) == 0
+    listed = capsys.readouterr().out.splitlines()
+    assert [line.split()[:3] for line in listed if "older_definition" in line] == [
+        [sensors.NAME, hour.isoformat(), "older_definition"] for hour in (FIRST_HOUR, sensors.START)
+    ]
+    assert "sensor_daily: 0 stale hours (the batch layer is current)" in listed
     assert find_stale(spark, settings, changed) == []
     rows = served(spark, settings, changed)
     assert all(row.hottest == row.warmest for row in rows.values() if row.source == "batch")

@@ -80,6 +80,10 @@ def test_a_declared_pipeline_reads_as_declared(tmp_path):
         ("warmest", "max", "celsius"),
     ]
     assert spec.metrics[4].mean_of == ("total", "readings")
+    counted = load_project(project_with(tmp_path / "counted", PIPELINE.replace("{max: celsius}", "{count: celsius}")))
+    assert [(m.kind, m.field) for m in counted.pipelines["sensors"].metrics if m.name == "warmest"] == [
+        ("count", "celsius")
+    ]
     assert spec.field("celsius").precision == 5 and spec.field("celsius").scale == 2
 
 
@@ -103,6 +107,7 @@ def test_a_declared_pipeline_reads_as_declared(tmp_path):
             "pipelines/sensors.yaml:13: metrics.mean.mean.count: must name a count",
         ),
         (("  readings: count", "  readings: median"), "pipelines/sensors.yaml:9: metrics.readings: unknown kind"),
+        (("{max: celsius}", "{count: celcius}"), "pipelines/sensors.yaml:12: metrics.warmest.count: 'celcius' is not"),
     ],
 )
 def test_check_names_the_file_line_and_field_of_each_error(tmp_path, change, expected):
@@ -214,6 +219,7 @@ def test_the_reference_project_in_the_docs_validates_as_written(tmp_path):
         rule["meta"]["reason"] for rule in json.loads(files["expectations/payments.raw_events.json"])["expectations"]
     ]
     assert set(project.dimensions) == {"merchants"}
+    assert project.default_pipeline == "payments"
 
 
 def test_a_pipeline_without_its_suite_file_is_refused_and_an_empty_suite_passes(tmp_path):
@@ -223,3 +229,58 @@ def test_a_pipeline_without_its_suite_file_is_refused_and_an_empty_suite_passes(
     assert problems(root) == ["expectations/sensors.raw_events.json: no such file"]
     suite.write_text(json.dumps({"name": "sensors.raw_events", "expectations": []}))
     assert load_project(root).pipelines["sensors"].suite == "sensors"
+
+
+def several_pipelines(root: Path, project_file: str = "name: test\n") -> Path:
+    """A project of two pipelines: ``sensors`` and ``hourly``, the same readings in hourly windows."""
+    project_with(root)
+    (root / "lakehouse.yaml").write_text(project_file)
+    (root / "pipelines" / "hourly.yaml").write_text("extends: sensors\nwindow: {size: 1h}\n")
+    return root
+
+
+def run_cli(monkeypatch, root: Path, home: Path, *argv: str) -> int:
+    from lakehouse.cli import main
+
+    monkeypatch.setenv("LAKEHOUSE_PROJECT", str(root))
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(home))
+    return main(list(argv))
+
+
+def test_status_without_a_pipeline_has_a_section_for_each_pipeline_of_the_project(tmp_path, monkeypatch, capsys):
+    root = several_pipelines(tmp_path / "project")
+    assert run_cli(monkeypatch, root, tmp_path / "home", "status") == 0
+    sections = [line for line in capsys.readouterr().out.splitlines() if line.startswith("pipeline ")]
+    assert [line.split(":")[0] for line in sections] == ["pipeline hourly", "pipeline sensors"]
+
+
+def test_a_command_on_one_pipeline_asks_which_when_the_project_has_several_and_names_no_default(
+    tmp_path, monkeypatch, capsys
+):
+    root = several_pipelines(tmp_path / "project")
+    events = tmp_path / "events.jsonl"
+    events.write_text(json.dumps({"event_id": "e1", "sensor": "s", "celsius": 1.5}) + "\n")
+    for argv in (("ingest", str(events)), ("health",), ("correct",)):
+        assert run_cli(monkeypatch, root, tmp_path / "home", *argv) == 2, argv
+        assert capsys.readouterr().err.splitlines() == [
+            "lakehouse: error: the project has 2 pipelines (hourly, sensors): name one with --pipeline, "
+            "or declare default_pipeline in lakehouse.yaml"
+        ]
+    assert not (tmp_path / "home").exists()  # nothing written
+
+
+def test_the_default_pipeline_lakehouse_yaml_declares_is_what_a_command_on_one_pipeline_runs(tmp_path, monkeypatch):
+    from lakehouse.ops.orchestration import backfill_param_schemas
+    from lakehouse.settings import Settings
+
+    root = several_pipelines(tmp_path / "project", "name: test\ndefault_pipeline: sensors\n")
+    events = tmp_path / "events.jsonl"
+    events.write_text(json.dumps({"event_id": "e1", "sensor": "s", "celsius": 1.5}) + "\n")
+    assert run_cli(monkeypatch, root, tmp_path / "home", "ingest", str(events)) == 0
+    assert [p.name for p in (tmp_path / "home" / "log").iterdir()] == ["sensors"]
+    settings = Settings.from_env({"LAKEHOUSE_PROJECT": str(root)})
+    assert backfill_param_schemas(settings)["pipeline"]["default"] == "sensors"  # the trigger form's choice
+    (root / "lakehouse.yaml").write_text("name: test\n")
+    assert "default" not in backfill_param_schemas(settings)["pipeline"]  # none: the form asks
+    (root / "lakehouse.yaml").write_text("name: test\ndefault_pipeline: daily\n")
+    assert problems(root) == ["lakehouse.yaml:2: default_pipeline: 'daily' is not a pipeline of this project"]

@@ -7,11 +7,13 @@ costs far more than a comparison), and each test then looks at the line it is ab
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from datetime import datetime
 from decimal import Decimal
 
 import pyarrow as pa
 import pytest
+from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from pyspark.testing import assertDataFrameEqual
@@ -255,6 +257,24 @@ def test_hopping_event_exactly_at_a_window_end_leaves_that_window(spark):
     assert ends == [ts("08:06:00"), ts("08:07:00"), ts("08:08:00"), ts("08:09:00"), ts("08:10:00")]
 
 
+def test_hopping_windows_count_each_event_once_over_a_range(spark):
+    """A backfill reports the events it used: summed over the range's windows, each event once,
+    though it falls in five 5-minute windows sliding by 1 minute (the last, only in the range's last
+    two windows). Over several chunks too: tests/test_own_pipeline.py."""
+    from lakehouse.layers.batch import event_span
+
+    start, end = ts("08:00:00"), ts("08:10:00")
+    times = ("08:00:30", "08:04:30", "08:09:30", "08:12:00")
+    assert all(event_span(HOPPING, start, end)[0] <= ts(t) < event_span(HOPPING, start, end)[1] for t in times)
+    events = inline_frame(
+        spark,
+        "event_id string, bridge_id string, vehicle_type string, toll_amount decimal(9,2), event_time timestamp",
+        [(f"e-{i}", "bridge-00", "car", Decimal("6.00"), ts(t)) for i, t in enumerate(times)],
+    )
+    windows = tx.window_values(events, HOPPING, count_events_before=end).where(tx.in_window_range(start, end))
+    assert windows.agg(F.sum("events")).first()[0] == len(times)
+
+
 @pytest.mark.parametrize(
     "pipeline, event_time, first_end",
     [
@@ -475,7 +495,8 @@ def test_event_count_is_added_after_the_gold_columns_on_request(spark):
         T.StructType([*GOLD.fields, T.StructField("events", T.LongType())]),
         [(*W0, "bridge-00", "car", 2, Decimal("12.00"), 2)],
     )
-    assertDataFrameEqual(tx.aggregate_metrics(events, PIPELINE, with_event_count=True), expected, rtol=0, atol=0)
+    counted = tx.aggregate_metrics(events, PIPELINE, count_events_before=W0[1])
+    assertDataFrameEqual(counted, expected, rtol=0, atol=0)
 
 
 def test_the_latest_correction_run_is_the_highest_sequence_and_done_once_it_succeeded():
@@ -490,3 +511,55 @@ def test_the_latest_correction_run_is_the_highest_sequence_and_done_once_it_succ
     # Two runs that raced to the same sequence: the one that finished counts.
     raced = {**later, "run_id": "c"}
     assert latest_run([later, raced, {**raced, "status": "succeeded"}])["run_id"] == "c"
+
+
+COUPONS = """\
+fields:
+  event_id: string
+  shop: string
+  coupon: {kind: string, required: false}
+  event_time: timestamp
+keys: [shop]
+window: {size: 5m}
+metrics:
+  orders: count
+  coupons_used: {count: coupon}
+watermark_delay: 1m
+"""
+
+
+def test_a_count_of_a_field_counts_the_events_holding_a_value_in_both_layers(spark, tmp_path):
+    """``{count: coupon}`` is SQL's COUNT(coupon): in the batch layer's aggregate, and in the speed
+    layer's merge of two micro-batches' partial values."""
+    from lakehouse.dataflow.metric_merges import combined
+    from lakehouse.dataflow.pipelines.declared import pipeline as built
+    from lakehouse.project.project import load_project
+
+    root = tmp_path / "shop"
+    for folder in ("pipelines", "expectations"):
+        (root / folder).mkdir(parents=True)
+    (root / "lakehouse.yaml").write_text("name: shop\n")
+    (root / "pipelines" / "orders.yaml").write_text(COUPONS)
+    (root / "expectations" / "orders.raw_events.json").write_text('{"name": "orders.raw_events", "expectations": []}')
+    project = load_project(root)
+    orders = built(project.pipelines["orders"], project)
+    rows = [(f"o{i}", f"shop-{i % 2}", None if i % 3 == 0 else f"C{i}", ts(f"08:0{i % 10}:00")) for i in range(20)]
+    oracle = defaultdict(lambda: [0, 0])  # (window start, shop) -> [orders, coupons used]
+    for _, shop, coupon, at in rows:
+        key = (at.replace(minute=at.minute - at.minute % 5), shop)
+        oracle[key][0] += 1
+        oracle[key][1] += coupon is not None
+    schema = "event_id string, shop string, coupon string, event_time timestamp"
+
+    def values(part: list) -> DataFrame:
+        return tx.window_values(inline_frame(spark, schema, part), orders)
+
+    batch = {(r.window_start, r.shop): [r.orders, r.coupons_used] for r in values(rows).collect()}
+    assert batch == oracle
+    window_key = ["window_start", "window_end", "shop"]
+    # Two micro-batches, each with events of every window and shop: the later one folded into the earlier.
+    earlier, later = values(rows[:10]).alias("p"), values(rows[10:]).alias("n")
+    merged = earlier.join(later, on=window_key).select(
+        *window_key, *[combined(m, F.col(f"p.{m.name}"), F.col(f"n.{m.name}")).alias(m.name) for m in orders.metrics]
+    )
+    assert {(r.window_start, r.shop): [r.orders, r.coupons_used] for r in merged.collect()} == oracle

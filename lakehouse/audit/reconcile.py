@@ -39,7 +39,7 @@ from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.clocks import received_at
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
-from lakehouse.eventtime import parse_duration
+from lakehouse.eventtime import earliest_arrival_for, parse_duration
 from lakehouse.location import Scheme
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
@@ -61,7 +61,7 @@ from lakehouse.storage.catalog import (
 )
 from lakehouse.storage.dimensions import dimension_pins, pin_name, with_dimensions
 from lakehouse.storage.frames import literal_frame
-from lakehouse.storage.log import earliest_arrival_for, file_write_times, last_write
+from lakehouse.storage.log import file_write_times, last_write
 from lakehouse.storage.ops_tables import append_rows
 from lakehouse.vocabulary import (
     EXPLAINING_CAUSES,

@@ -28,9 +28,9 @@ from lakehouse.audit.reconcile import PinnedReads, append_audit_rows, current_pi
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.pipelines.base import Pipeline, WindowJoin
 from lakehouse.dataflow.window_joins import window_join_columns, window_join_sql
+from lakehouse.eventtime import earliest_arrival_for
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import pipeline_tables
-from lakehouse.storage.log import earliest_arrival_for
 from lakehouse.vocabulary import AuditMode, AuditTarget, Cause, JoinCause, Verdict
 
 # The four answers compared: the stream's, the truth's, the truth's with only on-time events, and

@@ -9,10 +9,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
-# The pipeline `lakehouse generate` writes by default; other commands default to the project's first
-# pipeline (lakehouse.ops.orchestration.default_pipeline), which is this one in the shipped examples.
+# The pipeline `lakehouse generate` writes by default (it generates the shipped examples' events only);
+# other commands default to the project's default pipeline (see chosen_pipeline).
 DEFAULT_PIPELINE = "toll_traffic"
 
 
@@ -41,9 +42,36 @@ class Unhealthy(Exception):
     """The speed layer is stale or falling behind, or the Spark service is down: the command exits 1."""
 
 
-def pipeline_option(command: argparse.ArgumentParser, **options) -> None:
-    """``--pipeline``; left out, the project's default pipeline (filled in by ``lakehouse.cli.main``)."""
-    command.add_argument("--pipeline", **({"default": None} | options))
+def pipeline_option(command: argparse.ArgumentParser, every: bool = False, **options) -> None:
+    """``--pipeline``. Left out, a command that acts on one pipeline runs the project's default
+    (``chosen_pipeline``, filled in by ``lakehouse.cli.main``); one that reads or fills across
+    pipelines (``every``) covers each pipeline of the project, and finds ``args.pipeline`` None."""
+    left_out = "every pipeline of the project" if every else "the project's default_pipeline, or its only pipeline"
+    left_out = options.get("default") or left_out  # a command's own default (generate's)
+    command.add_argument("--pipeline", **({"default": None, "help": f"default: {left_out}"} | options))
+    command.set_defaults(every_pipeline=every)
+
+
+def chosen_pipeline(settings: Settings) -> str:
+    """The pipeline a command that acts on one runs when ``--pipeline`` is left out
+    (``Project.default_pipeline``); a project of several pipelines that declares no default is
+    refused, naming them."""
+    from lakehouse.project.active import active_project
+
+    project = active_project(settings)
+    if project.default_pipeline is None:
+        raise LakehouseError(
+            f"the project has {len(project.pipelines)} pipelines ({', '.join(sorted(project.pipelines))}): "
+            "name one with --pipeline, or declare default_pipeline in lakehouse.yaml"
+        )
+    return project.default_pipeline
+
+
+def asked_pipelines(args: argparse.Namespace, settings: Settings) -> list[str]:
+    """The pipeline ``--pipeline`` names, or every pipeline of the project when it is left out."""
+    from lakehouse.project.active import active_project
+
+    return [args.pipeline] if args.pipeline else sorted(active_project(settings).pipelines)
 
 
 # Spark and the pipelines (which import pyspark) are imported when a command runs, not when the

@@ -4,12 +4,20 @@ corrections, scenario replay and repairs by hand."""
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
 
-from lakehouse.commands.base import Command, os_user, pipeline_named, pipeline_option, spark_session
+from lakehouse.commands.base import Command, asked_pipelines, os_user, pipeline_named, pipeline_option, spark_session
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
-from lakehouse.vocabulary import Layer, OutputFormat, Reprocess, Source, choices
+from lakehouse.vocabulary import (
+    DEFAULT_CHUNK,
+    DEFAULT_REPROCESS,
+    DEFAULT_SOURCE,
+    Layer,
+    OutputFormat,
+    Reprocess,
+    Source,
+    choices,
+)
 
 
 def cmd_stream(args, settings: Settings) -> None:
@@ -45,15 +53,16 @@ def _stream_options(stream) -> None:
 
 def cmd_backfill(args, settings: Settings) -> None:
     from lakehouse.layers.batch import BatchLayer, ProgressBar, parse_range
+    from lakehouse.ops.orchestration import BackfillRequest, check_input_held
 
     pipeline = pipeline_named(args.pipeline)
     start, end = parse_range(args.start, args.end, pipeline)  # before Spark starts: bad input fails fast
     if args.source == Source.LOG and settings.kafka_bootstrap:
-        from lakehouse.layers.batch import event_span
+        from lakehouse.eventtime import earliest_arrival_for, first_event_time
         from lakehouse.storage.archive import check_covered
-        from lakehouse.storage.log import earliest_arrival_for
 
-        check_covered(settings, pipeline.topic, earliest_arrival_for(event_span(pipeline, start, end)[0]))
+        check_covered(settings, pipeline.topic, earliest_arrival_for(first_event_time(pipeline, start)))
+    check_input_held(BackfillRequest(pipeline.name, start, end, args.source), settings)
     layer = BatchLayer(spark_session(settings, f"backfill-{args.pipeline}"), settings, pipeline)
     bar = ProgressBar(0, f"backfill {pipeline.name} from {args.source}")
 
@@ -83,11 +92,11 @@ def _backfill_options(backfill) -> None:
     pipeline_option(backfill)
     backfill.add_argument("--start", required=True, help="ISO-8601; without a zone it is UTC")
     backfill.add_argument("--end", required=True, help="exclusive")
-    backfill.add_argument("--source", default=Source.BRONZE, choices=choices(Source))
-    backfill.add_argument("--chunk", default="1d", help="recompute and commit this much at a time")
+    backfill.add_argument("--source", default=DEFAULT_SOURCE, choices=choices(Source))
+    backfill.add_argument("--chunk", default=DEFAULT_CHUNK, help="recompute and commit this much at a time")
     backfill.add_argument(
         "--reprocess",
-        default=Reprocess.REDO,
+        default=DEFAULT_REPROCESS,
         choices=choices(Reprocess),
         help="skip: leave chunks whose inputs are unchanged since their last recomputation",
     )
@@ -101,7 +110,7 @@ def _backfill_options(backfill) -> None:
 def cmd_plan_backfill(args, settings: Settings) -> None:
     from lakehouse.ops.orchestration import plan_chunks, validate_backfill_request
 
-    request = validate_backfill_request(json.loads(args.params), settings, datetime.now(UTC))
+    request = validate_backfill_request(json.loads(args.params), settings)
     print(json.dumps({"chunks": plan_chunks(request)}, indent=1))
 
 
@@ -177,27 +186,36 @@ def _repair_options(repair) -> None:
 
 
 def cmd_stale(args, settings: Settings) -> None:
-    """List the pipeline's stale hours; with --fill, recompute each run of them from bronze."""
-    from lakehouse.layers.batch import BatchLayer
-    from lakehouse.layers.staleness import find_stale, hour_ranges
+    """List the stale hours of the pipeline asked for, or of every pipeline of the project; with
+    --fill, recompute each run of them from bronze."""
+    from lakehouse.layers.staleness import find_stale
 
-    pipeline = pipeline_named(args.pipeline)
-    spark = spark_session(settings, f"stale-{pipeline.name}")
-    stale = find_stale(spark, settings, pipeline)
-    for item in stale:
-        print(f"{item.hour.isoformat()}  {item.reason:<17} {item.detail}")
-    print(f"{pipeline.name}: {len(stale)} stale hours" + ("" if stale else " (the batch layer is current)"))
-    if args.fill and stale:
-        layer = BatchLayer(spark, settings, pipeline)
-        for start, end in hour_ranges(stale):
-            # The batch layer addresses UTC instants without a zone, as parse_range gives them.
-            naive = (start.replace(tzinfo=None), end.replace(tzinfo=None))
-            result = layer.backfill(*naive, source="bronze", chunk="1h", label="stale-fill", triggered_by=os_user())
-            print(f"filled [{start.isoformat()}, {end.isoformat()}): {result.chunks} chunks, run {result.run_id}")
+    pipelines = [pipeline_named(name) for name in asked_pipelines(args, settings)]
+    spark = spark_session(settings, f"stale-{args.pipeline or 'every-pipeline'}")
+    for pipeline in pipelines:
+        stale = find_stale(spark, settings, pipeline)
+        for item in stale:
+            print(f"{pipeline.name}  {item.hour.isoformat()}  {item.reason:<17} {item.detail}")
+        print(f"{pipeline.name}: {len(stale)} stale hours" + ("" if stale else " (the batch layer is current)"))
+        if args.fill and stale:
+            _fill_stale(spark, settings, pipeline, stale)
+
+
+def _fill_stale(spark, settings: Settings, pipeline, stale: list) -> None:
+    from lakehouse.layers.batch import BatchLayer
+    from lakehouse.layers.staleness import hour_ranges
+
+    layer = BatchLayer(spark, settings, pipeline)
+    for start, end in hour_ranges(stale):
+        # The batch layer addresses UTC instants without a zone, as parse_range gives them.
+        naive = (start.replace(tzinfo=None), end.replace(tzinfo=None))
+        result = layer.backfill(*naive, source="bronze", chunk="1h", label="stale-fill", triggered_by=os_user())
+        filled = f"[{start.isoformat()}, {end.isoformat()})"
+        print(f"filled {pipeline.name} {filled}: {result.chunks} chunks, run {result.run_id}")
 
 
 def _stale_options(parser) -> None:
-    pipeline_option(parser)
+    pipeline_option(parser, every=True)
     parser.add_argument("--fill", action="store_true", help="recompute the stale hours from bronze")
 
 

@@ -6,7 +6,15 @@ import json
 import sys
 from datetime import UTC, datetime
 
-from lakehouse.commands.base import AuditFailed, Command, Unhealthy, pipeline_named, pipeline_option, spark_session
+from lakehouse.commands.base import (
+    AuditFailed,
+    Command,
+    Unhealthy,
+    asked_pipelines,
+    pipeline_named,
+    pipeline_option,
+    spark_session,
+)
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 from lakehouse.vocabulary import AuditTarget, OutputFormat, choices
@@ -49,10 +57,11 @@ def _sql_options(sql) -> None:
 
 
 def cmd_status(args, settings: Settings) -> None:
+    """The status of the pipeline asked for, or a section for each pipeline of the project."""
     from lakehouse.serving.status import pipeline_status, render_status
 
-    status = pipeline_status(settings, pipeline_named(args.pipeline))
-    print(render_status(status))
+    names = asked_pipelines(args, settings)
+    print("\n\n".join(render_status(pipeline_status(settings, pipeline_named(name))) for name in names))
 
 
 # The options of a pipeline's audit, with their defaults (the join's audit takes none of them).
@@ -164,7 +173,12 @@ def cmd_health(args, settings: Settings) -> None:
 
 COMMANDS = (
     Command("sql", "query tables and views by schema.name (Delta time travel works)", cmd_sql, _sql_options),
-    Command("status", "event fates, quarantine reasons and rows per table", cmd_status, pipeline_option),
+    Command(
+        "status",
+        "event fates, quarantine reasons and rows per table, per pipeline",
+        cmd_status,
+        lambda parser: pipeline_option(parser, every=True),
+    ),
     Command(
         "audit", "reconcile gold.<p>__speed with the raw log, explaining every difference", cmd_audit, _audit_options
     ),

@@ -23,7 +23,7 @@ from lakehouse.dataflow import clocks
 from lakehouse.dataflow.metric_merges import combined_over
 from lakehouse.dataflow.pipelines.base import RECEIVED_AT, Field, Pipeline
 from lakehouse.eventtime import micros_of, parse_duration
-from lakehouse.vocabulary import Fate, FieldKind
+from lakehouse.vocabulary import Fate, FieldKind, WindowKind
 
 # ISO-8601 with an explicit zone: a timestamp without one would silently take the reader's zone.
 ISO_TIMESTAMP_WITH_ZONE = r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d{1,9})?(Z|[+-]\d{2}:\d{2})$"
@@ -242,12 +242,13 @@ def merge_sessions(sessions: DataFrame, pipeline: Pipeline, carry: dict[str, Col
     return merged.select(*pipeline.gold_columns, *(carry or {}))
 
 
-def window_values(events: DataFrame, pipeline: Pipeline, with_event_count: bool = False) -> DataFrame:
-    """Every metric per window and key over a set of events: the one aggregation both layers run."""
-    windowed = aggregate_metrics(assign_windows(events, pipeline), pipeline, with_event_count)
+def window_values(events: DataFrame, pipeline: Pipeline, count_events_before: datetime | None = None) -> DataFrame:
+    """Every metric per window and key over a set of events: the one aggregation both layers run.
+    ``count_events_before`` adds ``events`` (see ``aggregate_metrics``)."""
+    windowed = aggregate_metrics(assign_windows(events, pipeline), pipeline, count_events_before)
     if not pipeline.window.is_session:
         return windowed
-    carry = {"events": F.sum("events")} if with_event_count else None
+    carry = {"events": F.sum("events")} if count_events_before is not None else None
     return merge_sessions(windowed, pipeline, carry)
 
 
@@ -318,15 +319,33 @@ def first_copies(events: DataFrame, pipeline: Pipeline) -> DataFrame:
     return number_copies(events, pipeline).where(F.col("copy_number") == 1).drop("copy_number")
 
 
-def aggregate_metrics(windowed: DataFrame, pipeline: Pipeline, with_event_count: bool = False) -> DataFrame:
+def aggregate_metrics(
+    windowed: DataFrame, pipeline: Pipeline, count_events_before: datetime | None = None
+) -> DataFrame:
     """Per window and key, every metric of the pipeline. The gold table's schema contract.
 
-    ``with_event_count`` adds ``events``, the number of events behind each row, for run summaries.
+    ``count_events_before`` (the end of a range of window starts) adds ``events``, for run
+    summaries: the events a row counts, each event in one row only (``events_counted_once``), so
+    the rows of the range's windows add up to its events.
     """
     grouped = windowed.groupBy("window_start", "window_end", *pipeline.keys)
     metrics = [m.aggregate().cast(m.spark_type).alias(m.name) for m in pipeline.metrics]
-    extra = [F.count(F.lit(1)).alias("events")] if with_event_count else []
-    return grouped.agg(*metrics, *extra).select(*pipeline.gold_columns, *(["events"] if with_event_count else []))
+    if count_events_before is None:
+        return grouped.agg(*metrics).select(*pipeline.gold_columns)
+    counted = events_counted_once(pipeline, count_events_before).alias("events")
+    return grouped.agg(*metrics, counted).select(*pipeline.gold_columns, "events")
+
+
+def events_counted_once(pipeline: Pipeline, range_end: datetime) -> Column:
+    """How many of a window's events it counts when the rows of a range's windows are summed.
+    Hopping windows share each event among size / slide windows: a window counts only the events of
+    its first slide (those it is the latest window of), and the range's last window also those after
+    it, whose latest windows start past the range. Tumbling windows and sessions hold each event once."""
+    if pipeline.window.kind != WindowKind.HOPPING:
+        return F.count(F.lit(1))
+    slide = pipeline.window.slide_delta
+    latest = F.col(pipeline.event_time) < F.col("window_start") + F.lit(slide)
+    return F.count(F.when(latest | (F.col("window_start") >= F.lit(range_end - slide)), 1))
 
 
 def in_window_range(start: datetime, end: datetime) -> Column:

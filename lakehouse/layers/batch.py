@@ -32,7 +32,14 @@ from lakehouse.dataflow.fingerprints import (
 )
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
-from lakehouse.eventtime import format_instant, is_on_boundary, parse_duration, parse_instant
+from lakehouse.eventtime import (
+    earliest_arrival_for,
+    first_event_time,
+    format_instant,
+    is_on_boundary,
+    parse_duration,
+    parse_instant,
+)
 from lakehouse.settings import Settings
 from lakehouse.storage.archive import read_log
 from lakehouse.storage.catalog import (
@@ -46,10 +53,10 @@ from lakehouse.storage.catalog import (
 )
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.frames import literal_frame
-from lakehouse.storage.log import earliest_arrival_for, partition_uris
+from lakehouse.storage.log import partition_uris
 from lakehouse.storage.ops_tables import append_rows
 from lakehouse.storage.writers import replace_rows, replace_where
-from lakehouse.vocabulary import Reprocess, RunStatus, Source, choices
+from lakehouse.vocabulary import DEFAULT_CHUNK, DEFAULT_REPROCESS, DEFAULT_SOURCE, Reprocess, RunStatus, Source, choices
 
 # A change-feed read opens every commit in its range, one after another on the driver: at the
 # stream's 5 s trigger a day of bronze is 17,280 commits, which costs more than recomputing a chunk
@@ -95,9 +102,8 @@ def event_span(pipeline: Pipeline, start: datetime, end: datetime) -> tuple[date
     """
     window = pipeline.window
     if window.is_session:
-        lookback = parse_duration(pipeline.session_lookback)
-        return start - lookback, end + lookback
-    return start, end - window.slide_delta + window.size_delta
+        return first_event_time(pipeline, start), end + parse_duration(pipeline.session_lookback)
+    return first_event_time(pipeline, start), end - window.slide_delta + window.size_delta
 
 
 def events_between(pipeline: Pipeline, first_event: datetime, last_event: datetime) -> Column:
@@ -171,10 +177,10 @@ class BatchLayer:
         self,
         start: datetime,
         end: datetime,
-        source: str = "bronze",
-        chunk: str = "1d",
+        source: str = DEFAULT_SOURCE,
+        chunk: str = DEFAULT_CHUNK,
         on_chunk: Callable[[int, int], None] | None = None,
-        reprocess: str = "redo",
+        reprocess: str = DEFAULT_REPROCESS,
         label: str | None = None,
         triggered_by: str | None = None,
     ) -> BackfillResult:
@@ -330,7 +336,9 @@ class ChunkWriter:
             # A/B of the bench's one-day backfill is in the README).
             fingerprinted = Observation(f"fingerprint_{uuid.uuid4().hex}")
             chunk_events = chunk_events.observe(fingerprinted, *fingerprint_totals(chunk_events))
-        gold = tx.window_values(chunk_events, pipeline, with_event_count=True).where(tx.in_window_range(*chunk))
+        # Events counted once across the run's chunks, though hopping windows share them.
+        gold = tx.window_values(chunk_events, pipeline, count_events_before=result.range_end)
+        gold = gold.where(tx.in_window_range(*chunk))
         rows = gold.withColumns({"run_id": F.lit(result.run_id), "updated_at": F.current_timestamp()})
         rows_written, events_used = self._replace(rows, chunk)
         if fingerprinted and rows_written:

@@ -11,11 +11,21 @@ import dataclasses
 from datetime import UTC, datetime, timedelta
 
 from lakehouse.errors import LakehouseError
-from lakehouse.eventtime import format_duration, parse_duration, parse_instant
+from lakehouse.eventtime import first_event_time, format_duration, parse_duration, parse_instant
 from lakehouse.project.active import active_project
 from lakehouse.project.project import Project
 from lakehouse.settings import Settings
-from lakehouse.vocabulary import Reprocess, RunStatus, Source, WindowKind, choices
+from lakehouse.storage.log_expiry import check_log_holds
+from lakehouse.vocabulary import (
+    DEFAULT_CHUNK,
+    DEFAULT_REPROCESS,
+    DEFAULT_SOURCE,
+    Reprocess,
+    RunStatus,
+    Source,
+    WindowKind,
+    choices,
+)
 
 CHUNK_CHOICES = ("15m", "1h", "6h", "1d")
 # ISO-8601 date-time with an optional zone: what the UI's date-time picker sends and what people type.
@@ -51,15 +61,6 @@ def joining_pipeline_names(settings: Settings | None = None) -> list[str]:
     return sorted(p.name for p in _project(settings).pipelines.values() if p.joins)
 
 
-# The backfill form's first choice: the shipped example's main pipeline, or a project's first.
-MAIN_EXAMPLE = "toll_traffic"
-
-
-def default_pipeline(settings: Settings | None = None) -> str:
-    names = pipeline_names(settings)
-    return MAIN_EXAMPLE if MAIN_EXAMPLE in names else names[0]
-
-
 def audited_window_joins(active: list[str], settings: Settings | None = None) -> list[str]:
     """The windowed joins both of whose sides are among the ``active`` pipelines: the audit DAG
     audits each, as it audits each pipeline."""
@@ -82,10 +83,12 @@ def backfill_param_schemas(settings: Settings) -> dict[str, dict]:
     """JSON-schema of each backfill parameter, as the trigger form renders and Airflow validates them.
 
     Airflow validates each Param on its own when a run is created (UI form and REST API alike), so
-    what a single value can break is caught there; rules across values or relative to now (end
-    after start, longest range, log retention) are checked by ``validate_backfill_request``.
+    what a single value can break is caught there; rules across values or on what the log still
+    holds (end after start, longest range, input retention removed) are checked by
+    ``validate_backfill_request``. Each parameter a request may leave out has its default here.
     """
-    return {
+    defaults = request_defaults(settings)
+    schemas = {
         "pipeline": {
             "type": "string",
             "enum": pipeline_names(settings),
@@ -126,6 +129,9 @@ def backfill_param_schemas(settings: Settings) -> dict[str, dict]:
         },
         "dry_run": {"type": "boolean", "title": "Dry run", "description": "Plan and summarise, write nothing."},
     }
+    return {
+        name: ({"default": defaults[name]} if name in defaults else {}) | schema for name, schema in schemas.items()
+    }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -133,14 +139,29 @@ class BackfillRequest:
     pipeline: str
     start: datetime  # naive UTC, like the batch layer's
     end: datetime
-    source: str = Source.BRONZE
-    chunk: str = "1d"
-    reprocess: str = Reprocess.SKIP
+    source: str = DEFAULT_SOURCE
+    chunk: str = DEFAULT_CHUNK
+    reprocess: str = DEFAULT_REPROCESS
     dry_run: bool = False
 
 
-def validate_backfill_request(params: dict, settings: Settings, now: datetime) -> BackfillRequest:
-    """Every rule a backfill's parameters must meet, with a message that says how to fix it."""
+# The parameters a request may leave out, with what they then are.
+REQUEST_DEFAULTS = {
+    f.name: f.default for f in dataclasses.fields(BackfillRequest) if f.default is not dataclasses.MISSING
+}
+
+
+def request_defaults(settings: Settings) -> dict:
+    """What a request's parameters are when left out: ``REQUEST_DEFAULTS``, and the project's default
+    pipeline when it has one (none: a request names its pipeline, and the form asks for one)."""
+    default = _project(settings).default_pipeline
+    return REQUEST_DEFAULTS | ({"pipeline": default} if default else {})
+
+
+def validate_backfill_request(params: dict, settings: Settings) -> BackfillRequest:
+    """Every rule a backfill's parameters must meet, with a message that says how to fix it. A
+    parameter left out takes its default (``request_defaults``)."""
+    params = request_defaults(settings) | params
     pipeline = params.get("pipeline")
     if pipeline not in (declared := pipeline_names(settings)):
         raise LakehouseError(f"unknown pipeline {pipeline!r}; the project's pipelines: {', '.join(declared)}")
@@ -156,20 +177,28 @@ def validate_backfill_request(params: dict, settings: Settings, now: datetime) -
             f"the range {format_duration(end - start)} is longer than the {settings.backfill_max_range} one "
             "backfill may cover (LAKEHOUSE_BACKFILL_MAX_RANGE): split it into several backfills"
         )
-    oldest = now.replace(tzinfo=None) - parse_duration(settings.log_retention)
-    if start < oldest:
-        raise LakehouseError(
-            f"start {start.isoformat()}Z is older than the log's retention of {settings.log_retention} "
-            f"(oldest start now: {oldest.replace(microsecond=0).isoformat()}Z): that input is gone"
-        )
     chunk = str(params.get("chunk"))
     if parse_duration(chunk) <= timedelta(0):
         raise LakehouseError(f"chunk {chunk} must be positive")
-    return request_from_params(params)
+    request = request_from_params(params)
+    check_input_held(request, settings)
+    return request
+
+
+def check_input_held(request: BackfillRequest, settings: Settings) -> None:
+    """Bronze keeps every accepted event (maintenance compacts it and removes only files no version
+    needs), so a backfill from bronze always finds its input. One from the file log finds it unless
+    retention removed hours its events may have arrived in; from a Kafka log, the backfill itself
+    checks the topic and its archive before Spark starts (``lakehouse.storage.archive.check_covered``)."""
+    if request.source != Source.LOG or settings.kafka_bootstrap:
+        return
+    spec = _project(settings).pipelines[request.pipeline]
+    check_log_holds(settings, spec.topic, first_event_time(spec, request.start))
 
 
 def request_from_params(params: dict) -> BackfillRequest:
     """The request the parameters describe (``validate_backfill_request`` checks them first)."""
+    params = {**REQUEST_DEFAULTS, **params}
     return BackfillRequest(
         str(params["pipeline"]),
         parse_instant(params["start"], "start"),
@@ -177,7 +206,7 @@ def request_from_params(params: dict) -> BackfillRequest:
         str(params["source"]),
         str(params["chunk"]),
         str(params["reprocess"]),
-        bool(params.get("dry_run", False)),
+        bool(params["dry_run"]),
     )
 
 

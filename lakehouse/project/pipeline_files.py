@@ -94,7 +94,7 @@ def read_window(reader: Reader, data: dict) -> WindowSpec:
 
 
 def read_metric(reader: Reader, name: str, value: Any, where: FieldPath) -> MetricSpec | None:
-    """``count``, ``{sum|min|max|approx_distinct: <field>}`` or ``{mean: {sum: <metric>, count: <metric>}}``.
+    """``count``, ``{count|sum|min|max|approx_distinct: <field>}`` or ``{mean: {sum: <metric>, count: <metric>}}``.
 
     Args:
         reader: records the problems.
@@ -110,7 +110,7 @@ def read_metric(reader: Reader, name: str, value: Any, where: FieldPath) -> Metr
         return None if kind is None else MetricSpec(name, kind)
     declared = reader.mapping(value, where, required=True)
     if len(declared) != 1:
-        reader.report(where, "a metric is count, or one kind with its field, e.g. {sum: amount}")
+        reader.report(where, "a metric is count, or one kind with its field, e.g. {sum: amount} or {count: coupon}")
         return None
     ((kind_name, argument),) = declared.items()
     kind = reader.choice(kind_name, (*where, kind_name), MetricKind)
@@ -119,8 +119,6 @@ def read_metric(reader: Reader, name: str, value: Any, where: FieldPath) -> Metr
         reader.unknown_keys(parts, (*where, kind_name), ("sum", "count"))
         total, count = (reader.name(parts.get(k), (*where, kind_name, k)) for k in ("sum", "count"))
         return MetricSpec(name, kind, mean_of=(total, count)) if total and count else None
-    if kind == MetricKind.COUNT:
-        return MetricSpec(name, kind)
     source = reader.name(argument, (*where, kind_name))  # a field; for a custom metric, its function
     return MetricSpec(name, kind, field=source) if kind and source else None
 

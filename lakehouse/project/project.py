@@ -14,7 +14,13 @@ from lakehouse.project import checks
 from lakehouse.project.custom_code import CUSTOM_METRICS_FILE, declared_metric_functions
 from lakehouse.project.declarations import DimensionSpec, PipelineSpec, WindowJoinSpec
 from lakehouse.project.pipeline_files import merged_with_parent, read_pipeline
-from lakehouse.project.project_file import PROJECT_SETTINGS, check_window_join, read_dimensions, read_window_join
+from lakehouse.project.project_file import (
+    PROJECT_SETTINGS,
+    check_window_join,
+    read_default_pipeline,
+    read_dimensions,
+    read_window_join,
+)
 from lakehouse.project.reader import Reader
 from lakehouse.project.yaml_source import Problem, ProjectError, YamlSource, read_yaml
 from lakehouse.vocabulary import MetricKind
@@ -33,6 +39,16 @@ class Project:
     pipelines: dict[str, PipelineSpec]
     dimensions: dict[str, DimensionSpec]
     window_joins: dict[str, WindowJoinSpec]
+    declared_default: str | None = None  # lakehouse.yaml's default_pipeline
+
+    @property
+    def default_pipeline(self) -> str | None:
+        """The pipeline a command that acts on one pipeline runs when none is named: the one
+        ``lakehouse.yaml`` declares as ``default_pipeline``, else the project's only one. None when
+        the project has several and declares none: such a command then asks for ``--pipeline``."""
+        if self.declared_default is not None:
+            return self.declared_default
+        return next(iter(self.pipelines)) if len(self.pipelines) == 1 else None
 
     @property
     def expectations_dir(self) -> Path:
@@ -123,10 +139,11 @@ def _load(root: Path) -> Project:
         if (join := read_window_join(reader, name, value)) is not None:
             check_window_join(reader, join, pipelines)
             joins[name] = join
+    default = read_default_pipeline(reader, data, pipelines)
     if loader.problems:
         raise ProjectError(loader.problems)
     name = reader.text(data.get("name"), ("name",), root.name)
-    return Project(root, name, pipelines, dimensions, joins)
+    return Project(root, name, pipelines, dimensions, joins, default)
 
 
 def _stamp(root: Path) -> tuple:

@@ -10,7 +10,7 @@ from lakehouse.project.declarations import BandSpec, DimensionSpec, PipelineSpec
 from lakehouse.project.reader import TABLE_NAME, Reader
 from lakehouse.project.yaml_source import FieldPath
 
-PROJECT_SETTINGS = ("name", "description", "dimensions", "window_joins")
+PROJECT_SETTINGS = ("name", "description", "default_pipeline", "dimensions", "window_joins")
 JOIN_SETTINGS = (
     "description",
     "events",
@@ -83,3 +83,14 @@ def check_window_join(reader: Reader, join: WindowJoinSpec, pipelines: dict[str,
     for setting in ("reading_sum", "reading_count"):
         if readings and getattr(join, setting) not in metrics:
             reader.report((*where, setting), f"{getattr(join, setting)!r} is not a metric of {readings.name}")
+
+
+def read_default_pipeline(reader: Reader, data: dict, pipelines: dict[str, PipelineSpec]) -> str | None:
+    """The pipeline ``lakehouse.yaml`` names as its ``default_pipeline``, if it names one of the project's."""
+    if data.get("default_pipeline") is None:
+        return None
+    name = reader.name(data["default_pipeline"], ("default_pipeline",))
+    if name is not None and name not in pipelines:
+        reader.report(("default_pipeline",), f"{name!r} is not a pipeline of this project")
+        return None
+    return name

@@ -14,6 +14,8 @@ PROJECT_TEMPLATE = """\
 # A lakehouse project (docs/pipelines.md): every command, DAG and the Spark service serve its
 # pipelines when LAKEHOUSE_PROJECT names this folder.
 name: {name}
+# With more than one pipeline, what a command that acts on one runs without --pipeline, e.g.:
+# default_pipeline: page_views
 # Versioned dimensions a pipeline can join (dim.<name>), e.g.:
 # dimensions:
 #   pages: {{key: page, attributes: [section]}}

@@ -128,7 +128,6 @@ def service_confs(settings: Settings) -> dict[str, str]:
         # judged; a read-only session cannot turn it back on (SET is refused, and so is the conf
         # over Connect). The platform's jobs do, with the write token (session_sql_confs).
         "spark.sql.runSQLOnFiles": "false",
-        "spark.sql.warehouse.dir": settings.warehouse_uri,
         # Interactive queries over the gold tables (thousands of rows a day), where each task and
         # each adaptive re-planning costs more than the rows do. Measured side by side on the
         # latency bench's 25 queries over a day (bench/sql_latency.py): p50 0.75 s with 4 shuffle

@@ -177,8 +177,3 @@ def read_files(
         F.col("_metadata.file_path").alias("source_file"),
         F.col("_metadata.file_modification_time").alias("written_at"),
     )
-
-
-def earliest_arrival_for(event_time_start: datetime, future_tolerance: timedelta = timedelta(days=1)) -> datetime:
-    """An event may be stamped up to a day ahead of its sending: it arrived no earlier than this."""
-    return event_time_start - future_tolerance

@@ -13,7 +13,8 @@ from datetime import date, datetime, timedelta
 
 from lakehouse.eventtime import format_duration, parse_duration
 from lakehouse.settings import Settings
-from lakehouse.storage.log_files import log_files
+from lakehouse.storage.log_expiry import record_expiry
+from lakehouse.storage.log_files import LocalFiles, ObjectFiles, log_files
 
 DELTA_SAFETY = timedelta(days=7)
 _PARTITION = re.compile(r"ingest_date=(\d{4}-\d{2}-\d{2})/ingest_hour=(\d{2})/?$")
@@ -29,27 +30,45 @@ def log_retention(settings: Settings) -> timedelta:
     return max(parse_duration(settings.log_retention), parse_duration(settings.audit_replay_window))
 
 
+def hour_end(folder: str) -> datetime | None:
+    """When an ingest-hour folder's (``.../ingest_date=D/ingest_hour=H``) hour ends (None: not such a folder)."""
+    match = _PARTITION.search(folder)
+    if not match:
+        return None
+    day = datetime.combine(date.fromisoformat(match.group(1)), datetime.min.time())
+    return day + timedelta(hours=int(match.group(2)) + 1)
+
+
 def expired_log_partitions(partitions: list[str], now: datetime, retention: timedelta) -> list[str]:
-    """Ingest-hour folders (``.../ingest_date=D/ingest_hour=H``) whose whole hour is older than the retention."""
+    """Ingest-hour folders whose whole hour is older than the retention."""
     oldest_kept = now.replace(tzinfo=None) - retention
-    expired = []
-    for folder in partitions:
-        match = _PARTITION.search(folder)
-        if not match:
-            continue
-        hour_start = datetime.combine(date.fromisoformat(match.group(1)), datetime.min.time()) + timedelta(
-            hours=int(match.group(2))
-        )
-        if hour_start + timedelta(hours=1) <= oldest_kept:
-            expired.append(folder)
+    return [folder for folder in partitions if (end := hour_end(folder)) is not None and end <= oldest_kept]
+
+
+def log_partitions(files: LocalFiles | ObjectFiles) -> list[str]:
+    """Every ingest-hour folder of a log, from listings alone (local, or S3 through boto3)."""
+    days = sorted(day for day in files.folders("") if day.startswith("ingest_date="))
+    hours = [f"{day}/{hour}" for day in days for hour in sorted(files.folders(day)) if hour.startswith("ingest_hour=")]
+    return [f"{files.uri}/{hour}" for hour in hours]
+
+
+def expire_log(settings: Settings, topic: str, now: datetime) -> list[str]:
+    """Remove the ingest hours of a log older than its retention; returns the folders removed. How
+    far it removes is recorded first (lakehouse.storage.log_expiry): a backfill from the log then
+    refuses a range whose files may be gone. No JVM.
+
+    Args:
+        settings: where the log is, and its retention.
+        topic: the log's pipeline (a pipeline's variants read their parent's log).
+        now: the time retention is counted back from.
+    """
+    files = log_files(settings, settings.pipeline_log_uri(topic))
+    expired = expired_log_partitions(log_partitions(files), now, log_retention(settings))
+    if expired:
+        record_expiry(files, max(hour_end(folder) for folder in expired))
+    for folder in expired:
+        files.remove_folder(folder)
     return expired
-
-
-def log_partitions(spark, settings: Settings, pipeline: str) -> list[str]:
-    """Every ingest-hour folder of a pipeline's log, from listings alone (local, or S3 through boto3)."""
-    from lakehouse.storage.log import partition_uris
-
-    return partition_uris(spark, settings, pipeline)
 
 
 def _compact(delta, name: str) -> dict:
@@ -98,10 +117,5 @@ def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
         # VACUUM lists the table in spark.sql.sources.parallelPartitionDiscovery.parallelism tasks;
         # the session keeps that at the shuffle partitions, not Spark's 10000 (see lakehouse.storage.spark).
         delta.vacuum(retention.total_seconds() / 3600)
-    # Variants of a pipeline read their parent's log (its topic).
-    expired = expired_log_partitions(log_partitions(spark, settings, pipeline.topic), now, log_retention(settings))
-    files = log_files(settings, settings.pipeline_log_uri(pipeline.topic))
-    for folder in expired:
-        files.remove_folder(folder)
-        report["log_partitions_deleted"].append(folder)
+    report["log_partitions_deleted"] = expire_log(settings, pipeline.topic, now)
     return report

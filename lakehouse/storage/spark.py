@@ -215,6 +215,9 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         .config("spark.sql.extensions", SESSION_EXTENSIONS)
         .config("spark.sql.catalog.spark_catalog", "org.apache.spark.sql.delta.catalog.DeltaCatalog")
         .config("spark.sql.catalogImplementation", "in-memory")
+        # The catalog's default database lives here, and Spark creates its folder when a table is first
+        # registered: by default spark-warehouse/ in whatever directory the command ran from.
+        .config("spark.sql.warehouse.dir", settings.warehouse_uri)
         .config("spark.driver.extraJavaOptions", driver_java_options(settings))
         .config("spark.executor.extraJavaOptions", executor_java_options(settings))
         .config("spark.default.parallelism", str(settings.shuffle_partitions))

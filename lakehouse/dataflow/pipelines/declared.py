@@ -60,7 +60,9 @@ def metric(spec: MetricSpec, fields: dict[str, Field], custom: dict[str, CustomM
         own = custom[spec.field]
         return Metric(spec.name, own.aggregate, own.spark_type, own.merge)
     if spec.kind == MetricKind.COUNT:
-        return Metric(spec.name, lambda: F.count(F.lit(1)), T.LongType(), spec.kind)
+        # Events, or as SQL's COUNT(field) the events whose field holds a value.
+        counted = spec.field
+        return Metric(spec.name, lambda: F.count(F.lit(1) if counted is None else counted), T.LongType(), spec.kind)
     source = fields[spec.field]
     column = source.name
     if spec.kind == MetricKind.SUM:
