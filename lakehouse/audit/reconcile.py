@@ -19,7 +19,8 @@ A window and key is **matched** when speed equals the truth, **explained** when 
 equals its on-time events and every other event has an explaining cause, and **unexplained**
 otherwise (or whenever an event is ``missing``), with the event ids that account for it. The audit pins
 what it read (Delta versions and the last log file), so re-running it with the same pins gives the same
-result.
+result. Session windows, whose bounds move as events arrive, are compared by groups of overlapping
+sessions instead of by (window, key) (``lakehouse.audit.sessions``).
 """
 
 from __future__ import annotations
