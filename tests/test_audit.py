@@ -563,6 +563,8 @@ SESSION_EVENTS = [
     event("h1", "hank", at(6, 30), 3),  # changed by hand, through `lakehouse repair`
     event("i1", "ivy", at(1), 1),  # a late event a correction run has folded in
     event("i2", "ivy", at(1, 30), 2, cause="late"),
+    event("j1", "jack", datetime(2026, 1, 5, 11, 59, 30), 1),  # his session starts before the range
+    event("j2", "jack", at(0, 10), 1),
 ]
 STREAMED_SESSIONS = [
     ("alice", at(0), at(1, 40), 8),
@@ -615,6 +617,7 @@ def test_a_session_changed_by_hand_or_split_differently_or_losing_an_event_is_un
     assert (dave["status"], dave["truth"], dave["speed"]) == ("unexplained", {"total_score": "3"}, {"total_score": "3"})
     assert (erin["status"], erin["unexplained_event_ids"]) == ("unexplained", ["e1"])
     assert "frank" not in judged_sessions  # open: compared once the watermark is a gap past its end
+    assert "jack" not in judged_sessions  # the range before holds it
 
 
 def test_a_recorded_repair_explains_the_sessions_it_overlaps_and_corrections_are_named(judged_sessions):
