@@ -7,7 +7,7 @@ from datetime import datetime
 from airflow.sdk import dag
 
 from lakehouse.ops.airflow_support import USER_DEFINED_MACROS, default_args, hourly_intervals, raise_alert, spark_job
-from lakehouse.ops.orchestration import active_pipelines, audited_window_joins, session_pipeline_names
+from lakehouse.ops.orchestration import active_pipelines, audited_window_joins
 from lakehouse.settings import Settings
 
 DOC = """
@@ -15,7 +15,8 @@ DOC = """
 
 Runs `lakehouse audit` (`jobs/audit.py`) over the run's data interval for every pipeline: every
 closed window of `gold.<pipeline>__speed` is compared with the truth recomputed from the retained
-log, and each difference gets a cause. Each windowed join whose two pipelines both run is audited
+log, and each difference gets a cause (a session pipeline's sessions are compared by groups of
+overlapping sessions). Each windowed join whose two pipelines both run is audited
 too: what the stream joined against the join of both logs' truth. The run **fails when a
 difference is unexplained**; the failure appends a row to `ops.alerts` and posts it to the
 `lakehouse_alerts_webhook` connection when one is configured. Results: `audit.reconciliations`,
@@ -36,10 +37,8 @@ difference is unexplained**; the failure appends a row to `ops.alerts` and posts
 )
 def lakehouse_audit():
     active = active_pipelines(Settings.from_env())
-    # The audit compares fixed windows; a session variant is audited through the pipeline it varies.
-    audited = sorted(set(active) - set(session_pipeline_names()))
     # `lakehouse audit --pipeline <join>` audits a windowed join.
-    for name in audited + audited_window_joins(active):
+    for name in sorted(active) + audited_window_joins(active):
         spark_job(
             f"audit_{name}",
             "audit",

@@ -1,7 +1,8 @@
 """A pipeline no shipped code knows, declared only in a temporary project: sensor readings in
 10-minute windows sliding by 1 minute, with the count, min, max and mean temperature per sensor and
 the number of distinct firmware versions heard. Its events, and a plain-Python oracle of its
-windows that shares no code with ``lakehouse``."""
+windows that shares no code with ``lakehouse``. Beside it, a session pipeline of the project's own
+(no parent): the same metrics per burst of a sensor's readings, its events and their oracle."""
 
 from __future__ import annotations
 
@@ -61,10 +62,25 @@ def warm_readings():
 """
 
 
+BURSTS = "sensor_bursts"
+GAP = timedelta(minutes=5)
+BURSTS_PIPELINE = PIPELINE.replace(
+    "description: Temperature per sensor over 10-minute windows sliding by 1 minute",
+    "description: Temperature per sensor per burst of readings (5 minutes without one end a burst)",
+).replace("window: {size: 10m, slide: 1m}", "window: {gap: 5m}")
+
+
 def add_to_project(root: Path) -> None:
     (root / "pipelines" / f"{NAME}.yaml").write_text(PIPELINE)
     (root / "pipelines" / "metrics.py").write_text(CUSTOM_METRICS)
     (root / "expectations" / f"{NAME}.raw_events.json").write_text(json.dumps(SUITE, indent=2))
+
+
+def add_bursts_to_project(root: Path) -> None:
+    """The session pipeline, with its own log and the same row rule."""
+    (root / "pipelines" / f"{BURSTS}.yaml").write_text(BURSTS_PIPELINE)
+    suite = {**SUITE, "name": f"{BURSTS}.raw_events"}
+    (root / "expectations" / f"{BURSTS}.raw_events.json").write_text(json.dumps(suite, indent=2))
 
 
 def project_copy(root: Path, source: Path) -> Path:
@@ -93,6 +109,59 @@ def events(count: int = 360, seed: int = 3, start: datetime = START) -> tuple[li
     on_time = [*readings, readings[5], {**readings[8], "event_id": "bad", "celsius": 99.5}]
     late = [{**r, "event_id": f"late-{r['event_id']}", "celsius": 1.25} for r in readings[30:33]]
     return on_time, late
+
+
+def _reading(rng: random.Random, event_id: str, sensor: str, moment: datetime) -> dict:
+    return {
+        "event_id": event_id,
+        "sensor": sensor,
+        "celsius": float(Decimal(rng.randrange(-500, 3500)) / 100),
+        "firmware": rng.choice(["1.0", "1.1", "2.0"]),
+        "event_time": moment.strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def burst_events(seed: int = 5, start: datetime = START) -> tuple[list[dict], list[dict]]:
+    """(on time, late): each of three sensors sends 12 readings 20 s apart (a burst), then none for
+    8m20s, five times over an hour; s1 starts a minute after s0, s2 two. A copy is resent and one
+    reading is out of range. The late reading, s0's at 06:08, came in the silence between its first
+    two bursts: less than a gap from both, it joins them into one session."""
+    rng = random.Random(seed)
+    readings = [
+        _reading(
+            rng,
+            f"b{sensor}{burst}{i:02d}",
+            f"s{sensor}",
+            start + timedelta(minutes=sensor + 12 * burst, seconds=20 * i),
+        )
+        for sensor in range(3)
+        for burst in range(5)
+        for i in range(12)
+    ]
+    on_time = [*readings, readings[7], {**readings[20], "event_id": "bad", "celsius": 99.5}]
+    return on_time, [_reading(rng, "bridge", "s0", start + timedelta(minutes=8))]
+
+
+def burst_oracle(lines: list[dict]) -> dict[tuple[str, datetime], tuple[datetime, int]]:
+    """Per sensor and burst start: the burst's end (its last reading + the gap) and its readings,
+    over the first copy of each valid reading."""
+    seen, moments = set(), defaultdict(list)
+    for event in lines:
+        if event["event_id"] in seen or not -60 <= event["celsius"] <= 70:
+            continue
+        seen.add(event["event_id"])
+        moments[event["sensor"]].append(
+            datetime.strptime(event["event_time"], "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        )
+    bursts = {}
+    for sensor, times in moments.items():
+        times.sort()
+        first = 0
+        for i in range(1, len(times) + 1):
+            if i == len(times) or times[i] >= times[i - 1] + GAP:
+                bursts[(sensor, times[first])] = (times[i - 1] + GAP, i - first)
+                first = i
+    return bursts
 
 
 def _window_starts(moment: datetime):

@@ -527,3 +527,104 @@ def test_the_data_docs_drop_results_older_than_their_retention(spark, tmp_path):
     assert "20250101T000000" not in index
     page = quality.validation_page(settings, "toll_traffic.bronze", "toll_traffic.bronze", new)
     assert Path(page).relative_to(quality.data_docs_dir(settings)).as_posix() in index
+
+
+# --- session windows: the comparison on inline data -------------------------------------------------
+# team_scores_sessions: a 1-minute gap, per user. Each user is one case; the range is [12:00, 12:10)
+# and the watermark 12:09:30, so a group is compared when it ends by 12:08:30.
+
+SESSIONS = get_pipeline("team_scores_sessions")
+CAUSED = "event_id string, user string, team string, score int, event_time timestamp, cause string"
+SESSION_ROWS = "user string, window_start timestamp, window_end timestamp, total_score bigint"
+LISTED = "window_start timestamp, window_end timestamp, _key_json string"
+
+
+def at(minute: int, second: int = 0) -> datetime:
+    return datetime(2026, 1, 5, 12, minute, second)
+
+
+def event(event_id: str, user: str, moment: datetime, score: int, cause: str = "on_time") -> tuple:
+    return (event_id, user, "red", score, moment, cause)
+
+
+SESSION_EVENTS = [
+    # alice's 2 is late and bridges her two on-time sessions: the truth has one.
+    event("a1", "alice", at(0), 5),
+    event("a2", "alice", at(0, 40), 3),
+    event("a3", "alice", at(2, 30), 4),
+    event("a4", "alice", at(1, 35), 2, cause="late"),
+    event("b1", "bob", at(0, 20), 6),  # matched
+    event("c1", "carol", at(4), 7),  # her session's value was changed by hand
+    event("d1", "dave", at(5), 1),  # the stream split what 30 s apart joins
+    event("d2", "dave", at(5, 30), 2),
+    event("e1", "erin", at(3), 9, cause="missing"),  # read by the stream, lost by bronze
+    event("f1", "frank", at(8), 1),  # ends 12:09: the stream can still extend it
+    event("g1", "gina", at(6), 1, cause="not_yet_read"),  # a log file the stream has not read
+    event("h1", "hank", at(6, 30), 3),  # changed by hand, through `lakehouse repair`
+    event("i1", "ivy", at(1), 1),  # a late event a correction run has folded in
+    event("i2", "ivy", at(1, 30), 2, cause="late"),
+    event("j1", "jack", datetime(2026, 1, 5, 11, 59, 30), 1),  # his session starts before the range
+    event("j2", "jack", at(0, 10), 1),
+]
+STREAMED_SESSIONS = [
+    ("alice", at(0), at(1, 40), 8),
+    ("alice", at(2, 30), at(3, 30), 4),
+    ("bob", at(0, 20), at(1, 20), 6),
+    ("carol", at(4), at(5), 8),
+    ("dave", at(5), at(6), 1),
+    ("dave", at(5, 30), at(6, 30), 2),
+    ("frank", at(8), at(9), 1),
+    ("hank", at(6, 30), at(7, 30), 4),
+    ("ivy", at(1), at(2), 1),
+]
+# What audit.corrections and audit.manual_changes list: a session of a key, as it was recomputed or changed.
+CORRECTED_SESSIONS = [(at(1), at(2, 30), '{"user":"ivy"}')]
+REPAIRED_SESSIONS = [(at(6, 30), at(7, 30), '{"user":"hank"}')]
+
+
+@pytest.fixture(scope="module")
+def judged_sessions(spark) -> dict[str, dict]:
+    """Each user's row, from the comparison the audit runs on session windows."""
+    from lakehouse.audit import sessions
+    from lakehouse.dataflow import transforms as tx
+    from tests.frames import inline_frame
+
+    caused = tx.assign_windows(inline_frame(spark, CAUSED, SESSION_EVENTS), SESSIONS)
+    audited = inline_frame(spark, SESSION_ROWS, STREAMED_SESSIONS)
+    groups = sessions.session_groups(caused, audited, SESSIONS, at(0), at(10))
+    for flag, rows in (("corrected", CORRECTED_SESSIONS), ("manually_changed", REPAIRED_SESSIONS)):
+        groups = sessions.flagged_by_overlap(groups, inline_frame(spark, LISTED, rows), flag, SESSIONS)
+    closed = groups.where(sessions.closed(at(9, 30), SESSIONS))
+    return {row.key["user"]: row.asDict(recursive=True) for row in sessions.verdicts(closed, SESSIONS).collect()}
+
+
+def test_a_late_event_that_merges_two_stream_sessions_is_explained_as_late(judged_sessions):
+    alice = judged_sessions["alice"]
+    assert (alice["status"], alice["causes"], alice["late_events"]) == ("explained", ["late"], 1)
+    assert (alice["window_start"], alice["window_end"]) == (at(0), at(3, 30))  # the group: both of hers
+    assert (alice["truth"], alice["speed"], alice["speed_minus_on_time"]) == (
+        {"total_score": "14"},
+        {"total_score": "12"},
+        {"total_score": "0"},
+    )
+    assert judged_sessions["bob"]["status"] == "matched" and judged_sessions["gina"]["causes"] == ["not_yet_read"]
+
+
+def test_a_session_changed_by_hand_or_split_differently_or_losing_an_event_is_unexplained(judged_sessions):
+    carol, dave, erin = (judged_sessions[user] for user in ("carol", "dave", "erin"))
+    assert (carol["status"], carol["speed_minus_on_time"]) == ("unexplained", {"total_score": "1"})
+    # Same total, other bounds: the stream's two sessions are not the one its own events make.
+    assert (dave["status"], dave["truth"], dave["speed"]) == ("unexplained", {"total_score": "3"}, {"total_score": "3"})
+    assert (erin["status"], erin["unexplained_event_ids"]) == ("unexplained", ["e1"])
+    assert "frank" not in judged_sessions  # open: compared once the watermark is a gap past its end
+    assert "jack" not in judged_sessions  # the range before holds it
+
+
+def test_a_recorded_repair_explains_the_sessions_it_overlaps_and_corrections_are_named(judged_sessions):
+    hank, ivy = judged_sessions["hank"], judged_sessions["ivy"]
+    assert (hank["status"], hank["causes"], hank["speed_minus_on_time"]) == (
+        "explained",
+        ["manual_change"],
+        {"total_score": "1"},
+    )
+    assert (ivy["status"], ivy["causes"]) == ("explained", ["late", "corrected"])

@@ -90,6 +90,36 @@ def test_a_windowed_joins_audit_refuses_the_options_of_a_pipelines_audit(cli_env
     assert not (Path(cli_env["LAKEHOUSE_HOME"]) / "warehouse").exists()
 
 
+def test_a_session_pipelines_audit_refuses_what_it_cannot_compare_before_a_jvm_starts(cli_env):
+    """Sessions are compared in the speed table, every group of the range: the serving view and
+    --incremental are refused with their reason. With no Java to be found, a refusal that came
+    after starting a JVM would name the missing Java instead."""
+    env = {**cli_env, "PATH": "/nonexistent"}
+    env.pop("JAVA_HOME", None)
+    audit = [
+        "audit",
+        "--pipeline",
+        "team_scores_sessions",
+        "--start",
+        "2026-01-05T12:00Z",
+        "--end",
+        "2026-01-05T13:00Z",
+    ]
+    refusals = {
+        "--target serving": "--target serving: team_scores_sessions has session windows, whose audit compares the "
+        "speed table's sessions with the truth; audit --target speed (the default)",
+        "--incremental": "--incremental: team_scores_sessions has session windows, whose bounds move as events "
+        "arrive; its audit compares every session of the range (drop --incremental)",
+    }
+    for option, reason in refusals.items():
+        finished = subprocess.run(
+            lakehouse(*audit, *option.split()), env=env, capture_output=True, text=True, timeout=60
+        )
+        assert finished.returncode == 2
+        assert finished.stderr.strip().splitlines() == [f"lakehouse: error: {reason}"]
+    assert not (Path(cli_env["LAKEHOUSE_HOME"]) / "warehouse").exists()
+
+
 @pytest.mark.slow
 def test_sql_answers_from_another_process_while_the_stream_runs(tmp_path, cli_env):
     settings = make_settings(tmp_path / "home")

@@ -65,8 +65,8 @@ print(json.dumps({
     "dags": {d.dag_id: {"tags": sorted(d.tags), "doc": bool(d.doc_md), "owners": sorted({t.owner for t in d.tasks}),
                         "retries": sorted({t.retries for t in d.tasks})} for d in bag.dags.values()},
 }))
-# With a windowed join's two pipelines running, the audit DAG audits the join too.
-os.environ["LAKEHOUSE_PIPELINES"] = "toll_traffic,toll_traffic_by_zone,zone_temperatures"
+# With a windowed join's two pipelines running, the audit DAG audits the join too; and a session pipeline.
+os.environ["LAKEHOUSE_PIPELINES"] = "toll_traffic,toll_traffic_by_zone,zone_temperatures,team_scores_sessions"
 print(json.dumps(DagBag(dag_folder="dags/lakehouse_audit.py").dags["lakehouse_audit"].task_ids))
 """
     env = airflow_env(tmp_path / "airflow", tmp_path / "home")
@@ -82,8 +82,13 @@ print(json.dumps(DagBag(dag_folder="dags/lakehouse_audit.py").dags["lakehouse_au
         assert facts["owners"] == ["lakehouse"], dag_id
         expected_retries = [0] if dag_id == "lakehouse_stream_health" else None
         assert facts["retries"] == expected_retries or min(facts["retries"]) >= 1, dag_id
-    joined = ["audit_toll_traffic", "audit_toll_traffic_by_zone", "audit_toll_weather", "audit_zone_temperatures"]
-    assert sorted(audits) == joined
+    assert sorted(audits) == [
+        "audit_team_scores_sessions",
+        "audit_toll_traffic",
+        "audit_toll_traffic_by_zone",
+        "audit_toll_weather",
+        "audit_zone_temperatures",
+    ]
 
 
 @pytest.fixture(scope="module")

@@ -19,7 +19,6 @@ from lakehouse.ops.orchestration import (
     pipeline_names,
     plan_chunks,
     request_from_params,
-    session_pipeline_names,
     summarise_backfill,
     validate_backfill_request,
 )
@@ -49,12 +48,6 @@ def test_pipeline_names_match_the_shipped_pipelines():
     from lakehouse.dataflow.pipelines import all_pipelines
 
     assert pipeline_names() == sorted(all_pipelines())
-
-
-def test_session_pipeline_names_match_the_shipped_session_pipelines():
-    from lakehouse.dataflow.pipelines import all_pipelines
-
-    assert session_pipeline_names() == sorted(n for n, p in all_pipelines().items() if p.window.is_session)
 
 
 def test_joining_pipeline_names_match_the_shipped_pipelines_with_a_join():

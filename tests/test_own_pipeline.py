@@ -1,6 +1,7 @@
 """The whole loop on a pipeline declared only in a temporary project (tests/sensor_project.py):
 ingest through the CLI, the stream, a backfill, late events and their correction, the audit, the
-stale hours a definition change leaves, and SQL, each equal to a plain-Python oracle."""
+stale hours a definition change leaves, and SQL, each equal to a plain-Python oracle; and a session
+pipeline of the project's own, backfilled to its oracle and audited."""
 
 from __future__ import annotations
 
@@ -151,3 +152,76 @@ def test_a_metric_change_marks_that_pipelines_hours_stale_and_the_fill_recompute
     with pytest.raises(Exception, match="declare a new pipeline"):
         BatchLayer(spark, settings, get_pipeline(sensors.NAME))
     assert PROJECT_ROOT.joinpath("pipelines", f"{sensors.NAME}.yaml").exists() is False
+
+
+# The batch layer and the audit address UTC instants without a zone, as the CLI parses them.
+HOUR = (sensors.START.replace(tzinfo=None), END.replace(tzinfo=None))
+
+
+def streamed_and_backfilled_bursts(spark, settings) -> list[dict]:
+    """The bursts' events in the log, the stream run over them (the late reading in a micro-batch of
+    its own) and the hour backfilled from bronze; returns the events."""
+    from lakehouse.dataflow.pipelines import get_pipeline
+    from lakehouse.layers.batch import BatchLayer
+    from lakehouse.layers.speed import run_speed_layer
+    from lakehouse.storage.log import LogWriter
+
+    on_time, late = sensors.burst_events()
+    log = LogWriter(settings, sensors.BURSTS)
+    for arrival, (tag, batch) in enumerate([("on-time", on_time), ("late", late)]):
+        log.write(END + timedelta(minutes=arrival), tag, [sensors.as_lines([event]).strip() for event in batch])
+    pipeline = get_pipeline(sensors.BURSTS)
+    run_speed_layer(spark, settings.replace(max_files_per_trigger=1), pipeline, available_now=True)
+    BatchLayer(spark, settings, pipeline).backfill(*HOUR, source="bronze", chunk="1h")
+    return on_time + late
+
+
+def first_burst_of(sensor: str) -> str:
+    start = HOUR[0] + timedelta(minutes=int(sensor[1]))
+    return f"sensor = '{sensor}' AND window_start = TIMESTAMP'{start.isoformat(sep=' ')}'"
+
+
+def test_a_session_pipeline_of_a_users_project_is_audited_and_a_session_changed_by_hand_is_unexplained(
+    spark, project, tmp_path, monkeypatch
+):
+    """Its own sessions, no parent to audit instead: the backfill agrees with the oracle's bursts;
+    the audit explains the late reading that joined two of the stream's, and of two sessions changed
+    by hand, the one changed through `lakehouse repair`. One audit, after both changes."""
+    from delta.tables import DeltaTable
+    from pyspark.sql import functions as F
+
+    from lakehouse.audit.reconcile import Auditor
+    from lakehouse.cli import main
+    from lakehouse.dataflow.pipelines import get_pipeline
+    from lakehouse.storage.catalog import pipeline_tables
+
+    sensors.add_bursts_to_project(project)
+    settings = make_settings(tmp_path / "home", LAKEHOUSE_PROJECT=str(project))
+    events = streamed_and_backfilled_bursts(spark, settings)
+    pipeline = get_pipeline(sensors.BURSTS)
+    tables = pipeline_tables(pipeline)
+    batch = spark.read.format("delta").load(tables.batch.uri(settings)).collect()
+    bursts = {
+        (r.sensor, r.window_start.replace(tzinfo=UTC)): (r.window_end.replace(tzinfo=UTC), r.readings) for r in batch
+    }
+    assert bursts == sensors.burst_oracle(events)
+
+    DeltaTable.forPath(spark, tables.speed.uri(settings)).update(
+        F.expr(first_burst_of("s1")), {"readings": F.col("readings") + 1}
+    )
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    repair = ["repair", "--pipeline", sensors.BURSTS, "--layer", "speed", "--where", first_burst_of("s2")]
+    assert main([*repair, "--set", "readings = readings + 1", "--reason", "a reading lost in transit"]) == 0
+
+    audit = Auditor(spark, settings, pipeline).reconcile(*HOUR)
+    # 15 bursts, the last of each sensor still open; s0's first two compared as one, joined by the late reading.
+    assert (audit.open_windows, audit.windows_compared, audit.matched) == (3, 11, 8)
+    judged = {(row["key"]["sensor"], row["window_start"]): row for row in audit.rows if row["status"] != "matched"}
+    joined = judged.pop(("s0", HOUR[0]))
+    joined_end = HOUR[0] + timedelta(minutes=12, seconds=220) + sensors.GAP  # s0's second burst's end
+    assert (joined["status"], joined["causes"], joined["window_end"]) == ("explained", ["late"], joined_end)
+    repaired = judged.pop(("s2", HOUR[0] + timedelta(minutes=2)))
+    assert (repaired["status"], repaired["causes"]) == ("explained", ["manual_change"])
+    [(key, changed)] = judged.items()
+    assert key == ("s1", HOUR[0] + timedelta(minutes=1)) and audit.unexplained == [changed]
+    assert changed["speed_minus_on_time"]["readings"] == "1" and changed["unexplained_event_ids"] == []

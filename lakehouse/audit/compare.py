@@ -8,6 +8,7 @@ or the serving view's values, with ``source`` and ``updated_at``). The output ha
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from datetime import datetime
 
@@ -132,16 +133,21 @@ def explained_by_timing(joined: DataFrame, metrics: list[str]) -> Column:
     ).otherwise(audited_equals(joined, metrics, "on_time"))
 
 
-def verdict(joined: DataFrame, metrics: list[str]) -> Column:
+def verdict_of(equals_truth: Column, equals_what_its_layer_counted: Column) -> Column:
     """Matched, explained or unexplained. An event the stream read but bronze lost is unexplained even
-    where the totals still agree; a value an operator's recorded repair changed is explained."""
+    where the values still agree; a value an operator's recorded repair changed is explained."""
     no_missing = F.size(F.coalesce(F.col("unexplained_event_ids"), F.array())) == 0
     return (
         F.when(~no_missing, F.lit(Verdict.UNEXPLAINED))
-        .when(audited_equals(joined, metrics, "truth"), F.lit(Verdict.MATCHED))
-        .when(explained_by_timing(joined, metrics) | F.col("manually_changed"), F.lit(Verdict.EXPLAINED))
+        .when(equals_truth, F.lit(Verdict.MATCHED))
+        .when(equals_what_its_layer_counted | F.col("manually_changed"), F.lit(Verdict.EXPLAINED))
         .otherwise(F.lit(Verdict.UNEXPLAINED))
     )
+
+
+def verdict(joined: DataFrame, metrics: list[str]) -> Column:
+    """A window's verdict (``verdict_of``), by its totals."""
+    return verdict_of(audited_equals(joined, metrics, "truth"), explained_by_timing(joined, metrics))
 
 
 def late_events() -> Column:
@@ -152,18 +158,28 @@ def unread_events() -> Column:
     return F.coalesce(F.col("not_yet_read_events"), F.lit(0))
 
 
-def causes(joined: DataFrame, metrics: list[str]) -> Column:
-    """What the speed layer left out, by cause; a batch row's events are judged by their timing; and
-    whether an operator's recorded repair changed the value."""
-    manual = F.when(F.col("manually_changed"), F.lit(Cause.MANUAL_CHANGE))
-    batch_causes = F.array(F.when(explained_by_timing(joined, metrics), F.lit(Cause.ARRIVED_AFTER_BATCH)), manual)
-    speed_causes = F.array(
+def manual_cause() -> Column:
+    return F.when(F.col("manually_changed"), F.lit(Cause.MANUAL_CHANGE))
+
+
+def speed_causes() -> Column:
+    """What the speed layer left out, by cause, and whether an operator's recorded repair changed the value."""
+    causes_found = F.array(
         F.when(late_events() > 0, F.lit(Cause.LATE)),
         F.when(unread_events() > 0, F.lit(Cause.NOT_YET_READ)),
         F.when((late_events() > 0) & F.col("corrected"), F.lit(Cause.CORRECTED)),
-        manual,
+        manual_cause(),
     )
-    return F.filter(F.when(from_batch(), batch_causes).otherwise(speed_causes), lambda cause: cause.isNotNull())
+    return F.filter(causes_found, lambda cause: cause.isNotNull())
+
+
+def causes(joined: DataFrame, metrics: list[str]) -> Column:
+    """A speed row's ``speed_causes``; a batch row's events are judged by their timing."""
+    batch_causes = F.array(
+        F.when(explained_by_timing(joined, metrics), F.lit(Cause.ARRIVED_AFTER_BATCH)), manual_cause()
+    )
+    batch_causes = F.filter(batch_causes, lambda cause: cause.isNotNull())
+    return F.when(from_batch(), batch_causes).otherwise(speed_causes())
 
 
 def after_batch_events(joined: DataFrame, metrics: list[str]) -> Column:
@@ -174,24 +190,31 @@ def after_batch_events(joined: DataFrame, metrics: list[str]) -> Column:
     return F.when(from_batch(), F.coalesce(counted, F.lit(0))).otherwise(F.lit(0))
 
 
+def map_of(metrics: list[str], value) -> Column:
+    """A map from each metric to ``value(metric)``, as a string."""
+    return F.create_map(*[part for m in metrics for part in (F.lit(m), value(m).cast("string"))])
+
+
 def metric_map(joined: DataFrame, metrics: list[str], prefix: str) -> Column:
-    return F.create_map(*[part for m in metrics for part in (F.lit(m), filled(joined, prefix, m).cast("string"))])
+    return map_of(metrics, lambda m: filled(joined, prefix, m))
+
+
+def speed_minus(joined: DataFrame, counted: str):
+    """Per metric, the audited value minus the ``counted`` totals."""
+    return lambda m: filled(joined, "speed", m) - filled(joined, counted, m)
 
 
 def residual(joined: DataFrame, metrics: list[str]) -> Column:
     """By how much the value differs from what its layer counted: a hand-edited value shows here."""
-    return F.create_map(
-        *[
-            part
-            for m in metrics
-            for part in (
-                F.lit(m),
-                F.when(from_batch(), filled(joined, "speed", m) - filled(joined, "bronze_before", m))
-                .otherwise(filled(joined, "speed", m) - filled(joined, "on_time", m))
-                .cast("string"),
-            )
-        ]
+    return F.when(from_batch(), map_of(metrics, speed_minus(joined, "bronze_before"))).otherwise(
+        map_of(metrics, speed_minus(joined, "on_time"))
     )
+
+
+def key_json(pipeline: Pipeline) -> Column:
+    """The row's key as JSON, in the pipeline's key order: how the recorded corrections and repairs
+    are matched to the compared rows."""
+    return F.to_json(F.create_map(*[part for k in pipeline.keys for part in (F.lit(k), F.col(k).cast("string"))]))
 
 
 def flagged(joined: DataFrame, rows: DataFrame | None, flag: str, pipeline: Pipeline) -> DataFrame:
@@ -206,31 +229,53 @@ def flagged(joined: DataFrame, rows: DataFrame | None, flag: str, pipeline: Pipe
     """
     if rows is None:
         return joined.withColumn(flag, F.lit(False))
-    key_json = F.to_json(F.create_map(*[part for k in pipeline.keys for part in (F.lit(k), F.col(k).cast("string"))]))
     return (
-        joined.withColumn("_key_json", key_json)
+        joined.withColumn("_key_json", key_json(pipeline))
         .join(rows.withColumn(flag, F.lit(True)), on=["window_start", "window_end", "_key_json"], how="left")
         .withColumn(flag, F.coalesce(flag, F.lit(False)))
         .drop("_key_json")
     )
 
 
-def per_window_verdicts(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
-    """The output row per closed (window, key): verdict, causes, truth and audited values, counts."""
+@dataclasses.dataclass(frozen=True)
+class Judgement:
+    """How a compared row was judged: its verdict, the causes explaining it, the events that arrived
+    after its batch value, and by how much it differs from what its layer counted."""
+
+    status: Column
+    causes: Column
+    after_batch_events: Column
+    residual: Column
+
+
+def verdict_rows(joined: DataFrame, pipeline: Pipeline, judgement: Judgement) -> DataFrame:
+    """The output row per compared (window, key): verdict, causes, truth and audited values, counts."""
     metrics, keys = pipeline.metric_names, list(pipeline.keys)
-    status = verdict(joined, metrics)
+    status = judgement.status
     return joined.select(
         "window_start",
         "window_end",
         F.create_map(*[part for k in keys for part in (F.lit(k), F.col(k))]).alias("key"),
         status.alias("status"),
-        F.when(status == Verdict.MATCHED, empty_strings()).otherwise(causes(joined, metrics)).alias("causes"),
+        F.when(status == Verdict.MATCHED, empty_strings()).otherwise(judgement.causes).alias("causes"),
         metric_map(joined, metrics, "truth").alias("truth"),
         metric_map(joined, metrics, "speed").alias("speed"),
         F.coalesce(F.col("source"), F.lit(Layer.SPEED)).alias("source"),
         late_events().alias("late_events"),
         unread_events().alias("not_yet_read_events"),
-        after_batch_events(joined, metrics).cast("long").alias("after_batch_events"),
+        judgement.after_batch_events.cast("long").alias("after_batch_events"),
         F.coalesce("unexplained_event_ids", empty_strings()).alias("unexplained_event_ids"),
-        residual(joined, metrics).alias("speed_minus_on_time"),
+        judgement.residual.alias("speed_minus_on_time"),
     )
+
+
+def per_window_verdicts(joined: DataFrame, pipeline: Pipeline) -> DataFrame:
+    """The output row per closed window and key of fixed windows."""
+    metrics = pipeline.metric_names
+    judgement = Judgement(
+        verdict(joined, metrics),
+        causes(joined, metrics),
+        after_batch_events(joined, metrics),
+        residual(joined, metrics),
+    )
+    return verdict_rows(joined, pipeline, judgement)

@@ -19,7 +19,8 @@ A window and key is **matched** when speed equals the truth, **explained** when 
 equals its on-time events and every other event has an explaining cause, and **unexplained**
 otherwise (or whenever an event is ``missing``), with the event ids that account for it. The audit pins
 what it read (Delta versions and the last log file), so re-running it with the same pins gives the same
-result.
+result. Session windows, whose bounds move as events arrive, are compared by groups of overlapping
+sessions instead of by (window, key) (``lakehouse.audit.sessions``).
 """
 
 from __future__ import annotations
@@ -34,12 +35,13 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse import eventtime
-from lakehouse.audit import compare
+from lakehouse.audit import compare, sessions
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.clocks import received_at
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import earliest_arrival_for, parse_duration
+from lakehouse.layers.batch import event_span, events_between
 from lakehouse.location import Scheme
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
@@ -222,9 +224,12 @@ class PinnedReads:
         return current, read
 
     def truth_events(self, start: datetime, end: datetime) -> DataFrame:
-        """First copies of the valid events in windows starting in [start, end), from the pinned log."""
+        """First copies of the valid events in windows starting in [start, end), from the pinned log,
+        each in its window(s); for sessions, every event a session starting there can hold, each in
+        its own window ``[t, t + gap)`` (``tx.window_values`` merges them)."""
         pipeline = self.pipeline
-        arrived_from, offsets = earliest_arrival_for(start), kafka_log.pinned_offsets(self.pins["log_until"])
+        first_event, last_event = event_span(pipeline, start, end)
+        arrived_from, offsets = earliest_arrival_for(first_event), kafka_log.pinned_offsets(self.pins["log_until"])
         if offsets is not None:
             pinned = kafka_log.read_topic(self.spark, self.settings, pipeline.topic, arrived_from, until=offsets)
         else:
@@ -232,7 +237,10 @@ class PinnedReads:
             pinned = raw.where(F.col("written_at") <= F.lit(self.pins["log_until"]).cast("timestamp"))
         events = tx.first_copies(tx.valid_events(tx.parse_events(pinned, pipeline), pipeline), pipeline)
         joined = with_dimensions(self.spark, self.settings, pipeline, events, self.dimension_version())
-        return tx.assign_windows(joined, pipeline).where(tx.in_window_range(start, end))
+        windowed = tx.assign_windows(joined, pipeline)
+        if pipeline.window.is_session:
+            return windowed.where(events_between(pipeline, first_event, last_event))
+        return windowed.where(tx.in_window_range(start, end))
 
     def dimension_version(self) -> int | None:
         """The pinned version of the dimension the pipeline joins (None: no join)."""
@@ -334,6 +342,38 @@ class PinnedReads:
         )
 
 
+def check_request(pipeline: Pipeline, target: str, incremental: bool) -> None:
+    """Refuse what an audit of ``pipeline`` cannot do, before anything is read (the CLI asks before
+    it starts a JVM)."""
+    if target not in choices(AuditTarget):
+        raise LakehouseError(f"unknown audit target {target!r}: one of {', '.join(AuditTarget)}")
+    if not pipeline.window.is_session:
+        return
+    if target != AuditTarget.SPEED:
+        raise LakehouseError(
+            f"--target {target}: {pipeline.name} has session windows, whose audit compares the speed "
+            "table's sessions with the truth; audit --target speed (the default)"
+        )
+    if incremental:
+        raise LakehouseError(
+            f"--incremental: {pipeline.name} has session windows, whose bounds move as events arrive; "
+            "its audit compares every session of the range (drop --incremental)"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class Comparison:
+    """What an audit compared: a verdict row per closed (window, key) or session group, how many are
+    still open, the newest event time of the truth, the scope, and the frames it cached (to free)."""
+
+    verdicts: DataFrame
+    watermark: datetime | None
+    open_windows: int
+    newest_event_time: datetime | None
+    scope: Scope
+    cached: tuple[DataFrame, ...]
+
+
 class Auditor:
     def __init__(self, spark: SparkSession, settings: Settings, pipeline: Pipeline):
         self.spark, self.settings, self.pipeline = spark, settings, pipeline
@@ -350,7 +390,7 @@ class Auditor:
     ) -> AuditResult:
         """Audit the closed windows starting in ``[start, end)``; ``incremental``: only those changed
         since the previous audit (see :meth:`_scope`); ``target``: the speed
-        table or the serving view.
+        table or the serving view. Session windows are compared by group (``lakehouse.audit.sessions``).
 
         Args:
             start: first window start audited.
@@ -361,10 +401,47 @@ class Auditor:
             target: what is checked against the truth: the speed table or the serving view.
         """
         started = time.time()
-        pins = self._checked_pins(target, pins, start)
-        reads = PinnedReads(self.spark, self.settings, self.pipeline, pins)
+        check_request(self.pipeline, target, incremental)
+        reads = PinnedReads(self.spark, self.settings, self.pipeline, self._checked_pins(pins, start, end))
+        if self.pipeline.window.is_session:
+            comparison = self._compare_sessions(reads, start, end)
+        else:
+            comparison = self._compare_windows(reads, start, end, incremental, target)
+        result = AuditResult.from_rows(
+            comparison.verdicts.collect(),
+            run_id=str(uuid.uuid4()),
+            pins=reads.pins,
+            watermark=comparison.watermark,
+            pipeline=self.pipeline.name,
+            open_windows=comparison.open_windows,
+            range_start=start,
+            range_end=end,
+            newest_event_time=comparison.newest_event_time,
+            mode=comparison.scope.mode,
+            changes_since=comparison.scope.since,
+            changed_windows=comparison.scope.changed_windows,
+            target=target,
+        )
+        if record:
+            record_audit(self.spark, self.settings, result, started)
+        for frame in comparison.cached:
+            frame.unpersist()
+        return result
+
+    def _compare_windows(
+        self, reads: PinnedReads, start: datetime, end: datetime, incremental: bool, target: str
+    ) -> Comparison:
+        """Fixed windows: per closed (window, key), totals side by side (``lakehouse.audit.compare``).
+
+        Args:
+            reads: what the audit reads, at its pins.
+            start: first window start audited.
+            end: end of the range of window starts (exclusive).
+            incremental: only the windows changed since the previous audit.
+            target: the speed table or the serving view.
+        """
         watermark, read = reads.stream_position()
-        scope = self._scope(pins, start, end, watermark, incremental)
+        scope = self._scope(reads.pins, start, end, watermark, incremental)
         truth_events = reads.truth_events(scope.start, end).where(scope.windows)
         # Parsed once: the open-window count, the comparison and the recorded differences share it.
         caused = reads.with_causes(truth_events, read, scope.start).persist()
@@ -375,38 +452,41 @@ class Auditor:
         joined = compare.joined_totals(caused.where(closed), closed_rows, self.pipeline)
         joined = compare.flagged(joined, reads.corrected(), "corrected", self.pipeline)
         joined = compare.flagged(joined, reads.manually_changed(target), "manually_changed", self.pipeline)
-        per_key = compare.per_window_verdicts(joined, self.pipeline).persist()
-        result = AuditResult.from_rows(
-            per_key.collect(),
-            run_id=str(uuid.uuid4()),
-            pins=pins,
+        return Comparison(
+            verdicts=compare.per_window_verdicts(joined, self.pipeline),
             watermark=watermark,
-            pipeline=self.pipeline.name,
             open_windows=caused.where(~closed).select("window_start", *self.pipeline.keys).distinct().count(),
-            range_start=start,
-            range_end=end,
             newest_event_time=caused.agg(F.max(self.pipeline.event_time)).first()[0],
-            mode=scope.mode,
-            changes_since=scope.since,
-            changed_windows=scope.changed_windows,
-            target=target,
+            scope=scope,
+            cached=(caused,),
         )
-        if record:
-            record_audit(self.spark, self.settings, result, started)
-        per_key.unpersist()
-        caused.unpersist()
-        return result
 
-    def _checked_pins(self, target: str, pins: dict[str, str] | None, start: datetime) -> dict[str, str]:
-        """The pins to read at (the current versions unless given), once the request is known to be valid."""
-        if target not in choices(AuditTarget):
-            raise LakehouseError(f"unknown audit target {target!r}: one of {', '.join(AuditTarget)}")
-        if self.pipeline.window.is_session:
-            raise LakehouseError(
-                f"{self.pipeline.name} has session windows; the audit compares fixed windows "
-                "(audit the pipeline it is a variant of)"
-            )
-        pins = pins or current_pins(self.spark, self.settings, self.pipeline, earliest_arrival_for(start))
+    def _compare_sessions(self, reads: PinnedReads, start: datetime, end: datetime) -> Comparison:
+        """Session windows: per group of overlapping sessions starting in the range, the sessions side
+        by side (``lakehouse.audit.sessions``), once the stream can no longer change the group."""
+        watermark, read = reads.stream_position()
+        first_event = event_span(self.pipeline, start, end)[0]
+        caused = reads.with_causes(reads.truth_events(start, end), read, first_event).persist()
+        groups = sessions.session_groups(caused, reads.audited_rows(AuditTarget.SPEED), self.pipeline, start, end)
+        groups = sessions.flagged_by_overlap(groups, reads.corrected(), "corrected", self.pipeline)
+        groups = sessions.flagged_by_overlap(
+            groups, reads.manually_changed(AuditTarget.SPEED), "manually_changed", self.pipeline
+        ).persist()
+        closed = sessions.closed(watermark, self.pipeline)
+        counts = groups.agg(F.count(F.when(~closed, 1)), F.max("newest_event_time")).first()
+        return Comparison(
+            verdicts=sessions.verdicts(groups.where(closed), self.pipeline),
+            watermark=watermark,
+            open_windows=counts[0],
+            newest_event_time=counts[1],
+            scope=Scope(AuditMode.FULL, {}, F.lit(True), None, first_event),
+            cached=(caused, groups),
+        )
+
+    def _checked_pins(self, pins: dict[str, str] | None, start: datetime, end: datetime) -> dict[str, str]:
+        """The pins to read at (the current versions unless given), once they are known to be complete."""
+        first_event = event_span(self.pipeline, start, end)[0]
+        pins = pins or current_pins(self.spark, self.settings, self.pipeline, earliest_arrival_for(first_event))
         joined = [pin_name(self.pipeline.joins.dimension)] if self.pipeline.joins else []
         missing_pins = {"bronze", "speed", "progress", "log_until", *joined} - set(pins)
         if missing_pins:

@@ -97,7 +97,7 @@ def _audit_window_join(args, settings: Settings) -> None:
 
 
 def cmd_audit(args, settings: Settings) -> None:
-    from lakehouse.audit.reconcile import Auditor, render_audit
+    from lakehouse.audit.reconcile import Auditor, check_request, render_audit
     from lakehouse.dataflow.pipelines import all_window_joins
     from lakehouse.layers.batch import parse_range
 
@@ -105,6 +105,7 @@ def cmd_audit(args, settings: Settings) -> None:
         return _audit_window_join(args, settings)
     pipeline = pipeline_named(args.pipeline)
     start, end = parse_range(args.start, args.end, pipeline)
+    check_request(pipeline, args.target, args.incremental)
     pins = json.loads(args.pins) if args.pins else None
     spark = spark_session(settings, f"audit-{pipeline.name}")
     result = Auditor(spark, settings, pipeline).reconcile(

@@ -220,6 +220,19 @@ def first_window_end(pipeline: Pipeline) -> Column:
     return F.timestamp_micros((F.floor((t - size) / slide) + 1) * slide + size)
 
 
+def overlap_groups(windows: DataFrame, keys: list[str], group: str) -> DataFrame:
+    """Number the windows of each key so that overlapping ones share a number (``group``): the rows
+    one session merges. Windows are half-open: one starting where another ends starts a new group."""
+    by_start = W.partitionBy(*keys).orderBy("window_start", "window_end")
+    end_so_far = F.max("window_end").over(by_start.rowsBetween(W.unboundedPreceding, -1))
+    starts_group = end_so_far.isNull() | (F.col("window_start") >= end_so_far)
+    return (
+        windows.withColumn("_starts", starts_group.cast("long"))
+        .withColumn(group, F.sum("_starts").over(by_start.rowsBetween(W.unboundedPreceding, W.currentRow)))
+        .drop("_starts")
+    )
+
+
 def merge_sessions(sessions: DataFrame, pipeline: Pipeline, carry: dict[str, Column] | None = None) -> DataFrame:
     """Merge overlapping session windows of each key into one: start = min, end = max, metrics combine.
 
@@ -228,12 +241,7 @@ def merge_sessions(sessions: DataFrame, pipeline: Pipeline, carry: dict[str, Col
     sessions a merge absorbs).
     """
     keys = list(pipeline.keys)
-    by_start = W.partitionBy(*keys).orderBy("window_start", "window_end")
-    end_so_far = F.max("window_end").over(by_start.rowsBetween(W.unboundedPreceding, -1))
-    starts_session = end_so_far.isNull() | (F.col("window_start") >= end_so_far)
-    numbered = sessions.withColumn("_starts", starts_session.cast("long")).withColumn(
-        "_session", F.sum("_starts").over(by_start.rowsBetween(W.unboundedPreceding, W.currentRow))
-    )
+    numbered = overlap_groups(sessions, keys, "_session")
     metrics = [combined_over(m, F.col(m.name)).alias(m.name) for m in pipeline.metrics]
     extra = [column.alias(name) for name, column in (carry or {}).items()]
     merged = numbered.groupBy(*keys, "_session").agg(

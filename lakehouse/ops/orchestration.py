@@ -16,16 +16,7 @@ from lakehouse.project.active import active_project
 from lakehouse.project.project import Project
 from lakehouse.settings import Settings
 from lakehouse.storage.log_expiry import check_log_holds
-from lakehouse.vocabulary import (
-    DEFAULT_CHUNK,
-    DEFAULT_REPROCESS,
-    DEFAULT_SOURCE,
-    Reprocess,
-    RunStatus,
-    Source,
-    WindowKind,
-    choices,
-)
+from lakehouse.vocabulary import DEFAULT_CHUNK, DEFAULT_REPROCESS, DEFAULT_SOURCE, Reprocess, RunStatus, Source, choices
 
 CHUNK_CHOICES = ("15m", "1h", "6h", "1d")
 # ISO-8601 date-time with an optional zone: what the UI's date-time picker sends and what people type.
@@ -48,12 +39,6 @@ def _project(settings: Settings | None = None) -> Project:
 def pipeline_names(settings: Settings | None = None) -> list[str]:
     """The project's pipelines' names."""
     return sorted(_project(settings).pipelines)
-
-
-def session_pipeline_names(settings: Settings | None = None) -> list[str]:
-    """Pipelines with session windows: the audit compares fixed windows and skips them."""
-    pipelines = _project(settings).pipelines.values()
-    return sorted(p.name for p in pipelines if p.window.kind == WindowKind.SESSION)
 
 
 def joining_pipeline_names(settings: Settings | None = None) -> list[str]:
