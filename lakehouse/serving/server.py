@@ -233,9 +233,8 @@ def serve(settings: Settings) -> None:
     registrar = Registrar(spark, settings)
     kept = set(registrar.registered)
     added = registrar.register_new()
-    thrift = spark._jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithSparkSession(
-        spark._jsparkSession, False
-    )
+    # Spark's Thrift server, whose sessions open only with the settings a read-only session may have.
+    thrift = spark._jvm.lakehouse.serving.ReadOnlyThriftServer.start(spark._jsparkSession)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())

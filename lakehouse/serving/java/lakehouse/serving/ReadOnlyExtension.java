@@ -75,7 +75,7 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
               @Override
               public BoxedUnit apply(LogicalPlan plan) {
                 if (readOnly(session)) {
-                  ReadOnlyPlans.check(plan);
+                  ReadOnlyPlans.check(session, plan);
                 }
                 return BoxedUnit.UNIT;
               }
