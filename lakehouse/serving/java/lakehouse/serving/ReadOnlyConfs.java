@@ -12,7 +12,7 @@ import java.util.Set;
  * session may reach: a {@code spark.sql.catalog.*} plugin names a class for the session to load,
  * and a Hadoop setting a file system's.
  */
-final class ReadOnlyConfs {
+public final class ReadOnlyConfs {
   private ReadOnlyConfs() {}
 
   /** The write token may be presented: a wrong one changes nothing. */
@@ -52,7 +52,7 @@ final class ReadOnlyConfs {
    * may: each is one the driver sends, or a settable conf. Any other prefix acts on more than the
    * session ("set:system:" sets a property of the whole JVM, "set:metaconf:" the metastore's).
    */
-  static String openRefusal(Map<String, String> settings) {
+  public static String openRefusal(Map<String, String> settings) {
     for (String key : settings == null ? Set.<String>of() : settings.keySet()) {
       if (DRIVER_SETTINGS.contains(key)) {
         continue;
