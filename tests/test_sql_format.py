@@ -333,10 +333,7 @@ def test_a_dataframe_read_of_a_path_the_lakehouse_does_not_hold_is_refused(spark
 
 @pytest.mark.parametrize(
     ("statement", "shown"),
-    [
-        ("SELECT count(*) AS n FROM delta.`{path}` VERSION AS OF 1", "1"),
-        ("DESCRIBE HISTORY '{path}'", "WRITE"),
-    ],
+    [("SELECT count(*) AS n FROM delta.`{path}` VERSION AS OF 1", "1"), ("DESCRIBE HISTORY '{path}'", "WRITE")],
 )
 def test_a_lakehouse_table_is_read_by_its_location_too(spark, progress_home, statement, shown):
     path = STREAM_PROGRESS.uri(progress_home)

@@ -126,7 +126,7 @@ def service_confs(settings: Settings) -> dict[str, str]:
         "spark.connect.session.planCompression.threshold": "-1",
         # SQL on files (json.`/path`) infers a file's schema, reading it, before the statement is
         # judged; a read-only session cannot turn it back on (SET is refused, and so is the conf
-        # over Connect). The platform's jobs do, with the write token (session_sql_confs).
+        # over Connect or in a JDBC URL). The platform's jobs do, with the write token (session_sql_confs).
         "spark.sql.runSQLOnFiles": "false",
         "spark.sql.warehouse.dir": settings.warehouse_uri,
         # Interactive queries over the gold tables (thousands of rows a day), where each task and
