@@ -1,8 +1,9 @@
-"""``python -m tests.connect_probes URL PROBE_DIR``: what an analyst's Spark Connect client tries against
-the service, as a fresh client with no write token. Prints one JSON object: for each attempt, the
-error it got, or "ran" when the server let it run. Each attempt that could run code on the server
-would leave a file in PROBE_DIR (a directory the server can write to), so a test checks the files
-as well as the answers."""
+"""``python -m tests.connect_probes URL PROBE_DIR ELSEWHERE LAKEHOUSE_TABLE``: what an analyst's Spark
+Connect client tries against the service, as a fresh client with no write token. Prints one JSON
+object: for each attempt, the error it got, or "ran" when the server let it run. Each attempt that
+could run code on the server would leave a file in PROBE_DIR (a directory the server can write to),
+so a test checks the files as well as the answers. ELSEWHERE is a Delta table the lakehouse does not
+hold, LAKEHOUSE_TABLE the location of one it does: read by path, the first is refused, the second read."""
 
 from __future__ import annotations
 
@@ -33,8 +34,9 @@ class _Touching:
         yield (1,)
 
 
-def attempts(spark, probe: Path) -> dict:
-    """Each way a client's code could run on the server, or its state change, as a callable."""
+def attempts(spark, probe: Path, elsewhere: str) -> dict:
+    """Each way a client's code could run on the server, its state change, or it read what the
+    lakehouse does not hold, as a callable."""
     from pyspark.sql import functions as F
 
     speed = spark.table(SPEED)
@@ -66,13 +68,15 @@ def attempts(spark, probe: Path) -> dict:
         "clearCache": lambda: spark.catalog.clearCache(),
         "persist": lambda: speed.persist().count(),
         "a text file": lambda: spark.read.text("/etc/hostname").collect(),
+        "a Delta table elsewhere": lambda: spark.read.format("delta").load(elsewhere).collect(),
         "artifact": lambda: spark.addArtifacts(str(Path(__file__)), file=True),
         "checkpoint": lambda: speed.localCheckpoint().count(),
     }
 
 
-def reads(spark) -> dict:
-    """What BI tools and notebooks do when they connect: each must answer."""
+def reads(spark, lakehouse_table: str) -> dict:
+    """What BI tools and notebooks do when they connect, and a lakehouse table read by its location:
+    each must answer."""
     catalog = spark.catalog
     return {
         "listDatabases": lambda: len(catalog.listDatabases()),
@@ -88,6 +92,7 @@ def reads(spark) -> dict:
         "timeZone": lambda: spark.conf.set("spark.sql.session.timeZone", "UTC"),
         "schema": lambda: len(spark.table("gold.toll_traffic").schema),
         "explain": lambda: spark.table("gold.toll_traffic").explain(),
+        "a table by its location": lambda: spark.read.format("delta").load(lakehouse_table).count(),
         **{
             statement: (lambda s=statement: len(spark.sql(s).collect()))
             for statement in (
@@ -121,10 +126,10 @@ def outcome(attempt) -> str:
 def main() -> None:
     from pyspark.sql import SparkSession
 
-    url, probe = sys.argv[1], Path(sys.argv[2])
+    url, probe, elsewhere, lakehouse_table = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     spark = SparkSession.builder.remote(url).getOrCreate()
-    tried = {name: outcome(attempt) for name, attempt in attempts(spark, probe).items()}
-    answered = {name: outcome(read) for name, read in reads(spark).items()}
+    tried = {name: outcome(attempt) for name, attempt in attempts(spark, probe, elsewhere).items()}
+    answered = {name: outcome(read) for name, read in reads(spark, lakehouse_table).items()}
     print(json.dumps({"attempts": tried, "reads": answered}))
 
 

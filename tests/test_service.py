@@ -247,15 +247,23 @@ def test_the_service_reads_no_file_but_its_delta_tables(service):
     assert out.returncode == 2 and "[TABLE_OR_VIEW_NOT_FOUND]" in out.stderr and "`text`.`/etc/hostname`" in out.stderr
 
 
-def test_no_analyst_code_runs_through_connect_and_every_catalog_call_answers(service, tmp_path):
-    env, settings, _ = service
+@pytest.fixture(scope="module")
+def elsewhere(spark, tmp_path_factory) -> str:
+    """A Delta table, with its change feed, that the service's user can read and the lakehouse does not hold."""
+    path = str(tmp_path_factory.mktemp("not-the-lakehouse") / "table")
+    spark.range(3).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
+    return path
+
+
+def test_no_analyst_code_runs_through_connect_and_every_catalog_call_answers(service, elsewhere, tmp_path):
+    env, settings, tables = service
     probe = tmp_path / "probe"
     probe.mkdir(mode=0o777)
     versions = _versions(settings)
     url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
 
     out = subprocess.run(
-        [sys.executable, "-m", "tests.connect_probes", url, str(probe)],
+        [sys.executable, "-m", "tests.connect_probes", url, str(probe), elsewhere, tables.speed.uri(settings)],
         capture_output=True,
         text=True,
         timeout=300,
@@ -267,9 +275,46 @@ def test_no_analyst_code_runs_through_connect_and_every_catalog_call_answers(ser
     not_refused = [f"{name}: {said[:300]}" for name, said in report["attempts"].items() if "read-only: " not in said]
     unanswered = [f"{name}: {said[:300]}" for name, said in report["reads"].items() if said != "ran"]
     assert not not_refused, "\n".join(not_refused)
+    assert "is not the location of a table of the lakehouse" in report["attempts"]["a Delta table elsewhere"]
     assert not unanswered, "\n".join(unanswered)
     assert not list(probe.iterdir())
     assert _versions(settings) == versions
+
+
+def test_a_jdbc_client_reads_a_delta_table_by_path_only_when_the_lakehouse_holds_it(service, elsewhere, tmp_path):
+    env, settings, tables = service
+    script = tmp_path / "by-path.sql"
+    script.write_text(
+        f"SELECT count(*) AS n FROM table_changes_by_path('{elsewhere}', 0);\n"
+        f"DESCRIBE HISTORY '{elsewhere}';\n"
+        f"SELECT count(*) AS n FROM table_changes_by_path('{tables.speed.uri(settings)}', 2);\n"
+    )
+
+    out = beeline(env, "", "--force=true", "-f", str(script))
+
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 2 and all(f"read-only: file:{elsewhere} is not the location" in e for e in errors), errors
+    assert csv_rows(out) == ["n", "1"], out.stderr[-2000:]
+
+
+def test_a_jdbc_url_sets_only_the_settings_a_read_only_session_may_set(service, tmp_path):
+    env, _, _ = service
+    url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    plugin = "spark.sql.catalog.evil=org.apache.spark.sql.delta.catalog.DeltaCatalog"
+    script = tmp_path / "connections.sql"
+    # A URL's hive confs follow ?, its hive variables #: the Thrift server would set both in the session.
+    script.write_text(
+        f"!connect {url}?{plugin} '' ''\n"
+        f"!connect {url}#{plugin} '' ''\n"
+        f"!connect {url}?spark.sql.session.timeZone=America/New_York '' ''\n"
+        "SELECT current_timezone() AS zone;\n"
+    )
+
+    out = beeline(env, "", "--force=true", "-f", str(script))
+
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 2 and all("read-only: setting spark.sql.catalog.evil is not allowed" in e for e in errors)
+    assert csv_rows(out)[-2:] == ["zone", "America/New_York"], out.stdout[-2000:]
 
 
 def test_time_travel_and_the_change_feed_through_both_endpoints(service):

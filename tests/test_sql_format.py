@@ -294,3 +294,73 @@ def test_a_read_only_session_refuses_a_plan_that_runs_client_code(spark, progres
 
     with reading_only(spark), pytest.raises(Exception, match=f"read-only: {named}"):
         build(spark).collect()
+
+
+# --- read-only: which tables, and which settings ---------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def elsewhere(spark, tmp_path_factory) -> str:
+    """A Delta table, with its change feed, that the session's user can read and no catalog holds."""
+    path = str(tmp_path_factory.mktemp("not-the-lakehouse") / "table")
+    spark.range(3).write.format("delta").option("delta.enableChangeDataFeed", "true").save(path)
+    return path
+
+
+READS_BY_PATH = {
+    "SQL on files": "SELECT * FROM delta.`{path}`",
+    "an older version": "SELECT * FROM delta.`{path}` VERSION AS OF 0",
+    "the change feed": "SELECT * FROM table_changes_by_path('{path}', 0)",
+    "DESCRIBE HISTORY": "DESCRIBE HISTORY '{path}'",
+    "DESCRIBE DETAIL": "DESCRIBE DETAIL '{path}'",
+    "SHOW COLUMNS": "SHOW COLUMNS IN delta.`{path}`",
+    "DESCRIBE QUERY": "DESCRIBE QUERY SELECT * FROM delta.`{path}`",
+}
+
+
+@pytest.mark.parametrize("statement", READS_BY_PATH.values(), ids=READS_BY_PATH.keys())
+def test_a_delta_table_the_lakehouse_does_not_hold_is_refused_by_its_path(spark, progress_home, elsewhere, statement):
+    with pytest.raises(LakehouseError, match=r"^read-only: file:.* is not the location of a table of the lakehouse"):
+        run_sql(spark, progress_home, statement.format(path=elsewhere))
+
+
+def test_a_dataframe_read_of_a_path_the_lakehouse_does_not_hold_is_refused(spark, progress_home, elsewhere):
+    from lakehouse.serving.read_only import reading_only
+
+    with reading_only(spark), pytest.raises(Exception, match="read-only: file:.* is not the location of a table"):
+        spark.read.format("delta").load(elsewhere).collect()
+
+
+@pytest.mark.parametrize(
+    ("statement", "shown"),
+    [("SELECT count(*) AS n FROM delta.`{path}` VERSION AS OF 1", "1"), ("DESCRIBE HISTORY '{path}'", "WRITE")],
+)
+def test_a_lakehouse_table_is_read_by_its_location_too(spark, progress_home, statement, shown):
+    path = STREAM_PROGRESS.uri(progress_home)
+    assert shown in run_sql(spark, progress_home, statement.format(path=path), "csv").splitlines()[1]
+
+
+OPEN_REQUESTS = {
+    # What the Hive JDBC driver sends for jdbc:hive2://host:port/gold?spark.sql.session.timeZone=UTC
+    "a settable conf": (
+        {
+            "use:database": "gold",
+            "set:hiveconf:hive.server2.thrift.resultset.default.fetch.size": "1000",
+            "set:hiveconf:spark.sql.session.timeZone": "UTC",
+        },
+        None,
+    ),
+    "a catalog plugin": (
+        {"set:hiveconf:spark.sql.catalog.evil": "org.apache.spark.sql.delta.catalog.DeltaCatalog"},
+        "setting spark.sql.catalog.evil is not allowed",
+    ),
+    "a hive variable": ({"set:hivevar:spark.sql.runSQLOnFiles": "true"}, "setting spark.sql.runSQLOnFiles"),
+    "a JVM property": ({"set:system:user.dir": "/"}, "setting set:system:user.dir is not allowed"),
+}
+
+
+@pytest.mark.parametrize(("settings", "refused"), OPEN_REQUESTS.values(), ids=OPEN_REQUESTS.keys())
+def test_a_thrift_session_opens_only_with_settings_a_read_only_session_may_set(spark, settings, refused):
+    reason = spark._jvm.lakehouse.serving.ReadOnlyConfs.openRefusal(settings)
+
+    assert (reason or "").startswith(refused or "") and (reason is None) == (refused is None), reason

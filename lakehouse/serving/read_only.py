@@ -4,8 +4,9 @@ The rule itself is a Spark check rule, ``lakehouse.serving.ReadOnlyExtension`` (
 ``java/`` beside this module): every session loads it, and it judges each statement's analysed plan
 before anything runs, whichever way the statement came in: ``lakehouse sql``, the Thrift (JDBC/ODBC)
 server or Spark Connect. It allows plans that only read or describe (SELECT, SHOW, DESCRIBE,
-EXPLAIN, USE) and refuses any other command, and Java reflection, with an error whose message starts
-with ``read-only:``. docs/design.md ("Serving") says which sessions may write.
+EXPLAIN, USE) the lakehouse's tables, and refuses any other command, Java reflection, and a Delta
+table read by a path where the catalog holds none, with an error whose message starts with
+``read-only:``. docs/design.md ("Serving") says which sessions may write.
 
 This module turns that error into the CLI's one line, and marks the embedded ``lakehouse sql``
 session read-only for the statement it runs.

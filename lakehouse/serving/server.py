@@ -126,7 +126,7 @@ def service_confs(settings: Settings) -> dict[str, str]:
         "spark.connect.session.planCompression.threshold": "-1",
         # SQL on files (json.`/path`) infers a file's schema, reading it, before the statement is
         # judged; a read-only session cannot turn it back on (SET is refused, and so is the conf
-        # over Connect). The platform's jobs do, with the write token (session_sql_confs).
+        # over Connect or in a JDBC URL). The platform's jobs do, with the write token (session_sql_confs).
         "spark.sql.runSQLOnFiles": "false",
         # Interactive queries over the gold tables (thousands of rows a day), where each task and
         # each adaptive re-planning costs more than the rows do. Measured side by side on the
@@ -232,9 +232,8 @@ def serve(settings: Settings) -> None:
     registrar = Registrar(spark, settings)
     kept = set(registrar.registered)
     added = registrar.register_new()
-    thrift = spark._jvm.org.apache.spark.sql.hive.thriftserver.HiveThriftServer2.startWithSparkSession(
-        spark._jsparkSession, False
-    )
+    # Spark's Thrift server, whose sessions open only with the settings a read-only session may have.
+    thrift = spark._jvm.lakehouse.serving.ReadOnlyThriftServer.start(spark._jsparkSession)
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())

@@ -78,19 +78,6 @@ public final class ReadOnlyConnectGate implements ServerInterceptor {
           "spark.connect.ConfigRequest.Operation.op_type",
               Set.of("set", "get", "get_with_default", "get_option", "get_all", "unset", "is_modifiable"));
 
-  /**
-   * Session settings a read-only session may set or unset: how results look and how a query is
-   * planned, nothing the rule reads. The write token may be presented (a wrong one changes nothing).
-   */
-  static final Set<String> SETTABLE_CONFS =
-      Set.of(
-          ReadOnlyExtension.WRITE_TOKEN_CONF,
-          "spark.sql.session.timeZone",
-          "spark.sql.ansi.enabled",
-          "spark.sql.shuffle.partitions",
-          "spark.sql.adaptive.enabled",
-          "spark.databricks.delta.stats.skipping");
-
   @Override
   public <Q, R> ServerCall.Listener<Q> interceptCall(
       ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next) {
@@ -183,7 +170,7 @@ public final class ReadOnlyConnectGate implements ServerInterceptor {
         : "reading " + format + " files reads the server's own files; a session here reads the lakehouse's Delta tables";
   }
 
-  /** A Set's pairs (key, value) or an Unset's keys, each of which must be settable. */
+  /** A Set's pairs (key, value) or an Unset's keys, each of which must be settable ({@link ReadOnlyConfs}). */
   private static String confRefusal(Message operation) {
     for (FieldDescriptor field : operation.getDescriptorForType().getFields()) {
       if (!field.isRepeated()) {
@@ -191,8 +178,9 @@ public final class ReadOnlyConnectGate implements ServerInterceptor {
       }
       for (Object entry : (List<?>) operation.getField(field)) {
         Object key = entry instanceof Message pair ? pair.getField(pair.getDescriptorForType().findFieldByName("key")) : entry;
-        if (!SETTABLE_CONFS.contains(String.valueOf(key))) {
-          return "setting " + key + " is not allowed; a session here may set only " + String.join(", ", SETTABLE_CONFS.stream().sorted().toList());
+        String refusal = ReadOnlyConfs.refusal(String.valueOf(key));
+        if (refusal != null) {
+          return refusal;
         }
       }
     }

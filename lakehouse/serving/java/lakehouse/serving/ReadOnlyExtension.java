@@ -17,12 +17,14 @@ import scala.runtime.BoxedUnit;
  * Connect and the embedded `lakehouse sql`. In a read-only session no statement changes anything and
  * no client code runs on the server.
  *
- * <p>Three checks, each on the JVM side: the session's parser refuses a statement that changes
+ * <p>Four checks, each on the JVM side: the session's parser refuses a statement that changes
  * anything as soon as it is parsed ({@link ReadOnlyParser}); a check rule judges every analysed plan
- * before anything runs, against an allow-list of plan nodes and expressions that only read ({@link
- * ReadOnlyPlans}); and the service's Connect interceptor judges what a Connect client sends before
- * it is planned ({@link ReadOnlyConnectGate}). Each refusal is a {@link ReadOnlyViolation} whose
- * message starts with "read-only:" and names the operation.
+ * before anything runs, against an allow-list of plan nodes and expressions that only read, over
+ * the lakehouse's tables ({@link ReadOnlyPlans}, {@link LakehouseTables}); the service's Connect
+ * interceptor judges what a Connect client sends before it is planned ({@link ReadOnlyConnectGate});
+ * and its Thrift server judges the settings a JDBC or ODBC client opens a session with ({@link
+ * ReadOnlyThriftServer}). Each refusal is a {@link ReadOnlyViolation} whose message starts with
+ * "read-only:" and names the operation.
  *
  * <p>Which sessions may write: with {@code spark.lakehouse.readOnly=true} in the JVM's Spark
  * configuration (the service), every session is read-only except those the platform's own driver
@@ -30,8 +32,8 @@ import scala.runtime.BoxedUnit;
  * which present the service's write token in their {@code spark.lakehouse.writeToken} setting.
  * Sessions a client opens are new sessions, so they read only. A client cannot change this: the flag
  * is read from the SparkContext's configuration, fixed at start; the marks and the token live in
- * this class, out of SQL's reach; SET is refused, and so is any conf over Connect but a few that
- * shape results.
+ * this class, out of SQL's reach; SET is refused, and so is any conf over Connect or in a JDBC URL
+ * but a few that shape results ({@link ReadOnlyConfs}).
  */
 public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExtensions, BoxedUnit> {
   public static final String READ_ONLY = "spark.lakehouse.readOnly";
@@ -75,7 +77,7 @@ public final class ReadOnlyExtension extends AbstractFunction1<SparkSessionExten
               @Override
               public BoxedUnit apply(LogicalPlan plan) {
                 if (readOnly(session)) {
-                  ReadOnlyPlans.check(plan);
+                  ReadOnlyPlans.check(session, plan);
                 }
                 return BoxedUnit.UNIT;
               }

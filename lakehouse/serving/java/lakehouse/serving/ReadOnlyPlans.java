@@ -4,6 +4,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.stream.Collectors;
 import java.util.stream.Stream;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.catalyst.expressions.CallMethodViaReflection;
 import org.apache.spark.sql.catalyst.expressions.Expression;
 import org.apache.spark.sql.catalyst.expressions.PlanExpression;
@@ -21,11 +22,12 @@ import scala.collection.Iterator;
  * What a read-only session may run: an allow-list of plan nodes and expressions that only read.
  *
  * <p>A plan passes when its root describes (SHOW, DESCRIBE, EXPLAIN, USE: what they name is never
- * run), or when every node is a known query operator over Delta tables and every expression is one
- * of Spark's built-in functions. Anything else is refused: a command (it changes data, a schema or
- * the session), a node or expression that runs code (script transformation, Python, Scala or Java
- * functions, reflection), a streaming source, a file that is not a Delta table, and whatever a later
- * Spark or Delta adds, until someone adds it here knowing it only reads.
+ * run) tables of the lakehouse, or when every node is a known query operator over the lakehouse's
+ * Delta tables ({@link LakehouseTables}) and every expression is one of Spark's built-in functions.
+ * Anything else is refused: a command (it changes data, a schema or the session), a node or
+ * expression that runs code (script transformation, Python, Scala or Java functions, reflection), a
+ * streaming source, a file that is not a Delta table, a Delta table the lakehouse does not hold, and
+ * whatever a later Spark or Delta adds, until someone adds it here knowing it only reads.
  */
 final class ReadOnlyPlans {
   private ReadOnlyPlans() {}
@@ -116,20 +118,25 @@ final class ReadOnlyPlans {
           "FlatMapCoGroupsInPandas", "runs a client's Python on the server",
           "MapPartitions", "runs a client's code on the server");
 
-  /** Throws unless the analysed plan only reads. */
-  static void check(LogicalPlan plan) {
-    if (describes(plan) || builtByDelta()) {
-      return; // what it describes (EXPLAIN DELETE ..., say) is never run
+  /** Throws unless the analysed plan only reads, and only the lakehouse's tables. */
+  static void check(SparkSession session, LogicalPlan plan) {
+    if (builtByDelta()) {
+      return;
+    }
+    if (describes(plan)) {
+      // What it describes (EXPLAIN DELETE ..., say) is never run; the tables it names are read.
+      new LakehouseTables(session).checkDescribed(plan);
+      return;
     }
     if (plan instanceof DeserializeToObject rows) {
       // Spark's own decoding of a result into rows (Dataset.collect), around a plan judged already.
-      check(rows.child());
+      check(session, rows.child());
       return;
     }
     if (plan.isStreaming()) {
       throw refused("a streaming query runs on the server and writes to a sink, and " + READS);
     }
-    visitPlan(plan);
+    visitPlan(plan, new LakehouseTables(session));
   }
 
   /**
@@ -156,12 +163,12 @@ final class ReadOnlyPlans {
     }
   }
 
-  private static void visitPlan(LogicalPlan node) {
+  private static void visitPlan(LogicalPlan node, LakehouseTables tables) {
     String name = node.getClass().getSimpleName();
     if (node instanceof LogicalRelation relation) {
-      checkFiles(relation);
+      checkFiles(relation, tables);
     } else if (node instanceof DataSourceV2Relation relation) {
-      checkTable(relation);
+      checkTable(relation, tables);
     } else if (node instanceof Command || node instanceof InsertIntoStatement) {
       throw changes(name);
     } else if (RUNS_CODE.containsKey(name)) {
@@ -170,14 +177,14 @@ final class ReadOnlyPlans {
       throw refused(name + " is not known to only read, and " + READS);
     }
     for (Iterator<Expression> it = node.expressions().iterator(); it.hasNext(); ) {
-      visitExpression(it.next());
+      visitExpression(it.next(), tables);
     }
     for (Iterator<LogicalPlan> it = node.children().iterator(); it.hasNext(); ) {
-      visitPlan(it.next());
+      visitPlan(it.next(), tables);
     }
   }
 
-  private static void visitExpression(Expression expression) {
+  private static void visitExpression(Expression expression, LakehouseTables tables) {
     String name = expression.getClass().getSimpleName();
     if (expression instanceof CallMethodViaReflection || name.equals("TryReflect")) {
       throw refused("reflect/java_method call JVM methods, and " + READS);
@@ -187,18 +194,18 @@ final class ReadOnlyPlans {
     }
     if (expression instanceof PlanExpression<?> subquery) {
       if (subquery.plan() instanceof LogicalPlan plan) {
-        visitPlan(plan);
+        visitPlan(plan, tables);
       }
     } else if (!BUILT_IN_EXPRESSIONS.contains(expression.getClass().getPackageName())) {
       throw refused(name + " is not one of Spark's built-in functions, and " + READS);
     }
     for (Iterator<Expression> it = expression.children().iterator(); it.hasNext(); ) {
-      visitExpression(it.next());
+      visitExpression(it.next(), tables);
     }
   }
 
-  /** Files are read only as Delta tables: the lakehouse's own, by name, path or version. */
-  private static void checkFiles(LogicalRelation relation) {
+  /** Files are read only as Delta tables, and only the lakehouse's: by name, or by a table's location. */
+  private static void checkFiles(LogicalRelation relation, LakehouseTables tables) {
     Object source = relation.relation();
     if (source instanceof HadoopFsRelation files) {
       source = files.fileFormat();
@@ -208,15 +215,17 @@ final class ReadOnlyPlans {
           "reading " + source.getClass().getSimpleName() + " files reads the server's own files;"
               + " SQL here reads the lakehouse's Delta tables");
     }
+    tables.check(relation);
   }
 
-  private static void checkTable(DataSourceV2Relation relation) {
+  private static void checkTable(DataSourceV2Relation relation, LakehouseTables tables) {
     if (!isDelta(relation.table())) {
       throw refused(relation.table().getClass().getSimpleName() + " is not a Delta table of the lakehouse");
     }
+    tables.check(relation.table());
   }
 
-  private static boolean isDelta(Object source) {
+  static boolean isDelta(Object source) {
     return source.getClass().getName().startsWith(DELTA);
   }
 

@@ -1,0 +1,103 @@
+package lakehouse.serving;
+
+import java.lang.reflect.Field;
+import java.lang.reflect.Method;
+import java.util.List;
+import org.apache.hadoop.hive.common.ServerUtils;
+import org.apache.hadoop.hive.conf.HiveConf;
+import org.apache.hive.service.CompositeService;
+import org.apache.hive.service.Service;
+import org.apache.hive.service.cli.CLIService;
+import org.apache.hive.service.cli.HiveSQLException;
+import org.apache.hive.service.cli.thrift.ThriftBinaryCLIService;
+import org.apache.hive.service.cli.thrift.ThriftCLIService;
+import org.apache.hive.service.rpc.thrift.TOpenSessionReq;
+import org.apache.hive.service.rpc.thrift.TOpenSessionResp;
+import org.apache.hive.service.server.HiveServer2;
+import org.apache.spark.SparkContext;
+import org.apache.spark.sql.SparkSession;
+import org.apache.spark.sql.hive.HiveUtils$;
+import org.apache.spark.sql.hive.client.HiveClientImpl;
+import org.apache.spark.sql.hive.thriftserver.HiveThriftServer2;
+import org.apache.spark.sql.hive.thriftserver.HiveThriftServer2$;
+import org.apache.thrift.TException;
+
+/**
+ * The Spark service's Thrift (JDBC/ODBC) server: Spark's own, whose sessions open only with the
+ * settings a read-only session may have ({@link ReadOnlyConfs}).
+ *
+ * <p>A HiveServer2 client opens a session with settings: the Hive JDBC driver sends a URL's hive
+ * confs ({@code jdbc:hive2://host:port/db?key=value}) and hive variables ({@code #key=value}), and
+ * Spark's session manager sets both in the new Spark session, with no statement for the parser or
+ * the check rule to judge. A {@code spark.sql.catalog.*} plugin named there is a class the session
+ * would load. So the open request is judged as it arrives, and a session with any other setting is
+ * not opened: the client's connection fails with the "read-only:" reason. (The URL's session
+ * variables, after {@code ;}, stay in the driver.)
+ *
+ * <p>Spark builds its Thrift endpoint inside the server's init, with no way to name another: {@link
+ * #start} is Spark's HiveThriftServer2.startWithSparkSession(session, false), with the endpoint
+ * replaced by a {@link Gate} between init and start, before the port is open. (Spark's session
+ * manager cannot be the one replaced: it sets its own fields by reflection on its superclass.)
+ */
+public final class ReadOnlyThriftServer {
+  private ReadOnlyThriftServer() {}
+
+  /** The Thrift server of {@code session}'s JVM, started, its sessions judged as they open. */
+  public static HiveThriftServer2 start(SparkSession session) throws ReflectiveOperationException {
+    HiveThriftServer2$ servers = HiveThriftServer2$.MODULE$;
+    servers.systemExitOnError().set(false);
+    HiveClientImpl hive =
+        HiveUtils$.MODULE$.newClientForExecution(session.sparkContext().conf(), session.sessionState().newHadoopConf());
+    ServerUtils.cleanUpScratchDir(hive.conf());
+    HiveThriftServer2 server = new HiveThriftServer2(session);
+    server.init(hive.conf());
+    gateEndpoint(server, hive.conf());
+    server.start();
+    Method listenerAndUi =
+        HiveThriftServer2$.class.getDeclaredMethod("createListenerAndUI", HiveThriftServer2.class, SparkContext.class);
+    listenerAndUi.setAccessible(true);
+    listenerAndUi.invoke(servers, server, session.sparkContext());
+    return server;
+  }
+
+  /** Put a {@link Gate} where the server (inited, not started) keeps its Thrift endpoint. */
+  @SuppressWarnings("unchecked")
+  private static void gateEndpoint(HiveThriftServer2 server, HiveConf conf) throws ReflectiveOperationException {
+    CLIService cli = (CLIService) service(server, CLIService.class);
+    if (!(service(server, ThriftCLIService.class) instanceof ThriftBinaryCLIService endpoint)) {
+      throw new IllegalStateException("the read-only Thrift server serves the binary transport only");
+    }
+    Gate gate = new Gate(cli);
+    gate.init(conf);
+    Field field = HiveServer2.class.getDeclaredField("thriftCLIService");
+    field.setAccessible(true);
+    field.set(server, gate);
+    Field services = CompositeService.class.getDeclaredField("serviceList");
+    services.setAccessible(true);
+    List<Service> started = (List<Service>) services.get(server);
+    started.set(started.indexOf(endpoint), gate);
+  }
+
+  private static Service service(HiveThriftServer2 server, Class<?> type) {
+    return server.getServices().stream().filter(type::isInstance).findFirst().orElseThrow();
+  }
+
+  /** HiveServer2's binary endpoint, opening a session only when its settings pass {@link ReadOnlyConfs#openRefusal}. */
+  static final class Gate extends ThriftBinaryCLIService {
+    Gate(CLIService cli) {
+      super(cli);
+    }
+
+    /** A refused request is answered as a failed one is, with the reason ("read-only: ...") as its message. */
+    @Override
+    public TOpenSessionResp OpenSession(TOpenSessionReq request) throws TException {
+      String refusal = ReadOnlyConfs.openRefusal(request.getConfiguration());
+      if (refusal == null) {
+        return super.OpenSession(request);
+      }
+      TOpenSessionResp refused = new TOpenSessionResp();
+      refused.setStatus(HiveSQLException.toTStatus(new ReadOnlyExtension.ReadOnlyViolation(refusal)));
+      return refused;
+    }
+  }
+}
