@@ -496,21 +496,40 @@ class BatchWriter:
         )
 
 
-def window_dates_of(panes) -> str:
-    """A condition on ``__speed`` (alias ``t``) that holds for every row a pane can match: the
-    window dates of the panes' windows. A window matches only rows with its own window_start, so
-    it loses no match, and the MERGE reads and rewrites only the days these windows are in."""
+def merge_bound(panes, partition_columns: tuple[str, ...]) -> str | None:
+    """A condition on ``__speed`` (alias ``t``) that holds for every row a pane can match, on the
+    table's partition column, so that the MERGE reads and rewrites only the partitions of the panes'
+    windows. A pane matches only rows with its own window_start, so the bound loses no match.
+
+    By window (``window_start``): the panes' windows themselves. By date (``window_date``, the
+    layout of tables created before the speed table was partitioned by window): the days they are
+    in. A table partitioned by neither is not bounded.
+
+    Args:
+        panes: the panes, an Arrow table with ``window_start``.
+        partition_columns: the speed table's partition columns, as its log records them.
+    """
     import pyarrow.compute as pc
 
-    first, last = (value.as_py() for value in pc.min_max(panes["window_start"]).values())
-    return f"t.window_date BETWEEN DATE '{_utc_date(first)}' AND DATE '{_utc_date(last)}'"
+    if "window_start" in partition_columns:
+        starts = sorted(pc.unique(panes["window_start"]).to_pylist())
+        return f"t.window_start IN ({', '.join(timestamp_sql(start) for start in starts)})"
+    if "window_date" in partition_columns:
+        first, last = (value.as_py() for value in pc.min_max(panes["window_start"]).values())
+        return f"t.window_date BETWEEN DATE '{_utc(first).date()}' AND DATE '{_utc(last).date()}'"
+    return None
 
 
-def _utc_date(moment: datetime) -> str:
-    """The date of ``moment`` in UTC, the session time zone the ``window_date`` column is cast in."""
+def timestamp_sql(moment: datetime) -> str:
+    """``moment`` as a delta-rs SQL timestamp literal, in UTC (the zone a naive one is read in)."""
+    return f"TIMESTAMP '{_utc(moment).isoformat()}'"
+
+
+def _utc(moment: datetime) -> datetime:
+    """``moment`` as a naive UTC datetime: the session time zone the partition values are written in."""
     if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return moment.date().isoformat()
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment
 
 
 def run_speed_layer(

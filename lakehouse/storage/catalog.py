@@ -318,6 +318,7 @@ BY_WINDOW_DATE = {
     "partition_by": ("window_date",),
     "generated": (("window_date", T.DateType(), "CAST(window_start AS DATE)"),),
 }
+BY_WINDOW = {"partition_by": ("window_start",)}
 
 
 def _event_tables(pipeline: Pipeline) -> dict[str, Table]:
