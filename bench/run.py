@@ -85,7 +85,7 @@ class Plan:
             orchestration_hours=int(env.get("BENCH_ORCHESTRATION_HOURS", "24")),
             backfill_jobs=_subset(env, "BENCH_BACKFILL_JOBS"),
             orchestration_sides=_subset(env, "BENCH_ORCHESTRATION_SIDES"),
-            speed_merge_rows=tuple(int(rows) for rows in _subset(env, "BENCH_SPEED_MERGE_ROWS")) or cls.speed_merge_rows,
+            speed_merge_rows=tuple(map(int, _subset(env, "BENCH_SPEED_MERGE_ROWS"))) or cls.speed_merge_rows,
         )
 
     @classmethod

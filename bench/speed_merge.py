@@ -216,7 +216,7 @@ def measure_size(spark, settings, rows: int, runs: int, pane_count: int) -> dict
 
     base = pipeline_tables(get_pipeline(PIPELINE)).speed
     candidates = layouts()
-    tables = {name: layout.table(dataclasses.replace(base, name=f"speed_{name}")) for name, layout in candidates.items()}
+    tables = {name: layout.table(dataclasses.replace(base, name=f"speed_{name}")) for name, layout in layouts().items()}
     built = {name: build(spark, settings, tables[name], candidates[name], rows) for name in candidates}
     samples: dict[str, list[dict]] = {name: [] for name in candidates}
     order = list(candidates)
@@ -298,9 +298,8 @@ def main() -> None:
     parser.add_argument("--no-history", action="store_true", help="do not append the figures to the history")
     args = parser.parse_args()
     from bench import history
-    from bench.run import headline, table
-
     from bench.data import CACHE, settings_for
+    from bench.run import headline, table
     from lakehouse.storage.spark import build_spark_session
 
     sizes = tuple(int(size) for size in args.rows.split(","))

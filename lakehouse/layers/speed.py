@@ -46,7 +46,7 @@ from lakehouse.layers.seen_ids import IdLookup, SeenIdIndex
 from lakehouse.location import Location, Scheme
 from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
-from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
+from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables, partition_columns
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.faults import check_checkpoint, drop_abandoned_first_offsets, drop_unplanned_file_entries
 from lakehouse.storage.log import log_glob
@@ -189,7 +189,8 @@ class SpeedLayer:
         if query_id:
             self._query_started.set()
         self._planner = BatchPlanner(settings, pipeline, self.tables, self.watermark_delay, self.allowed_lateness)
-        self._writer = BatchWriter(settings, pipeline, self.tables, self.watermark_delay)
+        speed_partitions = partition_columns(self.tables.speed.uri(settings), settings)
+        self._writer = BatchWriter(settings, pipeline, self.tables, self.watermark_delay, speed_partitions)
         self._last_committed: CommittedBatch | None = None
         self._pane_state: CarriedState | None = None
         self._seen_ids: CarriedState | None = None
@@ -377,6 +378,9 @@ class BatchWriter:
     pipeline: Pipeline
     tables: PipelineTables
     watermark_delay: str
+    # As the speed table's log records them: a table created before it was partitioned by window
+    # keeps the window_date partitions it was created with, and its MERGEs are bounded by those.
+    speed_partitions: tuple[str, ...]
 
     def append_events(self, batch: MicroBatch, fates: DataFrame) -> dict[str, int]:
         """Bronze (accepted events) and quarantine, each appended once per batch, whatever the replays;
@@ -478,7 +482,7 @@ class BatchWriter:
             value_columns=[*self.pipeline.metric_names, "last_batch_id", "updated_at"],
             delete_when="is_retraction",
             transaction=(batch.app_id, batch.batch_id),
-            target_rows=window_dates_of(emitted),
+            target_rows=merge_bound(emitted, self.speed_partitions),
             settings=settings,
         )
 

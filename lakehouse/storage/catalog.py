@@ -432,6 +432,17 @@ def _latest_snapshot(spark: SparkSession, uri: str):
     return snapshot
 
 
+def partition_columns(uri: str, settings: Settings) -> tuple[str, ...]:
+    """The partition columns the table's log records (delta-rs): what a table has, which may be
+    an older layout than its declaration."""
+    from deltalake import DeltaTable
+
+    from lakehouse.storage.ops_tables import delta_rs_location
+
+    location, options = delta_rs_location(uri, settings)
+    return tuple(DeltaTable(location, storage_options=options, without_files=True).metadata().partition_columns)
+
+
 def table_exists(spark: SparkSession, uri: str) -> bool:
     """Whether a Delta table is at ``uri``. Asked of storage through delta-rs for a local location
     (0.1 ms against 4 ms through a warm session's JVM, 120 ms in a new one; an audit or a
