@@ -359,7 +359,9 @@ def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: 
         "speed_growth": lambda: stream.speed_growth(
             spark, data, plan.runs, plan.speed_held_days, plan.speed_growth_batches
         ),
-        "speed_merge": lambda: speed_merge.speed_merge(spark, plan.speed_merge_rows, plan.runs, plan.speed_merge_panes),
+        "speed_merge": lambda: speed_merge.speed_merge(
+            spark, speed_merge.MergePlan(plan.speed_merge_rows, plan.runs, plan.speed_merge_panes)
+        ),
         "orchestration": lambda: orchestration.orchestration(
             spark, data, served, plan.runs, plan.orchestration_hours, plan.orchestration_sides
         ),

@@ -1,17 +1,18 @@
 """What a micro-batch's MERGE into ``gold.<p>__speed`` costs once the day holds many rows, in each
 layout the table could have, side by side in one run.
 
-For each size (rows in one day: 288 five-minute windows, the same keys in each) a speed table of
-the toll traffic's columns is built once per layout, its rows from ``spark.range`` (never timed),
-each partition in one file as a day's MERGEs leave it. Then, run after run with the layouts' order
-turned, each table is put back to that version and merges the same 10,000 panes through the
-speed layer's own writer: the two newest windows' keys (updates) and a new window's (inserts).
-Each figure is the median of the runs: the MERGE's seconds, and from its commit the files and
-bytes it removed and added and the rows it copied; and a day's aggregate read by Spark, which the
-layout's file count sets. Writes bench/results/speed_merge.json and appends the figures to
+For each size (rows in one day of five-minute windows, the same keys in each) a speed table of the
+toll traffic's columns is built once per layout, its rows from ``spark.range`` (never timed), each
+partition in one file as a day's MERGEs leave it. Then, run after run with the layouts' order
+turned, each table is put back to that version and merges the same 10,000 panes through the speed
+layer's own writer: the two newest windows' keys (updates) and a new window's (inserts). Each
+figure is the median of the runs: the MERGE's seconds; from its commit the files and MiB it
+rewrote and wrote, and the rows it copied; and a day's aggregate read by Spark, which the layout's
+file count weighs on. Writes bench/results/speed_merge.json and appends the figures to
 bench/history.jsonl; ``python -m bench --only speed_merge`` runs it as a suite.
 
     nice .venv/bin/python -m bench.speed_merge [--rows 1000000,10000000] [--runs 3] [--panes 10000]
+        [--window-minutes 5] [--layouts by_date,by_window,...]
 """
 
 from __future__ import annotations
@@ -32,12 +33,39 @@ from bench.measure import summary
 
 RESULTS = Path(__file__).resolve().parent / "results"
 PIPELINE = "toll_traffic"
-WINDOW = timedelta(minutes=5)
-# The day's first 287 windows hold rows; the panes update the last two of them and open the 288th.
-WINDOWS_HELD = 287
 DAY = datetime(2026, 1, 5)
 PANE_WINDOWS = 3
 BASELINE = "by_date"
+
+
+@dataclasses.dataclass(frozen=True)
+class MergePlan:
+    """What to measure: a table of each layout (``layouts``, all if empty) at each size (rows in
+    the day), in windows of ``window``, merging ``panes`` panes ``runs`` times."""
+
+    sizes: tuple[int, ...] = (1_000_000, 10_000_000)
+    runs: int = 3
+    panes: int = 10_000
+    window: timedelta = timedelta(minutes=5)
+    layouts: tuple[str, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Day:
+    """The day a table holds: about ``rows`` rows in windows of ``window``, the same keys in each
+    window held. All its windows but the last hold rows: the panes update the last two of those and
+    open the last one."""
+
+    rows: int
+    window: timedelta = timedelta(minutes=5)
+
+    @property
+    def windows_held(self) -> int:
+        return int(timedelta(days=1) / self.window) - 1
+
+    @property
+    def keys(self) -> int:
+        return max(self.rows // self.windows_held, 1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,9 +111,9 @@ def merge_condition(layout: Layout, panes) -> str:
     return merge_bound(panes, layout.partition_by)
 
 
-def build(spark, settings, table, layout: Layout, rows: int) -> int:
-    """The table created as the catalog creates it, then about ``rows`` rows over the day (a whole
-    number of keys in each window held), one file per partition; returns its version."""
+def build(spark, settings, table, layout: Layout, day: Day) -> int:
+    """The table created as the catalog creates it, then the day's rows, one file per partition;
+    returns its version."""
     from pyspark.sql import functions as F
 
     from lakehouse.storage.catalog import ensure_table, table_version
@@ -94,12 +122,11 @@ def build(spark, settings, table, layout: Layout, rows: int) -> int:
     uri = table.uri(settings)
     if layout.deletion_vectors:
         spark.sql(f"ALTER TABLE delta.`{uri}` SET TBLPROPERTIES ('delta.enableDeletionVectors' = 'true')")
-    keys, day = rows // WINDOWS_HELD, int(DAY.replace(tzinfo=UTC).timestamp())
-    window = F.floor(F.col("id") / keys)
-    seconds = int(WINDOW.total_seconds())
-    day_rows = spark.range(keys * WINDOWS_HELD).select(
-        F.timestamp_seconds(F.lit(day) + window * seconds).alias("window_start"),
-        F.timestamp_seconds(F.lit(day) + (window + 1) * seconds).alias("window_end"),
+    keys, midnight = day.keys, int(DAY.replace(tzinfo=UTC).timestamp())
+    window, seconds = F.floor(F.col("id") / keys), int(day.window.total_seconds())
+    day_rows = spark.range(keys * day.windows_held).select(
+        F.timestamp_seconds(F.lit(midnight) + window * seconds).alias("window_start"),
+        F.timestamp_seconds(F.lit(midnight) + (window + 1) * seconds).alias("window_end"),
         F.format_string("bridge-%07d", F.col("id") % keys).alias("bridge_id"),
         F.lit("car").alias("vehicle_type"),
         (F.col("id") % 97).alias("vehicles"),
@@ -115,18 +142,18 @@ def build(spark, settings, table, layout: Layout, rows: int) -> int:
     return table_version(spark, uri)
 
 
-def panes(rows: int, count: int, batch: int):
+def panes(day: Day, count: int, batch: int):
     """``count`` panes as the speed layer emits them: pane ``i`` in one of the ``PANE_WINDOWS``
     newest windows (the last two the day holds, then a new one), key ``i // PANE_WINDOWS``."""
     import pyarrow as pa
 
-    first = WINDOWS_HELD - (PANE_WINDOWS - 1)
-    starts = [DAY + (first + i % PANE_WINDOWS) * WINDOW for i in range(count)]
+    first = day.windows_held - (PANE_WINDOWS - 1)
+    starts = [DAY + (first + i % PANE_WINDOWS) * day.window for i in range(count)]
     now = datetime.now(UTC).replace(tzinfo=None)
     return pa.table(
         {
             "window_start": pa.array(starts, pa.timestamp("us")),
-            "window_end": pa.array([start + WINDOW for start in starts], pa.timestamp("us")),
+            "window_end": pa.array([start + day.window for start in starts], pa.timestamp("us")),
             "bridge_id": [f"bridge-{i // PANE_WINDOWS:07d}" for i in range(count)],
             "vehicle_type": ["car"] * count,
             "vehicles": pa.array([1000 + i for i in range(count)], pa.int64()),
@@ -205,8 +232,8 @@ def day_read(spark, uri: str) -> float:
     return time.perf_counter() - began
 
 
-def measure_size(spark, settings, rows: int, runs: int, pane_count: int) -> dict:
-    """Every layout's table of ``rows`` rows, each MERGE and read measured ``runs`` times, the
+def measure_size(spark, settings, day: Day, plan: MergePlan) -> dict:
+    """Each layout's table holding ``day``, each MERGE and read measured ``plan.runs`` times, the
     layouts' order turned from run to run."""
     from deltalake import DeltaTable
 
@@ -215,24 +242,26 @@ def measure_size(spark, settings, rows: int, runs: int, pane_count: int) -> dict
     from lakehouse.storage.ops_tables import delta_rs_location
 
     base = pipeline_tables(get_pipeline(PIPELINE)).speed
-    candidates = layouts()
-    tables = {name: layout.table(dataclasses.replace(base, name=f"speed_{name}")) for name, layout in layouts().items()}
-    built = {name: build(spark, settings, tables[name], candidates[name], rows) for name in candidates}
+    candidates = {name: layout for name, layout in layouts().items() if name in (plan.layouts or [name])}
+    tables = {
+        name: layout.table(dataclasses.replace(base, name=f"speed_{name}")) for name, layout in candidates.items()
+    }
+    built = {name: build(spark, settings, tables[name], candidates[name], day) for name in candidates}
     samples: dict[str, list[dict]] = {name: [] for name in candidates}
     order = list(candidates)
-    for run in range(runs):
+    for run in range(plan.runs):
         for name in order[run % len(order) :] + order[: run % len(order)]:
             uri = tables[name].uri(settings)
             location = delta_rs_location(uri)[0]
             if DeltaTable(location).version() > built[name]:  # every run merges into the day as built
                 DeltaTable(location).restore(built[name])
-            rows_in = panes(rows, pane_count, batch=run + 1)
+            rows_in = panes(day, plan.panes, batch=run + 1)
             began = time.perf_counter()
             merge(spark, settings, uri, candidates[name], rows_in, version=run + 1)
             seconds = time.perf_counter() - began
             figures = commit_figures(uri, DeltaTable(location).version())
             samples[name].append({"merge_s": seconds, "read_s": day_read(spark, uri), **figures})
-            print(json.dumps({"rows": rows, "layout": name, "run": run, **samples[name][-1]}), flush=True)
+            print(json.dumps({"rows": day.rows, "layout": name, "run": run, **samples[name][-1]}), flush=True)
     return {name: _summarised(samples[name], _files(tables[name].uri(settings), built[name])) for name in candidates}
 
 
@@ -250,24 +279,17 @@ def _summarised(samples: list[dict], files: int) -> dict:
     return {**timed, **counted, "files_in_day": files}
 
 
-def speed_merge(spark, sizes: tuple[int, ...], runs: int, pane_count: int) -> dict:
-    """The measurement at each size, its tables in a home of their own (deleted after).
-
-    Args:
-        spark: the session that builds the tables, reads them and runs Spark's MERGE.
-        sizes: rows in the day, one table of each layout per size.
-        runs: MERGEs (and reads) of each table; each figure is their median.
-        pane_count: panes a MERGE sets.
-    """
+def speed_merge(spark, plan: MergePlan) -> dict:
+    """The measurement at each size, its tables in a home of their own (deleted after)."""
     from bench.data import CACHE, settings_for
 
     CACHE.mkdir(parents=True, exist_ok=True)
     home = Path(tempfile.mkdtemp(prefix="speed-merge-", dir=CACHE))
-    results = {"panes": pane_count, "window_minutes": int(WINDOW.total_seconds() // 60), "sizes": {}}
+    results = {"panes": plan.panes, "window_minutes": int(plan.window.total_seconds() // 60), "sizes": {}}
     results["load_average_at_start"] = os.getloadavg()
     try:
-        for rows in sizes:
-            results["sizes"][str(rows)] = measure_size(spark, settings_for(home), rows, runs, pane_count)
+        for rows in plan.sizes:
+            results["sizes"][str(rows)] = measure_size(spark, settings_for(home), Day(rows, plan.window), plan)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     results["load_average_at_end"] = os.getloadavg()
@@ -277,12 +299,14 @@ def speed_merge(spark, sizes: tuple[int, ...], runs: int, pane_count: int) -> di
 def figures(results: dict, add) -> None:
     """Each candidate against today's layout: MERGE seconds, MiB rewritten, and a day's read."""
     for rows, measured in results["sizes"].items():
-        size = f"{int(rows) / 1e6:g}M"
+        size = f"{int(rows) / 1e6:g}M rows" + (
+            "" if results["window_minutes"] == 5 else f" in {results['window_minutes']}-minute windows"
+        )
         before = measured[BASELINE]
         for name, layout in measured.items():
             if name == BASELINE:
                 continue
-            versus = f"{name} vs {BASELINE}, a day of {size} rows"
+            versus = f"{name} vs {BASELINE}, a day of {size}"
             add(f"speed MERGE of {results['panes']:,} panes, {versus}", layout["merge_s"]["median"],
                 before["merge_s"]["median"])  # fmt: skip
             add(f"speed MERGE's data files rewritten, {versus}", round(layout["mib_rewritten"], 2),
@@ -295,6 +319,8 @@ def main() -> None:
     parser.add_argument("--rows", default="1000000,10000000", help="rows in the day, one size after another")
     parser.add_argument("--runs", type=int, default=int(os.environ.get("BENCH_RUNS", "3")))
     parser.add_argument("--panes", type=int, default=10_000)
+    parser.add_argument("--window-minutes", type=int, default=5, help="the windows' length")
+    parser.add_argument("--layouts", default="", help=f"a subset of {','.join(layouts())} (default: all)")
     parser.add_argument("--no-history", action="store_true", help="do not append the figures to the history")
     args = parser.parse_args()
     from bench import history
@@ -302,10 +328,16 @@ def main() -> None:
     from bench.run import headline, table
     from lakehouse.storage.spark import build_spark_session
 
-    sizes = tuple(int(size) for size in args.rows.split(","))
+    plan = MergePlan(
+        sizes=tuple(int(size) for size in args.rows.split(",")),
+        runs=args.runs,
+        panes=args.panes,
+        window=timedelta(minutes=args.window_minutes),
+        layouts=tuple(name for name in args.layouts.split(",") if name),
+    )
     spark = build_spark_session(settings_for(CACHE / "speed-merge-session"), "bench-speed-merge")
     try:
-        results = speed_merge(spark, sizes, args.runs, args.panes)
+        results = speed_merge(spark, plan)
     finally:
         spark.stop()
     RESULTS.mkdir(exist_ok=True)
