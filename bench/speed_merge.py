@@ -203,7 +203,10 @@ def commit_figures(uri: str, version: int) -> dict:
     added = {a["add"]["path"]: a["add"] for a in actions if "add" in a}
     rewritten = [file for path, file in removed.items() if path not in added]
     written = [file for path, file in added.items() if path not in removed]
-    metrics = next(a["commitInfo"] for a in actions if "commitInfo" in a).get("operationMetrics", {})
+    commit = next(a["commitInfo"] for a in actions if "commitInfo" in a)
+    if commit["operation"] != "MERGE":  # a MERGE skipped as already done would measure nothing
+        raise RuntimeError(f"{uri}: version {version} is a {commit['operation']}, not the MERGE measured")
+    metrics = commit.get("operationMetrics", {})
     copied = metrics.get("num_target_rows_copied", metrics.get("numTargetRowsCopied", 0))
     return {
         "files_rewritten": len(rewritten),
@@ -235,11 +238,8 @@ def day_read(spark, uri: str) -> float:
 def measure_size(spark, settings, day: Day, plan: MergePlan) -> dict:
     """Each layout's table holding ``day``, each MERGE and read measured ``plan.runs`` times, the
     layouts' order turned from run to run."""
-    from deltalake import DeltaTable
-
     from lakehouse.dataflow.pipelines import get_pipeline
     from lakehouse.storage.catalog import pipeline_tables
-    from lakehouse.storage.ops_tables import delta_rs_location
 
     base = pipeline_tables(get_pipeline(PIPELINE)).speed
     candidates = {name: layout for name, layout in layouts().items() if name in (plan.layouts or [name])}
@@ -249,20 +249,41 @@ def measure_size(spark, settings, day: Day, plan: MergePlan) -> dict:
     built = {name: build(spark, settings, tables[name], candidates[name], day) for name in candidates}
     samples: dict[str, list[dict]] = {name: [] for name in candidates}
     order = list(candidates)
+    for name in order:  # once unmeasured: the JIT's first compiles of each layout's MERGE and read
+        _merge_and_read(spark, settings, tables[name], candidates[name], built[name], panes(day, plan.panes, 0))
     for run in range(plan.runs):
         for name in order[run % len(order) :] + order[: run % len(order)]:
-            uri = tables[name].uri(settings)
-            location = delta_rs_location(uri)[0]
-            if DeltaTable(location).version() > built[name]:  # every run merges into the day as built
-                DeltaTable(location).restore(built[name])
             rows_in = panes(day, plan.panes, batch=run + 1)
-            began = time.perf_counter()
-            merge(spark, settings, uri, candidates[name], rows_in, version=run + 1)
-            seconds = time.perf_counter() - began
-            figures = commit_figures(uri, DeltaTable(location).version())
-            samples[name].append({"merge_s": seconds, "read_s": day_read(spark, uri), **figures})
+            samples[name].append(_merge_and_read(spark, settings, tables[name], candidates[name], built[name], rows_in))
             print(json.dumps({"rows": day.rows, "layout": name, "run": run, **samples[name][-1]}), flush=True)
     return {name: _summarised(samples[name], _files(tables[name].uri(settings), built[name])) for name in candidates}
+
+
+def _merge_and_read(spark, settings, table, layout: Layout, built: int, rows) -> dict:
+    """The table put back to its version ``built``, then ``rows`` merged into it (timed, with what
+    its commit did) and the day read.
+
+    Args:
+        spark: the session.
+        settings: where the table is.
+        table: the table.
+        layout: its layout.
+        built: the version holding the day as built.
+        rows: the panes.
+    """
+    from deltalake import DeltaTable
+
+    from lakehouse.storage.ops_tables import delta_rs_location
+
+    uri = table.uri(settings)
+    location = delta_rs_location(uri)[0]
+    if DeltaTable(location).version() > built:
+        DeltaTable(location).restore(built)
+    began = time.perf_counter()
+    merge(spark, settings, uri, layout, rows, version=DeltaTable(location).version())
+    seconds = time.perf_counter() - began
+    figures = commit_figures(uri, DeltaTable(location).version())
+    return {"merge_s": seconds, "read_s": day_read(spark, uri), **figures}
 
 
 def _files(uri: str, version: int) -> int:
@@ -288,8 +309,10 @@ def speed_merge(spark, plan: MergePlan) -> dict:
     results = {"panes": plan.panes, "window_minutes": int(plan.window.total_seconds() // 60), "sizes": {}}
     results["load_average_at_start"] = os.getloadavg()
     try:
-        for rows in plan.sizes:
-            results["sizes"][str(rows)] = measure_size(spark, settings_for(home), Day(rows, plan.window), plan)
+        for rows in plan.sizes:  # each size's tables in a home of their own, deleted once measured
+            settings = settings_for(home / f"rows-{rows}")
+            results["sizes"][str(rows)] = measure_size(spark, settings, Day(rows, plan.window), plan)
+            shutil.rmtree(home / f"rows-{rows}", ignore_errors=True)
     finally:
         shutil.rmtree(home, ignore_errors=True)
     results["load_average_at_end"] = os.getloadavg()
