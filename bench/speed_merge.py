@@ -358,6 +358,7 @@ def main() -> None:
         window=timedelta(minutes=args.window_minutes),
         layouts=tuple(name for name in args.layouts.split(",") if name),
     )
+    commit = history.current_commit()  # the code measured, whatever is committed while it runs
     spark = build_spark_session(settings_for(CACHE / "speed-merge-session"), "bench-speed-merge")
     try:
         results = speed_merge(spark, plan)
@@ -365,15 +366,30 @@ def main() -> None:
         spark.stop()
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "speed_merge.json").write_text(json.dumps(results, indent=1))
-    rows = headline({"speed_merge": results})
     if not args.no_history:
-        date = datetime.now(UTC).strftime("%Y-%m-%d")
-        load = ", ".join(f"{value:.1f}" for value in results["load_average_at_start"])
-        note = f"bench/speed_merge.py; rows a day {args.rows}; load average at start {load}"
-        lines = history.records({"speed_merge": rows}, date=date, commit=history.current_commit(), events=0,
-                                runs=args.runs, note=note)  # fmt: skip
-        history.append(history.HISTORY, lines)
-    print(table(rows))
+        history.append(history.HISTORY, history_lines(results, commit, args.runs))
+    print(table(headline({"speed_merge": results})))
+
+
+def history_lines(results: dict, commit: str | None, runs: int) -> list[dict]:
+    """The figures as lines of bench/history.jsonl, each size's under its rows (``events``), with
+    the machine's load averages (1, 5 and 15 minutes) at the start and end of the run."""
+    from bench import history
+    from bench.run import headline
+
+    date = datetime.now(UTC).strftime("%Y-%m-%d")
+    load = "; ".join(
+        f"load average at {moment} " + ", ".join(f"{value:.1f}" for value in results[f"load_average_at_{moment}"])
+        for moment in ("start", "end")
+    )
+    lines = []
+    for rows, measured in results["sizes"].items():
+        figures = headline({"speed_merge": {**results, "sizes": {rows: measured}}})
+        lines += history.records(
+            {"speed_merge": figures}, date=date, commit=commit, events=int(rows), runs=runs,
+            note=f"python -m bench.speed_merge; {load}",
+        )  # fmt: skip
+    return lines
 
 
 if __name__ == "__main__":
