@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import functools
 import json
 import os
 import shutil
@@ -82,33 +83,29 @@ class Layout:
 
 
 def layouts() -> dict[str, Layout]:
-    """The candidates: the catalog's layouts before and now, an hour's partitions, and the day's
-    with deletion vectors (Spark's MERGE; delta-rs neither writes deletion vectors nor commits to a
-    liquid-clustered table)."""
-    from pyspark.sql import types as T
+    """The candidates: the catalog's layouts before (by date) and now (by hour), a partition per
+    window, and the day's with deletion vectors (Spark's MERGE; delta-rs neither writes deletion
+    vectors nor commits to a liquid-clustered table)."""
+    from lakehouse.storage.catalog import BY_WINDOW_DATE, BY_WINDOW_HOUR
 
-    from lakehouse.storage.catalog import BY_WINDOW, BY_WINDOW_DATE
-
-    hour = (("window_hour", T.TimestampType(), "date_trunc('HOUR', window_start)"),)
     return {
         BASELINE: Layout(**BY_WINDOW_DATE),
-        "by_hour": Layout(("window_hour",), hour),
-        "by_window": Layout(**BY_WINDOW),
+        "by_hour": Layout(**BY_WINDOW_HOUR),
+        "by_window": Layout(("window_start",)),
         "by_date_deletion_vectors": Layout(**BY_WINDOW_DATE, deletion_vectors=True),
     }
 
 
-def merge_condition(layout: Layout, panes) -> str:
-    """The MERGE's bound on the layout's partitions: the speed layer's own (``merge_bound``), or the
-    windows' hours for the hour candidate."""
+def merge_condition(panes, partition_columns: tuple[str, ...]) -> str:
+    """The MERGE's bound on the table's partitions: the speed layer's own (``merge_bound``), or
+    the panes' windows for the by-window candidate."""
     import pyarrow.compute as pc
 
     from lakehouse.layers.speed import merge_bound, timestamp_sql
 
-    if layout.partition_by == ("window_hour",):
-        first, last = (value.as_py().replace(minute=0) for value in pc.min_max(panes["window_start"]).values())
-        return f"t.window_hour BETWEEN {timestamp_sql(first)} AND {timestamp_sql(last)}"
-    return merge_bound(panes, layout.partition_by)
+    if partition_columns == ("window_start",):
+        return f"t.window_start IN ({', '.join(map(timestamp_sql, pc.unique(panes['window_start']).to_pylist()))})"
+    return merge_bound(panes, partition_columns)
 
 
 def build(spark, settings, table, layout: Layout, day: Day) -> int:
@@ -173,13 +170,13 @@ def merge(spark, settings, uri: str, layout: Layout, rows, version: int) -> None
     """The panes MERGEd as the speed layer MERGEs them (delta-rs), or by Spark for deletion vectors."""
     from lakehouse.storage.writers import upsert_once
 
-    bound = merge_condition(layout, rows)
-    if not layout.deletion_vectors:
+    if not layout.deletion_vectors:  # bounded by the partitions the table's log records, as the stream does
+        bound = functools.partial(merge_condition, rows)
         upsert_once(rows, uri, MATCH, VALUES, "is_retraction", ("bench", version), bound, settings)
         return
     from delta.tables import DeltaTable
 
-    condition = " AND ".join([*(f"t.{c} = s.{c}" for c in MATCH), bound])
+    condition = " AND ".join([*(f"t.{c} = s.{c}" for c in MATCH), merge_condition(rows, layout.partition_by)])
     (
         DeltaTable.forPath(spark, uri)
         .alias("t")

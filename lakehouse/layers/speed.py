@@ -10,6 +10,7 @@ Its state lives in ``ops.stream_progress``, so a replayed batch sees exactly wha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import threading
 import time
@@ -46,7 +47,7 @@ from lakehouse.layers.seen_ids import IdLookup, SeenIdIndex
 from lakehouse.location import Location, Scheme
 from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
-from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables, partition_columns
+from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.faults import check_checkpoint, drop_abandoned_first_offsets, drop_unplanned_file_entries
 from lakehouse.storage.log import log_glob
@@ -189,8 +190,7 @@ class SpeedLayer:
         if query_id:
             self._query_started.set()
         self._planner = BatchPlanner(settings, pipeline, self.tables, self.watermark_delay, self.allowed_lateness)
-        speed_partitions = partition_columns(self.tables.speed.uri(settings), settings)
-        self._writer = BatchWriter(settings, pipeline, self.tables, self.watermark_delay, speed_partitions)
+        self._writer = BatchWriter(settings, pipeline, self.tables, self.watermark_delay)
         self._last_committed: CommittedBatch | None = None
         self._pane_state: CarriedState | None = None
         self._seen_ids: CarriedState | None = None
@@ -378,9 +378,6 @@ class BatchWriter:
     pipeline: Pipeline
     tables: PipelineTables
     watermark_delay: str
-    # As the speed table's log records them: a table created before it was partitioned by window
-    # keeps the window_date partitions it was created with, and its MERGEs are bounded by those.
-    speed_partitions: tuple[str, ...]
 
     def append_events(self, batch: MicroBatch, fates: DataFrame) -> dict[str, int]:
         """Bronze (accepted events) and quarantine, each appended once per batch, whatever the replays;
@@ -482,7 +479,9 @@ class BatchWriter:
             value_columns=[*self.pipeline.metric_names, "last_batch_id", "updated_at"],
             delete_when="is_retraction",
             transaction=(batch.app_id, batch.batch_id),
-            target_rows=merge_bound(emitted, self.speed_partitions),
+            # By the partitions the table has: one created before it was partitioned by the window's
+            # hour keeps the window_date partitions it was created with.
+            target_rows=functools.partial(merge_bound, emitted),
             settings=settings,
         )
 
@@ -505,9 +504,10 @@ def merge_bound(panes, partition_columns: tuple[str, ...]) -> str | None:
     table's partition column, so that the MERGE reads and rewrites only the partitions of the panes'
     windows. A pane matches only rows with its own window_start, so the bound loses no match.
 
-    By window (``window_start``): the panes' windows themselves. By date (``window_date``, the
-    layout of tables created before the speed table was partitioned by window): the days they are
-    in. A table partitioned by neither is not bounded.
+    By hour (``window_hour``): the hours the panes' windows start in, each named (a session batch may
+    retract a session hours older than the rest). By date (``window_date``, the layout of a speed
+    table created before the hour's): the days they start on. A table partitioned by neither is
+    not bounded.
 
     Args:
         panes: the panes, an Arrow table with ``window_start``.
@@ -515,12 +515,12 @@ def merge_bound(panes, partition_columns: tuple[str, ...]) -> str | None:
     """
     import pyarrow.compute as pc
 
-    if "window_start" in partition_columns:
-        starts = sorted(pc.unique(panes["window_start"]).to_pylist())
-        return f"t.window_start IN ({', '.join(timestamp_sql(start) for start in starts)})"
+    starts = [_utc(start) for start in pc.unique(panes["window_start"]).to_pylist()]
+    if "window_hour" in partition_columns:
+        hours = sorted({start.replace(minute=0, second=0, microsecond=0) for start in starts})
+        return f"t.window_hour IN ({', '.join(map(timestamp_sql, hours))})"
     if "window_date" in partition_columns:
-        first, last = (value.as_py() for value in pc.min_max(panes["window_start"]).values())
-        return f"t.window_date BETWEEN DATE '{_utc(first).date()}' AND DATE '{_utc(last).date()}'"
+        return f"t.window_date BETWEEN DATE '{min(starts).date()}' AND DATE '{max(starts).date()}'"
     return None
 
 
