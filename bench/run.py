@@ -1,6 +1,6 @@
 """``python -m bench [--smoke] [--only SUITES]``: run, save, summarise.
 
-SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_growth, orchestration,
+SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_growth, speed_merge, orchestration,
 throughput, freshness, sql_latency, topology.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import backfill, history, orchestration, recovery, sql_latency, stream, topology
+from bench import backfill, history, orchestration, recovery, speed_merge, sql_latency, stream, topology
 from bench.data import DataSet, ensure_log, ensure_tables
 from bench.service import SharedService
 
@@ -35,6 +35,7 @@ SUITES = (
     "growth",
     "correction",
     "speed_growth",
+    "speed_merge",
     "orchestration",
     "throughput",
     "freshness",
@@ -66,6 +67,8 @@ class Plan:
     orchestration_sides: tuple[str, ...] = ()  # all of them
     speed_held_days: tuple[int, int] = (1, 30)  # days of windows in __speed while the stream runs
     speed_growth_batches: int = 4
+    speed_merge_rows: tuple[int, ...] = (1_000_000, 10_000_000)  # rows in the day of __speed a MERGE goes into
+    speed_merge_panes: int = 10_000
     sql_points: int = 20  # one-window lookups on the serving view, and aggregates over its whole day
     sql_aggregates: int = 5
     sql_cli_queries: int | None = None  # all of them
@@ -82,6 +85,7 @@ class Plan:
             orchestration_hours=int(env.get("BENCH_ORCHESTRATION_HOURS", "24")),
             backfill_jobs=_subset(env, "BENCH_BACKFILL_JOBS"),
             orchestration_sides=_subset(env, "BENCH_ORCHESTRATION_SIDES"),
+            speed_merge_rows=tuple(map(int, _subset(env, "BENCH_SPEED_MERGE_ROWS"))) or cls.speed_merge_rows,
         )
 
     @classmethod
@@ -105,6 +109,8 @@ class Plan:
             orchestration_hours=1,
             speed_held_days=(1, 2),
             speed_growth_batches=1,
+            speed_merge_rows=(20_000,),
+            speed_merge_panes=300,
             sql_points=1,
             sql_aggregates=1,
             sql_cli_queries=1,  # a JVM per query: the aggregate only
@@ -225,6 +231,8 @@ def _batch_figures(results: dict, add) -> None:
         add("backfill 1 day vs 1 hour (linear: 24)", median["backfill_1d"], median["backfill_1h"], "~24")
         add("audit 1 day vs 1 hour (linear: 24)", median["audit_1d"], median["audit_1h"], "~24")
     _speed_growth_figures(results, add)
+    if "speed_merge" in results:
+        speed_merge.figures(results["speed_merge"], add)
     if "orchestration" in results:
         jobs, hours = results["orchestration"]["jobs"], results["orchestration"]["hours"]
         one_job = jobs["one_job"]["seconds"]["median"]
@@ -350,6 +358,9 @@ def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: 
         "correction": lambda: backfill.correction(spark, correction_data(spark, plan), plan.runs),
         "speed_growth": lambda: stream.speed_growth(
             spark, data, plan.runs, plan.speed_held_days, plan.speed_growth_batches
+        ),
+        "speed_merge": lambda: speed_merge.speed_merge(
+            spark, speed_merge.MergePlan(plan.speed_merge_rows, plan.runs, plan.speed_merge_panes)
         ),
         "orchestration": lambda: orchestration.orchestration(
             spark, data, served, plan.runs, plan.orchestration_hours, plan.orchestration_sides

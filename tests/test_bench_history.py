@@ -92,3 +92,38 @@ def test_the_recorded_history_is_one_well_formed_object_a_line():
         assert line["commit"] is None or len(line["commit"]) == 40, line
         assert line["value"] is not None or line["ratio"] is not None, line
     assert [line["date"] for line in lines] == sorted(line["date"] for line in lines)
+
+
+def _layout(merge_s: float, mib_rewritten: float, read_s: float) -> dict:
+    def seconds(value):
+        return {"median": value, "min": value, "max": value, "runs": 3}
+
+    return {"merge_s": seconds(merge_s), "mib_rewritten": mib_rewritten, "read_s": seconds(read_s)}
+
+
+def test_the_speed_tables_layouts_are_each_set_against_the_day_partitions_under_their_size():
+    from bench.speed_merge import history_lines
+
+    results = {
+        "panes": 10_000,
+        "window_minutes": 5,
+        "load_average_at_start": [9.0, 10.7, 11.1],
+        "load_average_at_end": [6.8, 8.9, 10.4],
+        "sizes": {
+            "1000000": {"by_date": _layout(3.0, 2.0, 5.0), "by_hour": _layout(0.6, 0.1, 6.0)},
+            "10000000": {"by_date": _layout(15.0, 40.0, 2.0), "by_hour": _layout(0.75, 2.5, 2.5)},
+        },
+    }
+
+    lines = history_lines(results, "0123abcd", runs=3)
+
+    assert [(line["metric"], line["ratio"], line["events"]) for line in lines] == [
+        ("speed MERGE of 10,000 panes, by_hour vs by_date, a day of 1M rows", 0.2, 1_000_000),
+        ("speed MERGE's data files rewritten, by_hour vs by_date, a day of 1M rows", 0.05, 1_000_000),
+        ("a day's read of the speed table, by_hour vs by_date, a day of 1M rows", 1.2, 1_000_000),
+        ("speed MERGE of 10,000 panes, by_hour vs by_date, a day of 10M rows", 0.05, 10_000_000),
+        ("speed MERGE's data files rewritten, by_hour vs by_date, a day of 10M rows", 0.062, 10_000_000),
+        ("a day's read of the speed table, by_hour vs by_date, a day of 10M rows", 1.25, 10_000_000),
+    ]
+    assert {line["suite"] for line in lines} == {"speed_merge"} and {line["commit"] for line in lines} == {"0123abcd"}
+    assert lines[0]["note"].endswith("load average at start 9.0, 10.7, 11.1; load average at end 6.8, 8.9, 10.4")

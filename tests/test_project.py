@@ -108,6 +108,10 @@ def test_a_declared_pipeline_reads_as_declared(tmp_path):
         ),
         (("  readings: count", "  readings: median"), "pipelines/sensors.yaml:9: metrics.readings: unknown kind"),
         (("{max: celsius}", "{count: celcius}"), "pipelines/sensors.yaml:12: metrics.warmest.count: 'celcius' is not"),
+        (  # the speed table's partition column
+            ("  readings: count", "  window_hour: count"),
+            "pipelines/sensors.yaml:9: metrics.window_hour: 'window_hour' is already a key or a column",
+        ),
     ],
 )
 def test_check_names_the_file_line_and_field_of_each_error(tmp_path, change, expected):

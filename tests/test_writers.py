@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import threading
 import time
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from pyspark.sql import functions as F
@@ -12,9 +14,9 @@ from pyspark.testing import assertDataFrameEqual
 
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.layers.batch import chunk_predicate, chunk_replacement
-from lakehouse.layers.speed import window_dates_of
+from lakehouse.layers.speed import merge_bound
 from lakehouse.location import local_path
-from lakehouse.storage.catalog import ensure_table, pipeline_tables
+from lakehouse.storage.catalog import BY_WINDOW_DATE, ensure_table, pipeline_tables
 from lakehouse.storage.writers import append_stamped_once, replace_rows, replace_where, upsert_once
 from tests.conftest import make_settings
 from tests.frames import inline_frame
@@ -24,19 +26,27 @@ TABLES = pipeline_tables(PIPELINE)
 GOLD = "window_start timestamp, window_end timestamp, team string, total_score long"
 PANES = GOLD + ", is_retraction boolean"
 DAY = datetime(2026, 1, 5)
-SPEED_COLUMNS = ["window_start", "window_end", "team", "total_score", "window_date"]
+SPEED_COLUMNS = ["window_start", "window_end", "team", "total_score", "window_hour"]
+# A speed table as the catalog created it before it was partitioned by the window's hour.
+BY_DATE = dataclasses.replace(TABLES.speed, **BY_WINDOW_DATE)
 
 
 def hour(h: int) -> datetime:
     return DAY + timedelta(hours=h)
 
 
-def _speed_table(spark, home, hours: range) -> str:
-    """``gold.team_scores__speed`` holding two teams' hourly windows, as the catalog creates it."""
+def _speed_table(spark, home, hours: range, minutes: int = 60) -> str:
+    """``gold.team_scores__speed`` holding two teams' windows of ``minutes`` from each hour of
+    ``hours`` to the next, as the catalog creates it."""
     settings = make_settings(home)
     ensure_table(TABLES.speed, settings)
     uri = TABLES.speed.uri(settings)
-    rows = [(hour(h), hour(h + 1), team, 10 * h) for h in hours for team in ("red", "blue")]
+    starts = [hour(h) + timedelta(minutes=m) for h in hours for m in range(0, 60, minutes)]
+    rows = [
+        (start, start + timedelta(minutes=minutes), team, 10 * start.hour)
+        for start in starts
+        for team in ("red", "blue")
+    ]
     inline_frame(spark, GOLD, rows).write.format("delta").mode("append").save(uri)
     return uri
 
@@ -54,7 +64,7 @@ def _upsert(panes, uri: str, version: int, bounded: bool = True) -> dict:
         value_columns=["total_score"],
         delete_when="is_retraction",
         transaction=("writer-test", version),
-        target_rows=window_dates_of(rows) if bounded else None,
+        target_rows=functools.partial(merge_bound, rows) if bounded else None,
     )
     return DeltaTable(uri.removeprefix("file:")).history(1)[0].get("operationMetrics", {})
 
@@ -63,7 +73,7 @@ def _speed_rows(spark, uri: str):
     return spark.read.format("delta").load(uri).select(*SPEED_COLUMNS)
 
 
-def test_an_upsert_bounded_by_its_rows_window_dates_sets_the_same_rows_as_an_unbounded_one(spark, tmp_path):
+def test_an_upsert_bounded_by_its_rows_hours_sets_the_same_rows_as_an_unbounded_one(spark, tmp_path):
     # An old window and new ones; teams updated, added and retracted.
     panes = inline_frame(
         spark,
@@ -83,19 +93,66 @@ def test_an_upsert_bounded_by_its_rows_window_dates_sets_the_same_rows_as_an_unb
 
     assertDataFrameEqual(tables[True], tables[False])
     assert tables[True].count() == 6 * 2 - 1 + 2
-    assert tables[True].where(F.col("window_date") != F.to_date("window_start")).count() == 0
+    assert tables[True].where(F.col("window_hour") != F.date_trunc("HOUR", "window_start")).count() == 0
 
 
-def test_a_micro_batch_upsert_rewrites_only_the_day_of_the_windows_it_changes(spark, tmp_path):
-    # Three days held; the stream updates a window of the last one. Before the gold tables were
-    # partitioned by window date, this MERGE copied every row of the table, every batch.
-    uri = _speed_table(spark, tmp_path, range(72))
-    panes = inline_frame(spark, PANES, [(hour(71), hour(72), "red", 99, False)])
+def test_a_micro_batch_upsert_rewrites_only_the_hours_of_the_windows_it_changes(spark, tmp_path):
+    # Four hours of 20-minute windows held; the stream updates the newest and opens the next
+    # hour's first. By date, this MERGE copied every other row of the day (23), batch after batch.
+    uri = _speed_table(spark, tmp_path, range(4), minutes=20)
+    panes = [
+        (hour(3) + timedelta(minutes=40), hour(4), "red", 99, False),
+        (hour(4), hour(4) + timedelta(minutes=20), "red", 5, False),
+    ]
 
-    metrics = _upsert(panes, uri, version=1)
+    metrics = _upsert(inline_frame(spark, PANES, panes), uri, version=1)
 
-    assert (metrics["num_target_rows_updated"], metrics["num_target_rows_copied"]) == (1, 24 * 2 - 1)
-    assert _speed_rows(spark, uri).where("total_score = 99").first()["window_date"] == (DAY + timedelta(days=2)).date()
+    # Hour 3's file alone: its five other rows copied, one updated; hour 4's row inserted.
+    assert (metrics["num_target_files_removed"], metrics["num_target_rows_copied"]) == (1, 5)
+    assert (metrics["num_target_rows_updated"], metrics["num_target_rows_inserted"]) == (1, 1)
+    written = _speed_rows(spark, uri).where("total_score IN (99, 5)").collect()
+    assert sorted(row.window_hour for row in written) == [hour(3), hour(4)]
+
+
+def test_a_speed_table_created_by_date_keeps_its_layout_and_the_streams_merge_is_bounded_by_its_days(spark, tmp_path):
+    from deltalake import DeltaTable
+
+    from lakehouse.layers.speed import SpeedLayer
+    from tests.test_dedupe import scores
+
+    settings = make_settings(tmp_path / "home")
+    ensure_table(BY_DATE, settings)  # as the catalog created __speed before
+    layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
+    layer.process_batch(scores(spark, 0, ("a", "12:00:10"), ("b", "12:03:20")), 0)
+
+    table = DeltaTable(local_path(TABLES.speed.uri(settings)).as_posix())
+    assert table.metadata().partition_columns == ["window_date"]
+    merge = table.history(1)[0]
+    assert merge["operation"] == "MERGE", merge
+    predicate = merge["operationParameters"]["mergePredicate"]  # as delta-rs renders it
+    assert "t.window_date" in predicate and "window_hour" not in predicate, predicate
+    speed = spark.read.format("delta").load(TABLES.speed.uri(settings))
+    rows = speed.select("window_start", "team", "total_score", "window_date").collect()
+    assert sorted(tuple(row) for row in rows) == [
+        (datetime(2026, 1, 5, 12, 0), "red", 3, DAY.date()),
+        (datetime(2026, 1, 5, 12, 2), "red", 3, DAY.date()),
+    ]
+
+
+def test_a_merge_is_bounded_by_the_hours_its_panes_start_in_or_their_days_on_a_table_by_date():
+    import pyarrow as pa
+
+    # As Spark hands the panes over: instants in UTC.
+    starts = [hour(23) + timedelta(minutes=58), hour(3) + timedelta(minutes=5), hour(23)]
+    panes = pa.table(
+        {"window_start": pa.array([start.replace(tzinfo=UTC) for start in starts], pa.timestamp("us", "UTC"))}
+    )
+
+    assert merge_bound(panes, ("window_hour",)) == (
+        "t.window_hour IN (TIMESTAMP '2026-01-05T03:00:00', TIMESTAMP '2026-01-05T23:00:00')"
+    )
+    assert merge_bound(panes, ("window_date",)) == "t.window_date BETWEEN DATE '2026-01-05' AND DATE '2026-01-05'"
+    assert merge_bound(panes, ()) is None
 
 
 def test_a_replacement_of_a_range_writes_the_window_date_of_its_rows(spark, tmp_path):
@@ -144,8 +201,8 @@ def test_a_table_only_delta_rs_commits_to_is_checkpointed_every_ten_commits_as_s
     assert _speed_rows(spark, uri).where("team = 'red' AND total_score = 9").count() == 1
 
 
-def test_a_read_of_a_window_range_is_pruned_to_the_days_it_covers(spark, tmp_path):
-    # Audits and the serving view filter on window_start; Delta derives the window_date partition
+def test_a_read_of_a_window_range_is_pruned_to_the_hours_it_covers(spark, tmp_path):
+    # Audits and the serving view filter on window_start; Delta derives the window_hour partition
     # filter from the generated column's expression.
     uri = _speed_table(spark, tmp_path, range(72))
 
@@ -155,7 +212,7 @@ def test_a_read_of_a_window_range_is_pruned_to_the_days_it_covers(spark, tmp_pat
     ).first()[0]
 
     partition_filters = [line for line in plan.splitlines() if "PartitionFilters" in line]
-    assert partition_filters and all("window_date" in line for line in partition_filters), plan
+    assert partition_filters and all("window_hour" in line for line in partition_filters), plan
 
 
 def _compaction_during(spark, uri: str, gates, write) -> None:
@@ -212,10 +269,13 @@ def _gated(frame, column: str, gates):
     return frame.withColumn(column, hold(column))
 
 
-def _two_files_in_a_day(spark, tmp_path) -> str:
+HALF_PAST = hour(0) + timedelta(minutes=30)
+
+
+def _two_files_in_an_hour(spark, tmp_path) -> str:
     uri = _speed_table(spark, tmp_path / "home", range(0, 2))
-    # A second file in the same day, so that the compaction has files to merge.
-    inline_frame(spark, GOLD, [(hour(2), hour(3), "red", 20)]).write.format("delta").mode("append").save(uri)
+    # A second file in the first hour's partition, so that the compaction has files to merge there.
+    inline_frame(spark, GOLD, [(HALF_PAST, hour(1), "red", 20)]).write.format("delta").mode("append").save(uri)
     return uri
 
 
@@ -231,7 +291,7 @@ def test_a_merge_that_loses_its_commit_to_a_concurrent_compaction_runs_again_and
     import deltalake
     from delta.tables import DeltaTable
 
-    uri = _two_files_in_a_day(spark, tmp_path)
+    uri = _two_files_in_an_hour(spark, tmp_path)
     compactions = []
 
     class CompactedMeanwhile(deltalake.DeltaTable):
@@ -251,7 +311,7 @@ def test_a_merge_that_loses_its_commit_to_a_concurrent_compaction_runs_again_and
         (hour(0), hour(1), "blue", 0),
         (hour(1), hour(2), "red", 10),
         (hour(1), hour(2), "blue", 10),
-        (hour(2), hour(3), "red", 20),
+        (HALF_PAST, hour(1), "red", 20),
     ]
     assertDataFrameEqual(
         spark.read.format("delta").load(uri).select(*SPEED_COLUMNS[:4]), inline_frame(spark, GOLD, expected)
@@ -263,18 +323,18 @@ def test_a_replacement_that_loses_its_commit_to_a_concurrent_compaction_runs_aga
     spark, tmp_path, caplog
 ):
     # The same race for the batch layer's replaceWhere, with Delta's own conflict detection.
-    uri = _two_files_in_a_day(spark, tmp_path)
+    uri = _two_files_in_an_hour(spark, tmp_path)
     gates = (tmp_path / "write-started", tmp_path / "compacted")
     rows = _gated(inline_frame(spark, GOLD, [(hour(0), hour(1), "red", 99)]), "total_score", gates)
-    day = f"window_start >= '{hour(0)}' AND window_start < '{hour(1)}'"
+    first_window = f"window_start >= '{hour(0)}' AND window_start < '{HALF_PAST}'"
 
-    _compaction_during(spark, uri, gates, lambda: replace_where(rows, uri, day))
+    _compaction_during(spark, uri, gates, lambda: replace_where(rows, uri, first_window))
 
     assert any("lost a commit race" in record.getMessage() for record in caplog.records), (
         "the compaction did not commit inside the write: the test proved nothing"
     )
     expected = [(hour(0), hour(1), "red", 99), (hour(1), hour(2), "red", 10), (hour(1), hour(2), "blue", 10)]
-    expected.append((hour(2), hour(3), "red", 20))
+    expected.append((HALF_PAST, hour(1), "red", 20))
     assertDataFrameEqual(
         spark.read.format("delta").load(uri).select(*SPEED_COLUMNS[:4]), inline_frame(spark, GOLD, expected)
     )
@@ -448,7 +508,7 @@ def test_a_table_created_through_delta_rs_is_the_table_spark_would_have_created(
     ensure_table(TABLES.speed, settings)
     uri = TABLES.speed.uri(settings)
     detail = spark.sql(f"DESCRIBE DETAIL delta.`{uri}`").first()
-    assert detail["partitionColumns"] == ["window_date"]
+    assert detail["partitionColumns"] == ["window_hour"]
     assert detail["properties"] == {**CHECKPOINT_EVERY_10_COMMITS, **CHANGE_DATA_FEED}
     table = spark.read.format("delta").load(uri)
     assert [(f.name, f.dataType) for f in table.schema.fields] == [
@@ -456,7 +516,7 @@ def test_a_table_created_through_delta_rs_is_the_table_spark_would_have_created(
         *((name, kind) for name, kind, _ in TABLES.speed.generated),
     ]
     inline_frame(spark, GOLD, [(hour(30), hour(31), "red", 5)]).write.format("delta").mode("append").save(uri)
-    assert _speed_rows(spark, uri).first()["window_date"] == (DAY + timedelta(days=1)).date()
+    assert _speed_rows(spark, uri).first()["window_hour"] == hour(30)
     assert spark.sql(f"SELECT * FROM table_changes('delta.`{uri}`', 1)").count() == 1
 
 

@@ -10,6 +10,7 @@ Its state lives in ``ops.stream_progress``, so a replayed batch sees exactly wha
 from __future__ import annotations
 
 import dataclasses
+import functools
 import sys
 import threading
 import time
@@ -478,7 +479,9 @@ class BatchWriter:
             value_columns=[*self.pipeline.metric_names, "last_batch_id", "updated_at"],
             delete_when="is_retraction",
             transaction=(batch.app_id, batch.batch_id),
-            target_rows=window_dates_of(emitted),
+            # By the partitions the table has: one created before it was partitioned by the window's
+            # hour keeps the window_date partitions it was created with.
+            target_rows=functools.partial(merge_bound, emitted),
             settings=settings,
         )
 
@@ -496,21 +499,41 @@ class BatchWriter:
         )
 
 
-def window_dates_of(panes) -> str:
-    """A condition on ``__speed`` (alias ``t``) that holds for every row a pane can match: the
-    window dates of the panes' windows. A window matches only rows with its own window_start, so
-    it loses no match, and the MERGE reads and rewrites only the days these windows are in."""
+def merge_bound(panes, partition_columns: tuple[str, ...]) -> str | None:
+    """A condition on ``__speed`` (alias ``t``) that holds for every row a pane can match, on the
+    table's partition column, so that the MERGE reads and rewrites only the partitions of the panes'
+    windows. A pane matches only rows with its own window_start, so the bound loses no match.
+
+    By hour (``window_hour``): the hours the panes' windows start in, each named (a session batch may
+    retract a session hours older than the rest). By date (``window_date``, the layout of a speed
+    table created before the hour's): the days they start on. A table partitioned by neither is
+    not bounded.
+
+    Args:
+        panes: the panes, an Arrow table with ``window_start``.
+        partition_columns: the speed table's partition columns, as its log records them.
+    """
     import pyarrow.compute as pc
 
-    first, last = (value.as_py() for value in pc.min_max(panes["window_start"]).values())
-    return f"t.window_date BETWEEN DATE '{_utc_date(first)}' AND DATE '{_utc_date(last)}'"
+    starts = [_utc(start) for start in pc.unique(panes["window_start"]).to_pylist()]
+    if "window_hour" in partition_columns:
+        hours = sorted({start.replace(minute=0, second=0, microsecond=0) for start in starts})
+        return f"t.window_hour IN ({', '.join(map(timestamp_sql, hours))})"
+    if "window_date" in partition_columns:
+        return f"t.window_date BETWEEN DATE '{min(starts).date()}' AND DATE '{max(starts).date()}'"
+    return None
 
 
-def _utc_date(moment: datetime) -> str:
-    """The date of ``moment`` in UTC, the session time zone the ``window_date`` column is cast in."""
+def timestamp_sql(moment: datetime) -> str:
+    """``moment`` as a delta-rs SQL timestamp literal, in UTC (the zone a naive one is read in)."""
+    return f"TIMESTAMP '{_utc(moment).isoformat()}'"
+
+
+def _utc(moment: datetime) -> datetime:
+    """``moment`` as a naive UTC datetime: the session time zone the partition values are written in."""
     if moment.tzinfo is not None:
-        moment = moment.astimezone(UTC)
-    return moment.date().isoformat()
+        moment = moment.astimezone(UTC).replace(tzinfo=None)
+    return moment
 
 
 def run_speed_layer(

@@ -10,7 +10,16 @@ from lakehouse.project.yaml_source import YamlSource
 from lakehouse.vocabulary import FieldKind, MetricKind
 
 # Columns every gold table has besides keys and metrics, and the view's own.
-RESERVED_COLUMNS = ("window_start", "window_end", "window_date", "source", "is_final", "updated_at", "run_id")
+RESERVED_COLUMNS = (
+    "window_start",
+    "window_end",
+    "window_date",
+    "window_hour",
+    "source",
+    "is_final",
+    "updated_at",
+    "run_id",
+)
 # The row-level GX expectation types a raw-events suite may hold (lakehouse.dataflow.pipelines.row_rules).
 ROW_RULE_TYPES = (
     "expect_column_values_to_be_between",

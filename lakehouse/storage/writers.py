@@ -142,7 +142,7 @@ def upsert_once(
     value_columns: list[str],
     delete_when: str,
     transaction: tuple[str, int],
-    target_rows: str | None = None,
+    target_rows: Callable[[tuple[str, ...]], str | None] | None = None,
     settings: Settings | None = None,
 ) -> None:
     """Set the table's rows to ``rows`` (an Arrow table, matched on ``match_columns``), once per
@@ -161,9 +161,10 @@ def upsert_once(
         value_columns: the columns set from ``rows``.
         delete_when: a boolean column of ``rows``: true deletes the matched row instead.
         transaction: the writer's id and the write's number (Delta's ``txnAppId`` and ``txnVersion``).
-        target_rows: a SQL condition on alias ``t`` bounding the target rows the MERGE reads, so
-            that it skips the files (partitions) holding none. It must hold for every target row
-            that matches some row of ``rows``, or that row would be inserted a second time.
+        target_rows: given the table's partition columns, as the snapshot each attempt merges into
+            records them, a SQL condition on alias ``t`` bounding the target rows the MERGE reads,
+            so that it skips the partitions holding none (None: no bound). It must hold for every
+            target row that matches some row of ``rows``, or that row would be inserted a second time.
         settings: where the table's store is (None: this process's settings).
     """
     from deltalake import CommitProperties, DeltaTable, Transaction
@@ -172,7 +173,7 @@ def upsert_once(
 
     location, options = delta_rs_location(uri, settings, writes=True)
     app_id, version = transaction
-    condition = " AND ".join([*(f"t.{c} = s.{c}" for c in match_columns), *([target_rows] if target_rows else [])])
+    matched = [f"t.{c} = s.{c}" for c in match_columns]
 
     def execute() -> None:
         # Opened per attempt, so that a retry merges into the table as it is now.
@@ -181,6 +182,8 @@ def upsert_once(
         if done is not None and done >= version:
             return
         source = as_table_types(rows, table)
+        bound = target_rows(tuple(table.metadata().partition_columns)) if target_rows else None
+        condition = " AND ".join([*matched, *([bound] if bound else [])])
         (
             table.merge(
                 source,
