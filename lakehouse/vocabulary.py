@@ -98,6 +98,14 @@ class AuditTarget(StrEnum):
     SERVING = "serving"
 
 
+class AuditUnit(StrEnum):
+    """What one verdict of an audit is about: a closed (window, key) of fixed windows, or a group of
+    overlapping sessions of one key (lakehouse.audit.sessions)."""
+
+    WINDOW_ROWS = "(window, key) rows"
+    SESSION_GROUPS = "session groups"
+
+
 class AuditMode(StrEnum):
     """How much an audit compares: every closed window of its range, or only those changed since
     the last audit's pins."""
