@@ -121,6 +121,14 @@ def refusal(settings: Settings, principal: str, errors: list) -> LakehouseError 
 
 
 def not_authorized(settings: Settings, principal: str, action: str, topic: str) -> LakehouseError:
+    """The one line of a topic the principal may not use as it means to.
+
+    Args:
+        settings: the brokers and the client's credentials.
+        principal: the principal of the client's role.
+        action: what it meant to do (read, write).
+        topic: the topic's full name.
+    """
     return LakehouseError(
         f"Kafka at {settings.kafka_bootstrap} does not let {_who(settings, principal)} {action} topic {topic}"
     )
