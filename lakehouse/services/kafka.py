@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import base64
 import dataclasses
-import secrets
 import subprocess
 import uuid
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
+from lakehouse.services import kafka_access
 from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
 from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK, PROJECT_ROOT, Settings
 from lakehouse.storage import kafka_auth
@@ -105,10 +105,7 @@ class BrokerFiles:
 
     def admin_password(self) -> str:
         """The admin's password: generated once with the other principals' (lakehouse.storage.kafka_auth)."""
-        passwords = kafka_auth.saved_passwords(self.credentials)
-        if kafka_auth.ADMIN not in passwords:
-            kafka_auth.save_passwords(self.credentials, {**passwords, kafka_auth.ADMIN: secrets.token_urlsafe(24)})
-        return kafka_auth.saved_passwords(self.credentials)[kafka_auth.ADMIN]
+        return kafka_access.ensure_passwords(self.credentials, [kafka_auth.ADMIN])[kafka_auth.ADMIN]
 
     def write_configuration(self, host: str, port: int, controller_port: int) -> None:
         data = self.folder / "data"
@@ -231,8 +228,6 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
 def _granted(settings: Settings, report: dict) -> dict:
     """The status, once the principals and topics of the settings' prefix are set up, with what a
     client needs: the credentials file and each role's principal (never a password)."""
-    from lakehouse.services import kafka_access
-
     return {**report, **kafka_access.grant(settings, report["bootstrap"])}
 
 

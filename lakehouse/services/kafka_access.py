@@ -10,6 +10,7 @@ admin, a super user, creates the topics with the log's retention; no other princ
 from __future__ import annotations
 
 import secrets
+from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import KAFKA_CREDENTIALS, Settings
@@ -31,9 +32,8 @@ def principals(topics: list[str]) -> list[str]:
     return [kafka_auth.READER, *(kafka_auth.producer(topic) for topic in topics)]
 
 
-def ensure_passwords(settings: Settings, names: list[str]) -> dict[str, str]:
-    """Each principal's password from the home's credentials file, generated once for a new one."""
-    file = settings.kafka_dir() / KAFKA_CREDENTIALS
+def ensure_passwords(file: Path, names: list[str]) -> dict[str, str]:
+    """Each principal's password from the broker's credentials file, generated once for a new one."""
     passwords = kafka_auth.saved_passwords(file)
     missing = {name: secrets.token_urlsafe(24) for name in names if name not in passwords}
     if missing:
@@ -81,11 +81,12 @@ def _wait(futures, what: str) -> None:
 
 def grant(settings: Settings, bootstrap: str) -> dict:
     """The principals' credentials, ACLs and topics on the broker at ``bootstrap``, as its admin;
-    idempotent. Returns what a client needs: the credentials file and each role's principal."""
+    idempotent. Returns what a client needs: the variables that point it at the broker and its
+    credentials file, and each role's principal."""
     from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
-    topics = project_topics(settings)
-    passwords = ensure_passwords(settings, principals(topics))
+    topics, credentials = project_topics(settings), settings.kafka_dir() / KAFKA_CREDENTIALS
+    passwords = ensure_passwords(credentials, principals(topics))
     as_admin = settings.replace(kafka_bootstrap=bootstrap, kafka_user="", kafka_password="", kafka_credentials="")
     admin = AdminClient(kafka_auth.client_config(as_admin, kafka_auth.ADMIN))
     scram = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
@@ -96,7 +97,8 @@ def grant(settings: Settings, bootstrap: str) -> dict:
     for topic in topics:
         create_topic(as_admin, topic, kafka_auth.ADMIN)
     return {
-        "credentials": str(settings.kafka_dir() / KAFKA_CREDENTIALS),
+        "credentials": str(credentials),
+        "variables": {"LAKEHOUSE_KAFKA_BOOTSTRAP": bootstrap, "LAKEHOUSE_KAFKA_CREDENTIALS": str(credentials)},
         "reader": kafka_auth.READER,
         "producers": {names[topic]: kafka_auth.producer(topic) for topic in topics},
     }
