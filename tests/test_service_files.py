@@ -170,3 +170,12 @@ def test_a_client_takes_its_roles_principal_from_the_credentials_file_or_the_one
     with pytest.raises(LakehouseError, match="^no password for Kafka user someone: set LAKEHOUSE_KAFKA_PASSWORD"):
         kafka_auth.identity(settings.replace(kafka_user="someone"), kafka_auth.READER)
     assert "kafka_password" not in repr(settings.replace(kafka_password="secret"))
+
+
+def test_a_broker_home_set_up_before_logins_is_refused_rather_than_left_open(tmp_path):
+    settings = _settings(tmp_path)
+    files = kafka.BrokerFiles(settings.kafka_dir())
+    files.folder.mkdir(parents=True)
+    files.properties.write_text("listeners=PLAINTEXT://127.0.0.1:9092\n")
+    with pytest.raises(LakehouseError, match=r"^this home's broker \(.*\) lets any client in: stop it"):
+        kafka.start(settings)

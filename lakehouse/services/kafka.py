@@ -129,6 +129,7 @@ class BrokerFiles:
             "auto.create.topics.enable": "false",
         }
         self.properties.touch(mode=0o600)  # it holds the admin's password
+        self.properties.chmod(0o600)
         self.properties.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
         write_json(self.folder / "ports.json", {"host": host, "port": port, "controller_port": controller_port})
 
@@ -203,10 +204,11 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     its port answers."""
     from lakehouse.storage.java import check_java
 
+    files = BrokerFiles(settings.kafka_dir())
+    _refuse_unauthenticated(files)
     already = status(settings)
     if already["up"]:
         return _granted(settings, already)
-    files = BrokerFiles(settings.kafka_dir())
     files.process.refuse_if_running("lakehouse kafka stop")
     if files.ports() is not None and settings.bind_address != files.host():
         raise LakehouseError(
@@ -223,6 +225,16 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
         refuse_taken(taken, "choose another home", host)
     command = _java(jars, f"-Dkafka.logs.dir={files.folder}", "kafka.Kafka", str(files.properties))
     return _granted(settings, files.process.start(command, lambda: status(settings), wait_seconds))
+
+
+def _refuse_unauthenticated(files: BrokerFiles) -> None:
+    """A home whose broker was formatted before clients authenticated has no admin credential in its
+    metadata, which only a format adds: it cannot be given logins in place."""
+    if files.properties.is_file() and "authorizer.class.name" not in files.properties.read_text():
+        raise LakehouseError(
+            f"this home's broker ({files.folder}) lets any client in: stop it (`lakehouse kafka stop`), archive its "
+            f"topics (`lakehouse archive`) and remove {files.folder}; the next start sets it up with logins and ACLs"
+        )
 
 
 def _granted(settings: Settings, report: dict) -> dict:
