@@ -60,6 +60,7 @@ _TEXT_FIELDS = (
     "driver_memory",
     "ivy_dir",
     "metastore_password",
+    "kafka_password",
     "max_bytes_per_trigger",
     "metrics_port",
     "alert_for",
@@ -76,6 +77,8 @@ _NAMED_VARIABLES = (
     "LAKEHOUSE_SPARK_PACKAGES",
     "LAKEHOUSE_PIPELINES",
 )
+# The file in the broker's folder (Paths.kafka_dir) with its principals' passwords.
+KAFKA_CREDENTIALS = "credentials.json"
 _SIZE = re.compile(r"^(\d+)\s*([kmg]?)b?$", re.IGNORECASE)
 
 
@@ -99,6 +102,8 @@ _STRIPPED_FIELDS = (
     "spark_remote_token",
     "kafka_bootstrap",
     "kafka_topic_prefix",
+    "kafka_user",
+    "kafka_credentials",
     "s3_endpoint",
     "s3_commits",
     "s3_commit_table",
@@ -275,6 +280,12 @@ class Services:
     kafka_topic_prefix: str = ""
     # The port of the broker `lakehouse kafka start` runs on loopback (0: any free one).
     kafka_port: int = 9092
+    # Who a Kafka client is (SASL/SCRAM-SHA-512; lakehouse.storage.kafka_auth): this user and password
+    # for every client of the process; unset, each client's role's principal from the credentials file
+    # (empty: the home's broker's, kafka/credentials.json); with neither, no authentication.
+    kafka_user: str = ""
+    kafka_password: str = dataclasses.field(default="", repr=False)
+    kafka_credentials: str = ""
     # The master port of the standalone cluster `lakehouse cluster start` runs (0: any free one).
     cluster_port: int = 7077
     # The S3 API of s3a:// locations, its keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; unset: those
@@ -326,6 +337,10 @@ class Services:
 
     def kafka_topic(self, pipeline_topic: str) -> str:
         return f"{self.kafka_topic_prefix}{pipeline_topic}"
+
+    def kafka_credentials_file(self) -> Path:
+        """The Kafka principals' passwords: the setting's file, or this home's broker's."""
+        return Path(self.kafka_credentials) if self.kafka_credentials else self.kafka_dir() / KAFKA_CREDENTIALS
 
 
 # Each group its own record, so that one reads as what it tunes; Settings has every field of each

@@ -10,11 +10,12 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from lakehouse.errors import LakehouseError
-from lakehouse.services import cluster, kafka
+from lakehouse.services import cluster, kafka, kafka_access
 from lakehouse.services.process import claim_port, saved_port
 from lakehouse.services.spark_service import ServiceState, _service_environment, connect_url, status
 from lakehouse.serving.server import endpoint_confs, hive_site
 from lakehouse.settings import Settings
+from lakehouse.storage import kafka_auth
 
 
 def _settings(tmp_path, **env) -> Settings:
@@ -116,7 +117,65 @@ def test_a_kafka_broker_set_up_on_one_address_is_found_there_and_refuses_to_star
     files.folder.mkdir(parents=True)
     files.write_configuration(ELSEWHERE, 9092, 9093)
     properties = dict(line.split("=", 1) for line in files.properties.read_text().splitlines())
-    assert properties["listeners"] == f"PLAINTEXT://{ELSEWHERE}:9092,CONTROLLER://{ELSEWHERE}:9093"
+    assert properties["listeners"] == f"SASL_PLAINTEXT://{ELSEWHERE}:9092,CONTROLLER://{ELSEWHERE}:9093"
     assert properties["controller.quorum.bootstrap.servers"] == f"{ELSEWHERE}:9093"
     with pytest.raises(LakehouseError, match=f"set up on {ELSEWHERE}: set LAKEHOUSE_BIND_ADDRESS={ELSEWHERE}$"):
+        kafka.start(settings)
+
+
+def test_the_kafka_broker_authenticates_every_client_and_grants_nothing_by_default(tmp_path):
+    files = kafka.BrokerFiles(tmp_path / "kafka")
+    files.folder.mkdir()
+    files.write_configuration("127.0.0.1", 9092, 9093)
+    properties = dict(line.split("=", 1) for line in files.properties.read_text().splitlines())
+    assert properties["listener.security.protocol.map"] == "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"
+    assert properties["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert properties["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert (properties["allow.everyone.if.no.acl.found"], properties["super.users"]) == (
+        "false",
+        "User:lakehouse-admin",
+    )
+    # The admin's password, in the configuration and the credentials file, readable by their owner alone.
+    password = kafka_auth.saved_passwords(files.credentials)[kafka_auth.ADMIN]
+    assert f'password="{password}"' in properties["listener.name.controller.plain.sasl.jaas.config"]
+    assert {oct(path.stat().st_mode & 0o777) for path in (files.credentials, files.properties)} == {"0o600"}
+    files.write_configuration("127.0.0.1", 9092, 9093)  # a later start keeps the password
+    assert kafka_auth.saved_passwords(files.credentials)[kafka_auth.ADMIN] == password
+
+
+def test_each_producer_may_write_its_own_topic_alone_and_the_reader_nothing():
+    grants = kafka_access.acl_grants({"tolls": "prod.tolls", "scores": "prod.scores"})
+    allowed = {(principal, resource, name, operation) for principal, resource, _, name, operation in grants}
+    producer = kafka_auth.producer("tolls")
+    assert {(n, o) for p, r, n, o in allowed if p == producer} == {("prod.tolls", "WRITE"), ("prod.tolls", "DESCRIBE")}
+    reader = {(r, n, o) for p, r, n, o in allowed if p == kafka_auth.READER}
+    assert {o for _, _, o in reader} == {"READ", "DESCRIBE"}
+    assert {n for r, n, _ in reader if r == "TOPIC"} == {"prod.tolls", "prod.scores"}
+    assert {n for r, n, _ in reader if r == "GROUP"} == {kafka_auth.GROUP_PREFIX}
+    assert not [grant for grant in grants if grant[4] in ("CREATE", "ALTER", "DELETE")]
+
+
+def test_a_client_takes_its_roles_principal_from_the_credentials_file_or_the_one_user_set(tmp_path):
+    file = tmp_path / "credentials.json"
+    kafka_auth.save_passwords(file, {kafka_auth.READER: "r", kafka_auth.producer("tolls"): "p"})
+    settings = _settings(tmp_path, LAKEHOUSE_KAFKA_CREDENTIALS=str(file), LAKEHOUSE_KAFKA_BOOTSTRAP="k:9092")
+    assert kafka_auth.identity(settings, kafka_auth.producer("tolls")) == (kafka_auth.producer("tolls"), "p")
+    as_reader = settings.replace(kafka_user=kafka_auth.READER)
+    assert kafka_auth.identity(as_reader, kafka_auth.producer("tolls")) == (kafka_auth.READER, "r")
+    options = kafka_auth.spark_options(settings)
+    assert options["kafka.sasl.jaas.config"].endswith(f'username="{kafka_auth.READER}" password="r";')
+    assert options["groupIdPrefix"].startswith(kafka_auth.GROUP_PREFIX)
+    assert kafka_auth.identity(_settings(tmp_path), kafka_auth.READER) is None  # no file: no authentication
+    assert "sasl.username" not in kafka_auth.client_config(_settings(tmp_path), kafka_auth.READER)
+    with pytest.raises(LakehouseError, match="^no password for Kafka user someone: set LAKEHOUSE_KAFKA_PASSWORD"):
+        kafka_auth.identity(settings.replace(kafka_user="someone"), kafka_auth.READER)
+    assert "kafka_password" not in repr(settings.replace(kafka_password="secret"))
+
+
+def test_a_broker_home_set_up_before_logins_is_refused_rather_than_left_open(tmp_path):
+    settings = _settings(tmp_path)
+    files = kafka.BrokerFiles(settings.kafka_dir())
+    files.folder.mkdir(parents=True)
+    files.properties.write_text("listeners=PLAINTEXT://127.0.0.1:9092\n")
+    with pytest.raises(LakehouseError, match=r"^this home's broker \(.*\) lets any client in: stop it"):
         kafka.start(settings)
