@@ -10,6 +10,7 @@ import base64
 import contextlib
 import json
 import os
+import re
 import shlex
 import signal
 import subprocess
@@ -277,6 +278,26 @@ def test_a_wrong_or_unknown_password_gets_no_token_and_says_so(live):
             "POST", "/auth/token", {"username": username, "password": password}, auth=False
         )
         assert (status, json.loads(detail)["detail"]) == (401, "Invalid credentials"), (username, status, detail)
+
+
+def test_the_directory_shows_its_people_no_password_and_strangers_nothing(live):
+    """The test directory's access rules: a signed-in person reads the people and their groups but
+    no password, and an anonymous client reads nothing."""
+    import ldap
+
+    uri = re.search(r"AUTH_LDAP_SERVER = '([^']+)'", (AIRFLOW_HOME / "webserver_config.py").read_text())[1]
+    people = "ou=people,dc=lakehouse,dc=test"
+    vera = ldap.initialize(uri)
+    vera.simple_bind_s(f"uid=vera,{people}", directory_passwords()["vera"])
+    found = vera.search_s(people, ldap.SCOPE_ONELEVEL, "(uid=*)", ["uid", "memberOf", "userPassword"])
+    assert {entry["uid"][0].decode(): entry["memberOf"][0].decode().split(",")[0] for _, entry in found} == {
+        "ada": "cn=airflow-admins",
+        "otto": "cn=airflow-operators",
+        "vera": "cn=airflow-viewers",
+    }
+    assert not any("userPassword" in entry for _, entry in found)
+    with pytest.raises(ldap.NO_SUCH_OBJECT):
+        ldap.initialize(uri).search_s(people, ldap.SCOPE_ONELEVEL, "(uid=*)")
 
 
 def resigned(token: str, key: str, **claims) -> str:

@@ -154,7 +154,14 @@ def write_private(path: Path, text: str) -> None:
 
 def prepare_directory(data_dir: Path, base_dn: str, passwords_file: Path, admin_password: str) -> dict[str, str]:
     """Write slapd.conf and the test directory's LDIF under ``data_dir`` (both mode 600); return the
-    people's passwords generated now."""
+    people's passwords generated now.
+
+    Args:
+        data_dir: the directory's folder; slapd's database goes in its ``db/``.
+        base_dn: the directory's suffix, e.g. ``dc=lakehouse,dc=test``.
+        passwords_file: the people's passwords (JSON, mode 600); missing ones are generated.
+        admin_password: the password of ``cn=admin,<base_dn>``, which loads the people and groups.
+    """
     (data_dir / "db").mkdir(parents=True, exist_ok=True)
     new = generate_missing_passwords(passwords_file, list(DIRECTORY_PEOPLE))
     passwords = json.loads(passwords_file.read_text())
