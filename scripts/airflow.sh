@@ -156,11 +156,11 @@ auth() { PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -m lak
 # the people's passwords it generated.
 start_directory() {
     [ -x /usr/sbin/slapd ] || bash "$ROOT/scripts/system-deps.sh" >&2
-    # shellcheck disable=SC1090
     # A home made before the directory existed lacks its administrator's password: add it.
     if ! grep -q '^LDAP_ADMIN_PASSWORD=' "$SECRETS"; then
         ( umask 077; echo "LDAP_ADMIN_PASSWORD='$("$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(24))')'" >> "$SECRETS" )
     fi
+    # shellcheck disable=SC1090
     source "$SECRETS"
     mkdir -p "$DIRECTORY"
     local secret="$DIRECTORY/admin.secret" fresh=0
@@ -268,6 +268,8 @@ wait_for_api() {
 
 start() {
     [ -x "$VENV/bin/airflow" ] || { echo "run 'make setup' first" >&2; exit 1; }
+    # A misspelt AIRFLOW_LOGIN stops here, before anything starts.
+    auth check-login "$LOGIN" || exit 2
     mkdir -p "$RUN" "$LOGS"
     generate_secrets
     write_env

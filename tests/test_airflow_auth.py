@@ -66,6 +66,14 @@ def test_the_directory_holds_salted_hashes_and_adds_people_before_the_groups_nam
     assert last_person < ldif.index("dn: cn=airflow-admins,") and ssha("x") != ssha("x")
 
 
-def test_an_unknown_command_is_refused_with_exit_2(capsys):
+def test_a_misspelt_login_or_an_unknown_command_is_refused_with_exit_2_and_writes_nothing(tmp_path, capsys):
+    config = tmp_path / "webserver_config.py"
+    assert main(["check-login", "ldap"]) == 2
+    assert main(["webserver-config", str(config), "ldap", "ldap://127.0.0.1:3389", BASE_DN]) == 2
     assert main(["frobnicate"]) == 2
-    assert capsys.readouterr().err.startswith("lakehouse: error: unknown command 'frobnicate'")
+    assert capsys.readouterr().err.splitlines() == [
+        "lakehouse: error: AIRFLOW_LOGIN='ldap': use database or directory",
+        "lakehouse: error: AIRFLOW_LOGIN='ldap': use database or directory",
+        "lakehouse: error: unknown command 'frobnicate'",
+    ]
+    assert not config.exists() and main(["check-login", "directory"]) == 0

@@ -3,6 +3,7 @@ PostgreSQL, and the directory (LDAP) whose groups map onto the same roles.
 
 scripts/airflow.sh calls this module's commands (docs/airflow.md, "Who may do what"):
 
+    python -m lakehouse.ops.airflow_auth check-login LOGIN        # database or directory, else exit 2
     python -m lakehouse.ops.airflow_auth passwords FILE USER...   # generate the missing passwords
     python -m lakehouse.ops.airflow_auth webserver-config FILE LOGIN LDAP_URI BASE_DN
     python -m lakehouse.ops.airflow_auth directory DIR BASE_DN PASSWORDS ADMIN_PASSWORD_FILE
@@ -22,6 +23,8 @@ import secrets
 import sys
 from enum import StrEnum
 from pathlib import Path
+
+from lakehouse.errors import LakehouseError
 
 
 class Login(StrEnum):
@@ -199,12 +202,20 @@ def print_new(new: dict[str, str], kept_in: Path) -> None:
         print(f"Generated {user} password (shown once; kept in {kept_in}): {password}")
 
 
-def main(argv: list[str]) -> int:
-    command, *args = argv
-    if command == "passwords":
+def parse_login(text: str) -> Login:
+    """AIRFLOW_LOGIN's value, or a clear error naming the values it may take."""
+    if text not in set(Login):
+        raise LakehouseError(f"AIRFLOW_LOGIN={text!r}: use {' or '.join(Login)}")
+    return Login(text)
+
+
+def run(command: str, args: list[str]) -> None:
+    if command == "check-login":
+        parse_login(args[0])
+    elif command == "passwords":
         print_new(generate_missing_passwords(Path(args[0]), args[1:]), Path(args[0]))
     elif command == "webserver-config":
-        write_private(Path(args[0]), webserver_config(Login(args[1]), args[2], args[3]))
+        write_private(Path(args[0]), webserver_config(parse_login(args[1]), args[2], args[3]))
     elif command == "directory":
         data_dir, base_dn, passwords_file, admin_password_file = args
         admin_password = Path(admin_password_file).read_text().strip()
@@ -214,7 +225,14 @@ def main(argv: list[str]) -> int:
     elif command == "users":
         print("\n".join(ensure_database_users(json.loads(Path(args[0]).read_text()))))
     else:
-        print(f"lakehouse: error: unknown command {command!r}", file=sys.stderr)
+        raise LakehouseError(f"unknown command {command!r}")
+
+
+def main(argv: list[str]) -> int:
+    try:
+        run(argv[0], argv[1:])
+    except LakehouseError as error:
+        print(f"lakehouse: error: {error}", file=sys.stderr)
         return 2
     return 0
 
