@@ -269,7 +269,7 @@ wait_for_api() {
 start() {
     [ -x "$VENV/bin/airflow" ] || { echo "run 'make setup' first" >&2; exit 1; }
     # A misspelt AIRFLOW_LOGIN stops here, before anything starts.
-    auth check-login "$LOGIN" || exit 2
+    auth check-login "$LOGIN"
     mkdir -p "$RUN" "$LOGS"
     generate_secrets
     write_env
