@@ -9,6 +9,10 @@
 #                                   # wheel on PyPI and compiles against libldap and libsasl's headers
 set -Eeuo pipefail
 trap 'echo "scripts/system-deps.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
+# `make test` runs the build's and the tests' installs at once (setup and system-deps in parallel):
+# one at a time, as apt-get fails at once on a lock another holds. Each then looks at what is missing.
+exec 9> "${TMPDIR:-/tmp}/lakehouse-system-deps.lock"
+flock 9
 missing=()
 [ -f /usr/include/ldap.h ] || missing+=(libldap2-dev)
 [ -f /usr/include/sasl/sasl.h ] || missing+=(libsasl2-dev)
