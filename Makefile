@@ -21,6 +21,7 @@ define show_failure
 endef
 
 $(PACKAGES_STAMP): requirements.lock pyproject.toml
+	@bash scripts/system-deps.sh build
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(VENV)/bin/uv pip sync --quiet --compile-bytecode --python $(VENV)/bin/python requirements.lock
@@ -112,7 +113,8 @@ clean:
 	rm -rf $(VENV) .cache .lakehouse .pytest_cache test-artifacts
 
 # --- Airflow (local, on PostgreSQL): see README "Orchestration with Airflow" ---
-# PostgreSQL for Airflow's metadata and Chromium for the UI tests, from Debian packages if absent.
+# PostgreSQL for Airflow's metadata, Chromium for the UI tests, slapd for the directory login's tests,
+# from Debian packages if absent (scripts/system-deps.sh says which and why).
 system-deps:
 	@bash scripts/system-deps.sh
 
