@@ -98,37 +98,46 @@ def lines(folder: Path, name: str, suffix: str) -> list[str]:
     return (folder / f"{name}.{suffix}").read_text().splitlines()
 
 
+@pytest.fixture(params=["local", pytest.param("s3", marks=pytest.mark.services)])
+def store(request, tmp_path) -> dict[str, str]:
+    """Where the tables are: the variables of a home's own folder ({}), or of a warehouse on the
+    project's S3 server (its bucket's folder for this test alone)."""
+    if request.param == "local":
+        return {}
+    return {**request.getfixturevalue("object_store_env"), "LAKEHOUSE_WAREHOUSE_URI": f"s3a://exit-codes/{tmp_path.name}"}
+
+
 @pytest.fixture
-def drained(tmp_path) -> Settings:
-    settings = make_settings(tmp_path / "home")
+def drained(tmp_path, store) -> Settings:
+    settings = make_settings(tmp_path / "home", **store)
     drained_skewed_stream(settings, datetime.now(UTC))
     return settings
 
 
-def test_health_of_a_drained_stream_exits_0_every_time(tmp_path, drained):
-    assert run_loop(tmp_path, drained, "health", ["health", "--pipeline", SKEWED.name]) == {"exit 0": RUNS}
+def test_health_of_a_drained_stream_exits_0_every_time(tmp_path, drained, store):
+    assert run_loop(tmp_path, drained, "health", ["health", "--pipeline", SKEWED.name], store) == {"exit 0": RUNS}
     healthy = lines(tmp_path, "health", "out")
     assert len(healthy) == RUNS and all(f"{SKEWED.name} is healthy" in line for line in healthy)
     assert lines(tmp_path, "health", "err") == []
 
 
-def test_status_of_a_drained_stream_exits_0_every_time(tmp_path, drained):
-    assert run_loop(tmp_path, drained, "status", ["status", "--pipeline", SKEWED.name]) == {"exit 0": RUNS}
+def test_status_of_a_drained_stream_exits_0_every_time(tmp_path, drained, store):
+    assert run_loop(tmp_path, drained, "status", ["status", "--pipeline", SKEWED.name], store) == {"exit 0": RUNS}
     assert sum(line.strip().startswith("booth-3") for line in lines(tmp_path, "status", "out")) == RUNS
     assert lines(tmp_path, "status", "err") == []
 
 
 @pytest.fixture
-def bridges(tmp_path) -> Settings:
+def bridges(tmp_path, store) -> Settings:
     """dim.bridges with one version of bridge-01, from 2026-01-05."""
-    settings = make_settings(tmp_path / "home")
+    settings = make_settings(tmp_path / "home", **store)
     apply_change_file(settings, get_dimension("bridges"), change_log(tmp_path / "first.jsonl", FIRST))
     return settings
 
 
-def test_dim_apply_refusing_to_rewrite_a_version_exits_2_every_time(tmp_path, bridges):
+def test_dim_apply_refusing_to_rewrite_a_version_exits_2_every_time(tmp_path, bridges, store):
     rewrite = change_log(tmp_path / "rewrite.jsonl", FIRST, region="north", zone="n1")
-    assert run_loop(tmp_path, bridges, "refused", ["dim", "apply", str(rewrite)]) == {"exit 2": RUNS}
+    assert run_loop(tmp_path, bridges, "refused", ["dim", "apply", str(rewrite)], store) == {"exit 2": RUNS}
     refusal = (
         "lakehouse: error: dim.bridges: bridge-01 already has a version from 2026-01-05T00:00:00Z with other "
         "region, zone; versions are never rewritten: send a change with a later valid_from"
@@ -137,11 +146,11 @@ def test_dim_apply_refusing_to_rewrite_a_version_exits_2_every_time(tmp_path, br
     assert lines(tmp_path, "refused", "out") == []
 
 
-def test_dim_apply_applying_a_change_exits_0_every_time(tmp_path, bridges):
+def test_dim_apply_applying_a_change_exits_0_every_time(tmp_path, bridges, store):
     for run in range(RUNS):
         change_log(tmp_path / f"move-{run}.jsonl", FIRST + timedelta(hours=run + 1), zone=f"s{run}")
     argv = ["dim", "apply", str(tmp_path / "move-{i}.jsonl")]
-    assert run_loop(tmp_path, bridges, "applied", argv) == {"exit 0": RUNS}
+    assert run_loop(tmp_path, bridges, "applied", argv, store) == {"exit 0": RUNS}
     assert lines(tmp_path, "applied", "out") == [
         f"dim.bridges: 1 change(s) applied, 0 already present; version {run + 1}" for run in range(RUNS)
     ]
