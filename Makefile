@@ -88,7 +88,7 @@ bench: setup
 # tables and checkpoints on the project's S3 server (CHAOS_S3_KILLS kills; chaos-s3.json), and the
 # four jobs and a second backfill racing there with no kill, CHAOS_RACE_ROUNDS times
 # (chaos-race-s3.json). Then each JVM-free command 1,000 times through the CLI's exit, on local
-# tables and on tables in the project's S3 server (tests/test_exit_codes.py; CI runs 200 and 40).
+# tables and on tables in the project's S3 server (tests/test_exit_codes.py; CI runs 200 and 15).
 # Then two Spark drivers racing 100 commits each to one s3a:// table, and Spark against delta-rs,
 # through each of Spark's S3 log stores: conditional writes, DynamoDB, single-driver
 # (tests/s3_commit_race.py; COMMIT_RACE_ROUNDS, COMMIT_RACES; figures in test-artifacts/s3_commits.json).

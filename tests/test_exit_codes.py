@@ -28,7 +28,7 @@ RUNS = int(os.environ.get("LAKEHOUSE_EXIT_RUNS", "200"))
 # The runs of each loop on tables in S3, where a run costs several requests to the store. Before
 # ops_tables._dataset read S3 tables through Arrow's S3 client, these loops aborted in 14 runs of
 # 200 (dim apply's refusal), 3 (status) and none of health's or dim apply's success.
-S3_RUNS = int(os.environ.get("LAKEHOUSE_EXIT_S3_RUNS", "40"))
+S3_RUNS = int(os.environ.get("LAKEHOUSE_EXIT_S3_RUNS", "15"))
 SKEWED = get_pipeline("toll_traffic_corrected_clocks")
 FERRY = {"bridge_id": "bridge-01", "name": "Ferry", "region": "south", "zone": "s1"}
 FIRST = datetime(2026, 1, 5, tzinfo=UTC)
