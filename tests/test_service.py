@@ -26,6 +26,7 @@ from lakehouse.location import local_path
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import CORRECTIONS, DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
 from lakehouse.storage.ops_tables import read_rows
+from lakehouse.vocabulary import JOBS_USER, QueryOutcome, Role, SqlEndpoint
 from tests.airflow_env import airflow_env, migrate_scratch_db
 from tests.conftest import make_settings
 from tests.frames import inline_frame
@@ -70,6 +71,7 @@ def service(spark, tmp_path_factory):
         "LAKEHOUSE_CONNECT_PORT": str(free_port()),
         "LAKEHOUSE_THRIFT_PORT": str(free_port()),
     }
+    env |= _logins(env, home)
     try:
         started = time.monotonic()
         out = lakehouse(env, "serve", timeout=400)
@@ -81,19 +83,60 @@ def service(spark, tmp_path_factory):
         subprocess.run([script, "stop"], env=postgres, capture_output=True, timeout=120)
 
 
+ANALYST, OPERATOR = "ana", "ops"
+
+
+def _logins(env, home: Path) -> dict[str, str]:
+    """Every client of the module logs in as an analyst (LAKEHOUSE_SQL_USER, _PASSWORD, and a password
+    file for beeline); an operator's password is kept for the query log's tests."""
+    added = {}
+    for name, role in ((ANALYST, Role.ANALYST), (OPERATOR, Role.OPERATOR)):
+        out = lakehouse(env, "users", "add", name, "--role", role)
+        assert out.returncode == 0, out.stderr
+        added[name] = out.stdout.splitlines()[-1]
+    password_file = home / "analyst.password"
+    password_file.touch(mode=0o600)
+    password_file.write_text(added[ANALYST])
+    return {
+        "LAKEHOUSE_SQL_USER": ANALYST,
+        "LAKEHOUSE_SQL_PASSWORD": added[ANALYST],
+        "TEST_PASSWORD_FILE": str(password_file),
+        "TEST_OPERATOR_PASSWORD": added[OPERATOR],
+    }
+
+
+def as_operator(env) -> dict[str, str]:
+    return {**env, "LAKEHOUSE_SQL_USER": OPERATOR, "LAKEHOUSE_SQL_PASSWORD": env["TEST_OPERATOR_PASSWORD"]}
+
+
+def connect_client(env) -> tuple[str, dict[str, str]]:
+    """A Connect client's URL and environment, logged in as the analyst the way a notebook is: the user
+    and token from SPARK_USER and SPARK_CONNECT_AUTHENTICATE_TOKEN, to "localhost" (gRPC sends a token
+    without TLS there only)."""
+    login = {"SPARK_USER": env["LAKEHOUSE_SQL_USER"], "SPARK_CONNECT_AUTHENTICATE_TOKEN": env["LAKEHOUSE_SQL_PASSWORD"]}
+    return f"sc://localhost:{env['LAKEHOUSE_CONNECT_PORT']}", {**env, **login}
+
+
+def connect_line(env, url: str) -> str:
+    """beeline's !connect as the analyst, for a script file (a password there is in no command line)."""
+    return f"!connect {url} {env['LAKEHOUSE_SQL_USER']} {env['LAKEHOUSE_SQL_PASSWORD']}"
+
+
 def lakehouse(env, *args, timeout=180) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "lakehouse.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
-def beeline(env, statement: str, *options: str) -> subprocess.CompletedProcess:
-    """A fresh JDBC client: beeline and the Hive JDBC driver from pyspark's JARs."""
+def beeline(env, statement: str, *options: str, login: bool = True) -> subprocess.CompletedProcess:
+    """A fresh JDBC client: beeline and the Hive JDBC driver from pyspark's JARs, logged in as the
+    analyst, its password read from a file (-w), not the command line."""
     from pyspark.find_spark_home import _find_spark_home
 
     jars = Path(_find_spark_home()) / "jars" / "*"
     url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
     command = ["java", "-cp", str(jars), "org.apache.hive.beeline.BeeLine", "-u", url, "--silent=true"]
+    command += ["-n", env["LAKEHOUSE_SQL_USER"], "-w", env["TEST_PASSWORD_FILE"]] if login else []
     command += ["--outputformat=csv2", *options, *(["-e", statement] if statement else [])]
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
@@ -162,9 +205,9 @@ def test_a_spark_connect_client_reads_the_serving_view(service):
         "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate();"
         "print(s.table('gold.toll_traffic').groupBy('source').count().orderBy('source').collect())"
     )
-    url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+    url, client = connect_client(env)
 
-    out = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", script, url], env=client, capture_output=True, text=True, timeout=120)
 
     assert out.stdout.strip() == "[Row(source='batch', count=1), Row(source='speed', count=2)]", out.stderr
 
@@ -184,11 +227,13 @@ def test_every_way_in_refuses_a_write_and_the_table_keeps_its_version(service):
         "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate();"
         "s.range(1).write.format('delta').mode('append').saveAsTable('gold.toll_traffic__speed')"
     )
-    url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+    url, client = connect_client(env)
 
     jdbc = beeline(env, update)
     cli = lakehouse(env, "sql", update)
-    connect = subprocess.run([sys.executable, "-c", connect_write, url], capture_output=True, text=True, timeout=120)
+    connect = subprocess.run(
+        [sys.executable, "-c", connect_write, url], env=client, capture_output=True, text=True, timeout=120
+    )
 
     assert jdbc.returncode != 0 and "read-only: UpdateTable changes data" in jdbc.stderr + jdbc.stdout
     assert cli.returncode == 2 and cli.stderr.startswith("lakehouse: error: read-only: UpdateTable")
@@ -260,10 +305,11 @@ def test_no_analyst_code_runs_through_connect_and_every_catalog_call_answers(ser
     probe = tmp_path / "probe"
     probe.mkdir(mode=0o777)
     versions = _versions(settings)
-    url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+    url, client = connect_client(env)
 
     out = subprocess.run(
         [sys.executable, "-m", "tests.connect_probes", url, str(probe), elsewhere, tables.speed.uri(settings)],
+        env=client,
         capture_output=True,
         text=True,
         timeout=300,
@@ -304,9 +350,9 @@ def test_a_jdbc_url_sets_only_the_settings_a_read_only_session_may_set(service, 
     script = tmp_path / "connections.sql"
     # A URL's hive confs follow ?, its hive variables #: the Thrift server would set both in the session.
     script.write_text(
-        f"!connect {url}?{plugin} '' ''\n"
-        f"!connect {url}#{plugin} '' ''\n"
-        f"!connect {url}?spark.sql.session.timeZone=America/New_York '' ''\n"
+        f"{connect_line(env, f'{url}?{plugin}')}\n"
+        f"{connect_line(env, f'{url}#{plugin}')}\n"
+        f"{connect_line(env, f'{url}?spark.sql.session.timeZone=America/New_York')}\n"
         "SELECT current_timezone() AS zone;\n"
     )
 
@@ -440,7 +486,9 @@ def test_without_the_write_token_a_job_through_the_service_writes_nothing(servic
     wrong_token = lakehouse({**remote, "LAKEHOUSE_SPARK_REMOTE_TOKEN": "guessed"}, "backfill", *BACKFILL)
 
     assert no_token.returncode == 2 and "need its write token: set LAKEHOUSE_SPARK_REMOTE_TOKEN" in no_token.stderr
-    assert wrong_token.returncode == 2 and wrong_token.stderr.startswith("lakehouse: error: read-only: ")
+    assert wrong_token.returncode == 2 and wrong_token.stderr.startswith(
+        "lakehouse: error: not authenticated: unknown user or wrong password/token for user lakehouse-jobs"
+    )
     assert not (local_path(home.warehouse_uri) / "gold").exists()
 
 

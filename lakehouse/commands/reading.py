@@ -37,9 +37,9 @@ def _sql_session(settings: Settings):
             f"the Spark service at {url} asks who you are: set LAKEHOUSE_SQL_USER and LAKEHOUSE_SQL_PASSWORD "
             "(`lakehouse users add NAME` gives a password)"
         )
-    from lakehouse.storage.spark import connect_login
+    from lakehouse.storage.spark import connect_builder
 
-    return connect_login(url, settings.sql_user, settings.sql_password)
+    return connect_builder(url, settings.sql_user, settings.sql_password).getOrCreate()
 
 
 def cmd_sql(args, settings: Settings) -> None:

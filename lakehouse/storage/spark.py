@@ -267,8 +267,8 @@ WRITE_CHECK_VIEW = "lakehouse_write_check"
 _LOOPBACK_HOSTS = re.compile(r"^sc://(127\.0\.0\.1|\[::1\])(?=[:/]|$)")
 
 
-def connect_login(url: str, user: str, token: str):
-    """A Spark Connect session of the service at ``url``, logged in as ``user`` with ``token``: the
+def connect_builder(url: str, user: str, token: str):
+    """A Spark Connect session builder for the service at ``url``, logged in as ``user`` with ``token``: the
     service's interceptor checks the token, sent as a bearer token with every request, against the
     user the requests name. Both go in the channel's settings, not the URL, which the client may show.
     A service on another host needs TLS in front of it: the client sends a token nowhere else in clear."""
@@ -278,7 +278,7 @@ def connect_login(url: str, user: str, token: str):
     channel = DefaultChannelBuilder(_LOOPBACK_HOSTS.sub("sc://localhost", url))
     channel.set(DefaultChannelBuilder.PARAM_USER_ID, user)
     channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
-    return ConnectSession.builder.channelBuilder(channel).getOrCreate()
+    return ConnectSession.builder.channelBuilder(channel)
 
 
 def connect_session(settings: Settings):
@@ -296,7 +296,7 @@ def connect_session(settings: Settings):
             f"jobs through {settings.spark_remote} need its write token: set LAKEHOUSE_SPARK_REMOTE_TOKEN "
             f"(the service writes it to {token_file})"
         )
-    spark = connect_login(settings.spark_remote, JOBS_USER, token)
+    spark = connect_builder(settings.spark_remote, JOBS_USER, token).getOrCreate()
     # The token first: until a session presents it, the service lets it set only a few settings.
     for key, value in {WRITE_TOKEN_CONF: token, **session_sql_confs(settings)}.items():
         spark.conf.set(key, value)
