@@ -363,6 +363,141 @@ def test_a_jdbc_url_sets_only_the_settings_a_read_only_session_may_set(service, 
     assert csv_rows(out)[-2:] == ["zone", "America/New_York"], out.stdout[-2000:]
 
 
+def _query_log(settings) -> list[dict]:
+    """The query log's lines as the service wrote them, oldest first."""
+    files = sorted((settings.service_dir() / "query-log").glob("*.jsonl"))
+    return [json.loads(line) for file in files for line in file.read_text().splitlines()]
+
+
+def _refused_logins(lines: list[dict], endpoint: str) -> set[str]:
+    return {
+        line["user_name"]
+        for line in lines
+        if line["endpoint"] == endpoint and line["outcome"] == QueryOutcome.REFUSED and line["statement"] == ""
+    }
+
+
+def test_jdbc_refuses_a_login_without_the_users_own_password_and_logs_each_refusal(service, tmp_path):
+    env, settings, _ = service
+    url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    analysts = env["LAKEHOUSE_SQL_PASSWORD"]
+    versions, logged = _versions(settings), len(_query_log(settings))
+    script = tmp_path / "logins.sql"
+    # None; a wrong password; a name no one has; the analyst's password under the operator's name.
+    script.write_text(
+        f"!connect {url} '' ''\n!connect {url} {ANALYST} wrong-{analysts}\n!connect {url} nobody {analysts}\n"
+        f"!connect {url} {OPERATOR} {analysts}\nSELECT count(*) AS n FROM gold.toll_traffic;\n"
+    )
+
+    out = beeline(env, "", "--force=true", "-f", str(script), login=False)
+
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("Error: ")]
+    assert sum("Peer indicated failure: Error validating the login" in error for error in errors) == 4, errors
+    assert "No current connection" in out.stdout + out.stderr and not csv_rows(out)
+    refused = _query_log(settings)[logged:]
+    assert _refused_logins(refused, SqlEndpoint.JDBC) - {"", "anonymous"} == {ANALYST, "nobody", OPERATOR}
+    assert all(line["endpoint"] == SqlEndpoint.JDBC and line["outcome"] == QueryOutcome.REFUSED for line in refused)
+    assert _versions(settings) == versions
+
+
+def test_connect_refuses_a_request_without_its_users_own_token_and_logs_each_refusal(service):
+    env, settings, _ = service
+    url, _ = connect_client(env)
+    analysts = env["LAKEHOUSE_SQL_PASSWORD"]
+    attempts = {
+        "no token": [ANALYST, None],
+        "a forged token": [ANALYST, f"forged-{analysts}"],
+        "a name no one has": ["nobody", analysts],
+        "another user's token": [OPERATOR, analysts],
+        "the jobs' name without their token": [JOBS_USER, analysts],
+    }
+    versions, logged = _versions(settings), len(_query_log(settings))
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.connect_probes", "--logins", url],
+        input=json.dumps(attempts), capture_output=True, text=True, timeout=120, cwd=PROJECT,
+    )  # fmt: skip
+    cli = lakehouse({**env, "LAKEHOUSE_SQL_PASSWORD": f"wrong-{analysts}"}, "sql", "SELECT 1")
+
+    told = json.loads(out.stdout) if out.stdout.strip() else {}
+    expected = {
+        name: f"not authenticated: unknown user or wrong password/token for user {user}"
+        for name, (user, _) in attempts.items()
+    }
+    expected["no token"] = f"not authenticated: no password or token given for user {ANALYST}"
+    assert told and all(expected[name] in told[name] for name in attempts), told or out.stderr[-3000:]
+    assert cli.returncode == 2
+    assert (
+        cli.stderr == f"lakehouse: error: not authenticated: unknown user or wrong password/token for user {ANALYST}\n"
+    )
+    refused = _query_log(settings)[logged:]
+    assert _refused_logins(refused, SqlEndpoint.CONNECT) == {ANALYST, "nobody", OPERATOR, JOBS_USER}
+    assert all(line["outcome"] == QueryOutcome.REFUSED for line in refused)
+    assert _versions(settings) == versions
+
+
+def test_the_query_log_holds_each_statement_with_its_user_rows_and_outcome_and_an_operator_reads_it(service):
+    env, _, _ = service
+    tag = f"logged-{time.monotonic_ns()}"
+    read = f"SELECT bridge_id, '{tag}' AS tag FROM gold.toll_traffic"
+
+    jdbc = beeline(env, read)
+    cli = lakehouse(env, "sql", read)
+    refused = lakehouse(env, "sql", f"UPDATE gold.toll_traffic__speed SET bridge_id = '{tag}'")
+    failed = lakehouse(env, "sql", f"SELECT '{tag}' FROM gold.no_such_table")
+    columns = "user_name, endpoint, row_count, outcome, duration_ms >= 0 AND started_at IS NOT NULL AS timed"
+    log = f"SELECT {columns} FROM lakehouse.query_log WHERE statement LIKE '%{tag}%' ORDER BY started_at"
+    logged = lakehouse(as_operator(env), "sql", log, "--format", "json")
+
+    assert jdbc.returncode == 0 and cli.returncode == 0 and refused.returncode == 2 and failed.returncode == 2
+    ok, no = QueryOutcome.OK, QueryOutcome.REFUSED
+    assert json.loads(logged.stdout) == [
+        {"user_name": ANALYST, "endpoint": SqlEndpoint.JDBC, "row_count": 3, "outcome": ok, "timed": True},
+        {"user_name": ANALYST, "endpoint": SqlEndpoint.CONNECT, "row_count": 3, "outcome": ok, "timed": True},
+        {"user_name": ANALYST, "endpoint": SqlEndpoint.CONNECT, "row_count": 0, "outcome": no, "timed": True},
+        {
+            "user_name": ANALYST,
+            "endpoint": SqlEndpoint.CONNECT,
+            "row_count": 0,
+            "outcome": QueryOutcome.FAILED,
+            "timed": True,
+        },
+    ], logged.stderr
+
+
+def _process_environments(pid: int) -> str:
+    """The environment of a process and of its children (the service's driver and its JVM)."""
+    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout.split()
+    return "\n".join(Path(f"/proc/{p}/environ").read_bytes().decode(errors="replace") for p in [pid, *children])
+
+
+def test_no_password_or_token_shows_in_the_services_logs_its_environment_or_ps(service):
+    env, settings, _ = service
+    secrets = {
+        "the analyst's password": env["LAKEHOUSE_SQL_PASSWORD"],
+        "the operator's password": env["TEST_OPERATOR_PASSWORD"],
+        "the write token": (settings.service_dir() / "write-token").read_text().strip(),
+    }
+    query = [sys.executable, "-m", "lakehouse.cli", "sql", "SELECT count(*) FROM gold.toll_traffic"]
+    running = subprocess.Popen(query, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    listings = []
+    while running.poll() is None:  # every process's command line, while lakehouse sql runs
+        listings.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
+        time.sleep(0.2)
+
+    assert running.returncode == 0 and any("lakehouse.cli sql SELECT" in listing for listing in listings)
+    texts = {
+        "ps": "\n".join(listings),
+        "server.log": (settings.service_dir() / "server.log").read_text(errors="replace"),
+        "the query log": json.dumps(_query_log(settings)),
+        "the service's environment": _process_environments(
+            json.loads((settings.service_dir() / "state.json").read_text())["pid"]
+        ),
+    }
+    leaks = [(secret, where) for secret, value in secrets.items() for where, text in texts.items() if value in text]
+    assert not leaks
+
+
 def test_time_travel_and_the_change_feed_through_both_endpoints(service):
     env, _, _ = service
     as_of = "SELECT count(*) AS n FROM gold.toll_traffic__speed VERSION AS OF 1"

@@ -129,7 +129,9 @@ def service_confs(settings: Settings) -> dict[str, str]:
         # Javadoc says why); a compressed plan could not be, so clients are told not to compress.
         # The last one named runs first: ConnectLogins checks each request's user and token before
         # the gate judges it, and logs what both let through or refused.
-        "spark.connect.grpc.interceptor.classes": "lakehouse.serving.ReadOnlyConnectGate,lakehouse.serving.ConnectLogins",
+        "spark.connect.grpc.interceptor.classes": ",".join(
+            ["lakehouse.serving.ReadOnlyConnectGate", "lakehouse.serving.ConnectLogins"]
+        ),
         "spark.connect.session.planCompression.threshold": "-1",
         # SQL on files (json.`/path`) infers a file's schema, reading it, before the statement is
         # judged; a read-only session cannot turn it back on (SET is refused, and so is the conf

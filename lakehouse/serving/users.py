@@ -49,7 +49,9 @@ def hash_secret(secret: str, salt: bytes | None = None, iterations: int = ITERAT
 
 def secret_matches(stored: str, secret: str) -> bool:
     scheme, iterations, salt, _ = stored.split("$")
-    return scheme == HASH_SCHEME and hmac.compare_digest(stored, hash_secret(secret, base64.b64decode(salt), int(iterations)))
+    return scheme == HASH_SCHEME and hmac.compare_digest(
+        stored, hash_secret(secret, base64.b64decode(salt), int(iterations))
+    )
 
 
 def read_users(path: Path) -> dict[str, dict]:
@@ -101,4 +103,6 @@ def remove_user(path: Path, name: str) -> None:
 
 
 def list_users(path: Path) -> list[dict]:
-    return [{"name": name, "role": u["role"], "added_at": u["added_at"]} for name, u in sorted(read_users(path).items())]
+    return [
+        {"name": name, "role": u["role"], "added_at": u["added_at"]} for name, u in sorted(read_users(path).items())
+    ]

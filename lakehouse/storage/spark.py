@@ -285,7 +285,6 @@ def connect_session(settings: Settings):
     """A Spark Connect session of the service at ``settings.spark_remote``, set up as a job's: the
     session settings of a local one, and the write token that lets it write (the service's own file
     in this home when the settings give none)."""
-    from pyspark.sql import SparkSession
 
     token = settings.spark_remote_token
     token_file = settings.service_dir() / "write-token"
