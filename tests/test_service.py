@@ -436,7 +436,7 @@ def test_connect_refuses_a_request_without_its_users_own_token_and_logs_each_ref
     assert _versions(settings) == versions
 
 
-def test_the_query_log_holds_each_statement_with_its_user_rows_and_outcome_and_an_operator_reads_it(service):
+def test_the_query_log_holds_each_statement_with_its_user_rows_and_outcome_and_only_an_operator_reads_it(service):
     env, _, _ = service
     tag = f"logged-{time.monotonic_ns()}"
     read = f"SELECT bridge_id, '{tag}' AS tag FROM gold.toll_traffic"
@@ -448,8 +448,12 @@ def test_the_query_log_holds_each_statement_with_its_user_rows_and_outcome_and_a
     columns = "user_name, endpoint, row_count, outcome, duration_ms >= 0 AND started_at IS NOT NULL AS timed"
     log = f"SELECT {columns} FROM lakehouse.query_log WHERE statement LIKE '%{tag}%' ORDER BY started_at"
     logged = lakehouse(as_operator(env), "sql", log, "--format", "json")
+    by_analyst = {"jdbc": beeline(env, log), "connect": lakehouse(env, "sql", log)}
 
     assert jdbc.returncode == 0 and cli.returncode == 0 and refused.returncode == 2 and failed.returncode == 2
+    only_operators = f"read-only: lakehouse.query_log is read by operators only, and {ANALYST} is an analyst"
+    assert by_analyst["connect"].stderr == f"lakehouse: error: {only_operators}\n"
+    assert only_operators in by_analyst["jdbc"].stdout + by_analyst["jdbc"].stderr and not csv_rows(by_analyst["jdbc"])
     ok, no = QueryOutcome.OK, QueryOutcome.REFUSED
     assert json.loads(logged.stdout) == [
         {"user_name": ANALYST, "endpoint": SqlEndpoint.JDBC, "row_count": 3, "outcome": ok, "timed": True},

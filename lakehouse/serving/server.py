@@ -116,14 +116,10 @@ def endpoint_confs(settings: Settings) -> dict[str, str]:
     }
 
 
-def service_confs(settings: Settings) -> dict[str, str]:
-    """The Spark configuration that makes a session the service: both endpoints on its address, every
-    client session read-only, and the catalog in the metastore when there is one."""
-    class_path = [*delta_class_path(settings)]
-    staleness = parse_duration(settings.sql_staleness) // timedelta(milliseconds=1)
-    confs = {
-        "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
-        **endpoint_confs(settings),
+def client_confs() -> dict[str, str]:
+    """What a client may do: log in (the interceptors), then read only, with no file read but the
+    lakehouse's Delta tables and the query log."""
+    return {
         "spark.lakehouse.readOnly": "true",
         # Connect requests of read-only sessions are judged before they are planned (the gate's
         # Javadoc says why); a compressed plan could not be, so clients are told not to compress.
@@ -140,6 +136,18 @@ def service_confs(settings: Settings) -> dict[str, str]:
         # A session keeps no file listing of a catalog's file-based tables across queries: the query
         # log's table (its only one; the lakehouse's are Delta's) shows each line as soon as it is written.
         "spark.sql.filesourceTableRelationCacheSize": "0",
+    }
+
+
+def service_confs(settings: Settings) -> dict[str, str]:
+    """The Spark configuration that makes a session the service: both endpoints on its address, every
+    client session read-only, and the catalog in the metastore when there is one."""
+    class_path = [*delta_class_path(settings)]
+    staleness = parse_duration(settings.sql_staleness) // timedelta(milliseconds=1)
+    confs = {
+        "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
+        **endpoint_confs(settings),
+        **client_confs(),
         # Interactive queries over the gold tables (thousands of rows a day), where each task and
         # each adaptive re-planning costs more than the rows do. Measured side by side on the
         # latency bench's 25 queries over a day (bench/sql_latency.py): p50 0.75 s with 4 shuffle

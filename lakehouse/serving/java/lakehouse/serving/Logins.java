@@ -4,6 +4,8 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.security.MessageDigest;
 import java.util.List;
+import java.util.Map;
+import java.util.concurrent.ConcurrentHashMap;
 
 /**
  * Who may use the service's endpoints: the people of the users file (and any other {@link
@@ -15,6 +17,11 @@ public final class Logins {
   private static volatile List<CredentialCheck> checks = List.of();
   private static volatile String platformUser = "";
   private static volatile byte[] platformToken = new byte[0];
+  private static final Map<String, String> ROLES = new ConcurrentHashMap<>();
+
+  /** The role that reads the query log (lakehouse/vocabulary.py, Role.OPERATOR), and the jobs'. */
+  public static final String OPERATOR = "operator";
+  public static final String PLATFORM = "platform";
 
   private Logins() {}
 
@@ -41,17 +48,27 @@ public final class Logins {
     }
     if (user.equals(platformUser)) {
       if (platformToken.length > 0 && MessageDigest.isEqual(platformToken, secret.getBytes(StandardCharsets.UTF_8))) {
-        return "platform";
+        return remember(user, PLATFORM);
       }
     } else {
       for (CredentialCheck check : checks) {
         String role = check.roleOf(user, secret);
         if (role != null) {
-          return role;
+          return remember(user, role);
         }
       }
     }
     // One answer for an unknown user and a wrong secret: a refusal does not say which names exist.
     throw new LoginRefused("unknown user or wrong password/token for user " + user);
+  }
+
+  private static String remember(String user, String role) {
+    ROLES.put(user, role);
+    return role;
+  }
+
+  /** The role {@code user} last logged in with, or null: a session's user logged in to have one. */
+  static String loggedInRole(String user) {
+    return user == null ? null : ROLES.get(user);
   }
 }

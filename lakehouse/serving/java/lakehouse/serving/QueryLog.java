@@ -11,6 +11,7 @@ import java.nio.file.StandardOpenOption;
 import java.time.Instant;
 import java.time.ZoneOffset;
 import java.time.format.DateTimeFormatter;
+import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.execution.datasources.LogicalRelation;
 
 /**
@@ -52,6 +53,16 @@ public final class QueryLog {
     }
     URI location = relation.catalogTable().get().location();
     return "file".equals(location.getScheme()) && Path.of(location).equals(logs);
+  }
+
+  /** Throws unless the session's user may read the log: an operator's, or the platform's jobs'. */
+  static void checkReader(SparkSession session) {
+    String user = SessionUsers.userOf(session);
+    String role = Logins.loggedInRole(user);
+    if (!Logins.OPERATOR.equals(role) && !Logins.PLATFORM.equals(role)) {
+      String who = role == null ? "this session's user is not known" : user + " is an " + role;
+      throw ReadOnlyPlans.refused("lakehouse.query_log is read by operators only, and " + who);
+    }
   }
 
   /** The outcome of a statement that ended with {@code error} (null: none). */

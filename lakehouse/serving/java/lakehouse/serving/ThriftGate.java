@@ -43,6 +43,7 @@ final class ThriftGate extends ThriftBinaryCLIService {
     if (refused == null) {
       TOpenSessionResp opened = super.OpenSession(request);
       queries.opened(opened.getSessionHandle(), user);
+      SessionUsers.opened(cliService, opened.getSessionHandle(), user);
       return opened;
     }
     QueryLog.record(user, QueryLog.JDBC, "", started, 0, refused.getMessage());
