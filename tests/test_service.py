@@ -436,6 +436,33 @@ def test_connect_refuses_a_request_without_its_users_own_token_and_logs_each_ref
     assert _versions(settings) == versions
 
 
+def _loopback_name() -> str | None:
+    """A name of this machine that resolves to 127.0.0.1 (Debian's hosts file gives its host name so),
+    through which a client reaches the service as it reaches one on another host; None without one."""
+    name = socket.gethostname()
+    try:
+        return name if socket.gethostbyname(name) == "127.0.0.1" and name != "localhost" else None
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(_loopback_name() is None, reason="this machine's name does not resolve to 127.0.0.1")
+def test_lakehouse_sql_logs_in_to_a_service_named_by_another_host_name_and_a_wrong_password_is_refused(service):
+    env, _, _ = service
+    remote = {**env, "LAKEHOUSE_SQL_ROUTE": f"sc://{_loopback_name()}:{env['LAKEHOUSE_CONNECT_PORT']}"}
+    count = "SELECT count(*) AS n FROM gold.toll_traffic"
+
+    read = lakehouse(remote, "sql", count, "--format", "json")
+    wrong = lakehouse({**remote, "LAKEHOUSE_SQL_PASSWORD": "guessed"}, "sql", count)
+
+    assert json.loads(read.stdout or "null") == [{"n": 3}], read.stderr
+    assert wrong.returncode == 2
+    assert (
+        wrong.stderr
+        == f"lakehouse: error: not authenticated: unknown user or wrong password/token for user {ANALYST}\n"
+    )
+
+
 def test_the_query_log_holds_each_statement_with_its_user_rows_and_outcome_and_only_an_operator_reads_it(service):
     env, _, _ = service
     tag = f"logged-{time.monotonic_ns()}"

@@ -199,3 +199,14 @@ def test_lakehouse_sql_through_a_service_asks_for_a_user_and_password_before_con
 
     with pytest.raises(LakehouseError, match="set LAKEHOUSE_SQL_USER and LAKEHOUSE_SQL_PASSWORD"):
         _sql_session(settings)
+
+
+def test_a_connect_login_sends_its_token_as_call_credentials_on_loopback_and_as_a_header_elsewhere():
+    from lakehouse.storage.spark import connect_builder
+
+    local = connect_builder("sc://127.0.0.1:15002", "alice", "s3cret")._channel_builder
+    remote = connect_builder("sc://spark-service:15002", "alice", "s3cret")._channel_builder
+
+    assert (local.host, local.token, local.userId, dict(local.metadata())) == ("localhost", "s3cret", "alice", {})
+    assert (remote.host, remote.token, remote.secure) == ("spark-service", None, False)
+    assert dict(remote.metadata()) == {"authorization": "Bearer s3cret"}

@@ -262,22 +262,29 @@ WRITE_TOKEN_CONF = "spark.lakehouse.writeToken"
 WRITE_CHECK_VIEW = "lakehouse_write_check"
 
 
-# gRPC sends a bearer token over a channel without TLS to "localhost" only (the Spark Connect
-# client's local channel credentials): a loopback address is spelled so.
-_LOOPBACK_HOSTS = re.compile(r"^sc://(127\.0\.0\.1|\[::1\])(?=[:/]|$)")
+# The Connect client sends a token over a channel without TLS to "localhost" only (its local channel
+# credentials): a loopback address is spelled so.
+_LOOPBACK_HOSTS = re.compile(r"^sc://(127\.0\.0\.1|\[::1\]|localhost)(?=[:/]|$)")
 
 
 def connect_builder(url: str, user: str, token: str):
-    """A Spark Connect session builder for the service at ``url``, logged in as ``user`` with ``token``: the
-    service's interceptor checks the token, sent as a bearer token with every request, against the
-    user the requests name. Both go in the channel's settings, not the URL, which the client may show.
-    A service on another host needs TLS in front of it: the client sends a token nowhere else in clear."""
+    """A Spark Connect session builder for the service at ``url``, logged in as ``user`` with ``token``:
+    the service's interceptor checks the token, sent as a bearer token with every request, against
+    the user the requests name. Both go in the channel's settings, not the URL, which a client may show.
+
+    On loopback the token goes as the client's call credentials; to another host, where the client
+    would insist on TLS the service does not have, as the same ``authorization`` header on a plain
+    channel: in clear on that network, as a JDBC client's password is (docs/operations.md)."""
     from pyspark.sql.connect.client import DefaultChannelBuilder
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    local = _LOOPBACK_HOSTS.match(url)
     channel = DefaultChannelBuilder(_LOOPBACK_HOSTS.sub("sc://localhost", url))
     channel.set(DefaultChannelBuilder.PARAM_USER_ID, user)
-    channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
+    if local:
+        channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
+    else:
+        channel.set("authorization", f"Bearer {token}")
     return ConnectSession.builder.channelBuilder(channel)
 
 
