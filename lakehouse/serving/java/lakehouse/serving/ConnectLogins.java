@@ -4,7 +4,6 @@ import java.util.Map;
 import org.apache.spark.connect.proto.ExecutePlanRequest;
 import org.apache.spark.connect.proto.ExecutePlanResponse;
 import org.sparkproject.connect.grpc.ForwardingServerCall.SimpleForwardingServerCall;
-import org.sparkproject.connect.grpc.ForwardingServerCallListener.SimpleForwardingServerCallListener;
 import org.sparkproject.connect.grpc.Metadata;
 import org.sparkproject.connect.grpc.ServerCall;
 import org.sparkproject.connect.grpc.ServerCallHandler;
@@ -30,9 +29,7 @@ public final class ConnectLogins implements ServerInterceptor {
   public <Q, R> ServerCall.Listener<Q> interceptCall(ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next) {
     String token = bearer(headers.get(AUTHORIZATION));
     LoggedCall<Q, R> logged = new LoggedCall<>(call);
-    return new SimpleForwardingServerCallListener<Q>(next.startCall(logged, headers)) {
-      private boolean refused;
-
+    return new RefusableListener<Q>(next.startCall(logged, headers)) {
       @Override
       public void onMessage(Q request) {
         String user = refused ? null : userOf(request);
@@ -48,20 +45,6 @@ public final class ConnectLogins implements ServerInterceptor {
         if (!refused) {
           logged.starting(request, user);
           super.onMessage(request);
-        }
-      }
-
-      @Override
-      public void onHalfClose() {
-        if (!refused) {
-          super.onHalfClose();
-        }
-      }
-
-      @Override
-      public void onReady() {
-        if (!refused) {
-          super.onReady();
         }
       }
     };
