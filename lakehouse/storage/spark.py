@@ -278,6 +278,9 @@ def connect_builder(url: str, user: str, token: str):
     from pyspark.sql.connect.client import DefaultChannelBuilder
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
+    # What pyspark's own builder sets for a remote session: its helpers (a DDL string's schema, say)
+    # then ask the Connect session, not a local SparkContext there is none of.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
     local = _LOOPBACK_HOSTS.match(url)
     channel = DefaultChannelBuilder(_LOOPBACK_HOSTS.sub("sc://localhost", url))
     channel.set(DefaultChannelBuilder.PARAM_USER_ID, user)
