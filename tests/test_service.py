@@ -1,7 +1,8 @@
 """The Spark service (lakehouse serve) on real components: its JVM serving Spark Connect and the
 Thrift server, a Hive metastore in the PostgreSQL that scripts/airflow.sh runs, beeline from
 pyspark's JARs as the JDBC client, and the `lakehouse` CLI as a user runs it. One service for the
-module; the restart test comes last."""
+module, whose clients log in as an analyst the module adds (an operator reads the query log); the
+restart test comes last."""
 
 from __future__ import annotations
 
