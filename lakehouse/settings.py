@@ -61,6 +61,7 @@ _TEXT_FIELDS = (
     "ivy_dir",
     "metastore_password",
     "kafka_password",
+    "sql_password",
     "max_bytes_per_trigger",
     "metrics_port",
     "alert_for",
@@ -98,6 +99,7 @@ _STRIPPED_FIELDS = (
     "metastore_url",
     "metastore_user",
     "sql_route",
+    "sql_user",
     "spark_remote",
     "spark_remote_token",
     "kafka_bootstrap",
@@ -266,6 +268,10 @@ class Services:
     metastore_password: str = dataclasses.field(default="", repr=False)
     # auto: lakehouse sql goes through this home's service when it is up; embedded; or sc://host:port.
     sql_route: str = SqlRoute.AUTO
+    # Who `lakehouse sql` logs in to the service as, and their secret (`lakehouse users add` prints it):
+    # read from the environment, never from the command line, where `ps` would show it.
+    sql_user: str = ""
+    sql_password: str = dataclasses.field(default="", repr=False)
     # How old a table's state the service's SQL may answer from while Delta refreshes it in the
     # background (other processes' commits); its own writes are seen at once, jobs read exact.
     sql_staleness: str = "2s"

@@ -162,6 +162,34 @@ class SqlRoute(StrEnum):
     EMBEDDED = "embedded"  # a Spark of its own in the command's process
 
 
+class Role(StrEnum):
+    """What a user of the Spark service is (``lakehouse users add --role``); both read only.
+    Operators are the people who run the platform and read its query log."""
+
+    ANALYST = "analyst"
+    OPERATOR = "operator"
+
+
+class SqlEndpoint(StrEnum):
+    """Which endpoint of the Spark service a statement came through (``lakehouse.query_log``)."""
+
+    JDBC = "jdbc"  # the Thrift server: JDBC and ODBC clients
+    CONNECT = "connect"  # Spark Connect: lakehouse sql, notebooks, the platform's jobs
+
+
+class QueryOutcome(StrEnum):
+    """How a statement (or a login) at the Spark service ended (``lakehouse.query_log``)."""
+
+    OK = "ok"
+    REFUSED = "refused"  # a failed login, or a statement the read-only rule refused
+    FAILED = "failed"  # any other error
+
+
+# The name the platform's own jobs log in to the Spark service under, with its write token; no
+# person may take it (lakehouse users add).
+JOBS_USER = "lakehouse-jobs"
+
+
 class S3Commits(StrEnum):
     """How Spark commits to s3a:// tables (docs/operations.md, "Object storage")."""
 

@@ -179,3 +179,93 @@ def test_a_broker_home_set_up_before_logins_is_refused_rather_than_left_open(tmp
     files.properties.write_text("listeners=PLAINTEXT://127.0.0.1:9092\n")
     with pytest.raises(LakehouseError, match=r"^this home's broker \(.*\) lets any client in: stop it"):
         kafka.start(settings)
+
+
+def _users(*args) -> tuple[int, str, str]:
+    """`lakehouse users ...` in this process, on a home of its own."""
+    import contextlib as context
+    import io
+
+    from lakehouse.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with context.redirect_stdout(out), context.redirect_stderr(err):
+        code = main(["users", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_users_add_prints_a_new_secret_once_and_keeps_only_its_salted_slow_hash(tmp_path, monkeypatch):
+    from lakehouse.serving.users import ITERATIONS, read_users, secret_matches, users_file
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    code, out, _ = _users("add", "alice", "--role", "operator")
+    _, second, _ = _users("add", "bob")
+
+    secret = out.splitlines()[-1]
+    path = users_file(_settings(tmp_path))
+    stored = read_users(path)
+    assert code == 0 and len(secret) >= 40 and secret not in path.read_text()
+    assert stored["alice"]["role"] == "operator" and stored["bob"]["role"] == "analyst"
+    scheme, iterations, salt, _ = stored["alice"]["hash"].split("$")
+    assert (scheme, int(iterations)) == ("pbkdf2_sha256", ITERATIONS) and ITERATIONS >= 100_000
+    assert salt != stored["bob"]["hash"].split("$")[2]  # a salt of its own
+    assert secret_matches(stored["alice"]["hash"], secret) and not secret_matches(stored["alice"]["hash"], secret + "x")
+    assert secret != second.splitlines()[-1]
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+
+
+def test_users_list_and_remove_and_each_bad_request_is_one_line_that_changes_nothing(tmp_path, monkeypatch):
+    import json
+
+    from lakehouse.serving.users import users_file
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    _users("add", "alice")
+    before = users_file(_settings(tmp_path)).read_text()
+    bad = {
+        ("add", "alice"): "lakehouse: error: user alice exists: remove it first to give it a new secret\n",
+        ("add", "lakehouse-jobs"): "is the platform's jobs'",
+        ("add", "Alice Smith"): "a user name is a lowercase letter",
+        ("remove", "nobody"): "lakehouse: error: no user nobody (`lakehouse users list` lists them)\n",
+        ("add",): "lakehouse: error: `lakehouse users add` needs the user's name\n",
+    }
+    for args, said in bad.items():
+        code, _, err = _users(*args)
+        assert code == 2 and said in err and err.count("\n") == 1, (args, err)
+    assert users_file(_settings(tmp_path)).read_text() == before
+
+    listed = json.loads(_users("list")[1])
+    removed = _users("remove", "alice")
+
+    assert [(u["name"], u["role"]) for u in listed] == [("alice", "analyst")] and "hash" not in listed[0]
+    assert removed[0] == 0 and json.loads(_users("list")[1]) == []
+
+
+def test_the_service_gets_no_clients_secret_in_its_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE_SQL_PASSWORD", "analyst-secret")
+    monkeypatch.setenv("LAKEHOUSE_SPARK_REMOTE_TOKEN", "job-secret")
+
+    env = _service_environment(_settings(tmp_path))
+
+    assert "LAKEHOUSE_SQL_PASSWORD" not in env and "LAKEHOUSE_SPARK_REMOTE_TOKEN" not in env
+    assert env["LAKEHOUSE_HOME"].endswith("home")
+
+
+def test_lakehouse_sql_through_a_service_asks_for_a_user_and_password_before_connecting(tmp_path):
+    from lakehouse.commands.reading import _sql_session
+
+    settings = _settings(tmp_path, LAKEHOUSE_SQL_ROUTE="sc://127.0.0.1:1", LAKEHOUSE_SQL_USER="alice")
+
+    with pytest.raises(LakehouseError, match="set LAKEHOUSE_SQL_USER and LAKEHOUSE_SQL_PASSWORD"):
+        _sql_session(settings)
+
+
+def test_a_connect_login_sends_its_token_as_call_credentials_on_loopback_and_as_a_header_elsewhere():
+    from lakehouse.storage.spark import connect_builder
+
+    local = connect_builder("sc://127.0.0.1:15002", "alice", "s3cret")._channel_builder
+    remote = connect_builder("sc://spark-service:15002", "alice", "s3cret")._channel_builder
+
+    assert (local.host, local.token, local.userId, dict(local.metadata())) == ("localhost", "s3cret", "alice", {})
+    assert (remote.host, remote.token, remote.secure) == ("spark-service", None, False)
+    assert dict(remote.metadata()) == {"authorization": "Bearer s3cret"}
