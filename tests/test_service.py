@@ -165,11 +165,11 @@ def test_the_service_serves_sparks_own_metrics_on_loopback_where_prometheus_find
     [target] = json.loads((settings.metrics_dir() / "spark" / "service.json").read_text())
     [address] = target["targets"]
     assert address.startswith("127.0.0.1:")
-    with urllib.request.urlopen(f"http://{address}/metrics/prometheus/", timeout=10) as answer:
+    with urllib.request.urlopen(f"http://{address}/metrics/prometheus/", timeout=60) as answer:
         text = answer.read().decode()
     assert "metrics_lakehouse_service_driver_BlockManager_memory_memUsed_MB_Value" in text
     assert "metrics_lakehouse_service_driver_DAGScheduler_job_allJobs_Value" in text
-    with urllib.request.urlopen(f"http://{address}/metrics/executors/prometheus", timeout=10) as answer:
+    with urllib.request.urlopen(f"http://{address}/metrics/executors/prometheus", timeout=60) as answer:
         assert 'executor_id="driver"' in answer.read().decode()
 
 
