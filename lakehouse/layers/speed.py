@@ -44,6 +44,7 @@ from lakehouse.layers.micro_batch import (
     progress_row,
 )
 from lakehouse.layers.seen_ids import IdLookup, SeenIdIndex
+from lakehouse.layers.stage_times import StageTimes
 from lakehouse.location import Location, Scheme
 from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
@@ -55,7 +56,7 @@ from lakehouse.storage.log_files import log_files, wait_for_line_ends
 from lakehouse.storage.ops_tables import append_arrow_stamped_once, append_rows_stamped_once, arrow_at
 from lakehouse.storage.spark import session_confs
 from lakehouse.storage.writers import append_stamped_once, upsert_once
-from lakehouse.vocabulary import Fate
+from lakehouse.vocabulary import BatchStage, Fate
 
 
 def watermark_for(
@@ -253,13 +254,17 @@ class SpeedLayer:
             self._process_batch(batch, batch_id)
 
     def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
-        started = time.time()
+        started, times = time.time(), StageTimes()
         last_committed, self._last_committed = self._last_committed, None
         planner = self._planner
-        with session_confs(raw.sparkSession, code_generation_for(input_bytes=planner.input_bytes(raw, last_committed))):
-            parse = planner.parse(raw)
+        with times.stage(BatchStage.READ):
+            input_bytes = planner.input_bytes(raw, last_committed)
+        with session_confs(raw.sparkSession, code_generation_for(input_bytes=input_bytes)):
+            parse = planner.parse(raw, times)
         try:
-            batch = planner.micro_batch(raw.sparkSession, parse, self.app_id, batch_id, last_committed)
+            with times.stage(BatchStage.READ):
+                batch = planner.micro_batch(raw.sparkSession, parse, self.app_id, batch_id, last_committed)
+            batch = dataclasses.replace(batch, times=times)
             with session_confs(batch.spark, code_generation_for(batch.summary["input_rows"])):
                 counts, next_state, next_index = self._label_and_write(batch)
         finally:
@@ -311,16 +316,19 @@ class BatchPlanner:
             return planned_bytes(raw)
         return last_committed.input_bytes if last_committed else None
 
-    def parse(self, raw: DataFrame) -> ParsedBatch:
+    def parse(self, raw: DataFrame, times: StageTimes) -> ParsedBatch:
         """The batch's lines parsed (cached), summed up and their valid events' digests
         (``parse_batch``); read again whole if a file in it was still being written (see
-        whole_files)."""
-        parse = parse_batch(raw, self.pipeline)
-        again = whole_files(raw.sparkSession, parse.summary["source_files"], self.settings)
+        whole_files). ``times`` gets the parse's seconds, and the wait for such files as reading's."""
+        with times.stage(BatchStage.PARSE):
+            parse = parse_batch(raw, self.pipeline)
+        with times.stage(BatchStage.READ):
+            again = whole_files(raw.sparkSession, parse.summary["source_files"], self.settings)
         if again is None:
             return parse
         parse.parsed.unpersist()
-        return parse_batch(again, self.pipeline)
+        with times.stage(BatchStage.PARSE):
+            return parse_batch(again, self.pipeline)
 
     def micro_batch(
         self, spark: SparkSession, parse: ParsedBatch, app_id: str, batch_id: int, last_committed: CommittedBatch | None
@@ -400,21 +408,24 @@ class BatchWriter:
                     }
                 )
             )
-            wrote_bronze = append_stamped_once(
-                accepted.select(tables.bronze.columns.fieldNames()),
-                tables.bronze.uri(settings),
-                batch.app_id,
-                batch.batch_id,
-                tables.bronze.partition_by,
-                batch.first_attempt,
-            )
+            with batch.times.stage(BatchStage.BRONZE):
+                wrote_bronze = append_stamped_once(
+                    accepted.select(tables.bronze.columns.fieldNames()),
+                    tables.bronze.uri(settings),
+                    batch.app_id,
+                    batch.batch_id,
+                    tables.bronze.partition_by,
+                    batch.first_attempt,
+                )
         if batch.summary["quarantined"]:
-            self._append_quarantine(batch)
+            with batch.times.stage(BatchStage.QUARANTINE):
+                self._append_quarantine(batch)
         if wrote_bronze:
             return dict(counted.get)
         if batch.summary["input_rows"] == batch.summary["quarantined"]:  # no valid event: nothing to count
             return {str(fate): 0 for fate in ACCEPTED_FATES}
-        return count_fates(fates)
+        with batch.times.stage(BatchStage.BRONZE):
+            return count_fates(fates)
 
     def _append_quarantine(self, batch: MicroBatch) -> None:
         """Append the batch's quarantined lines, once. The usual few hundred reach the driver as Arrow
@@ -445,9 +456,19 @@ class BatchWriter:
             counts: events per fate.
             carried: the pane state the previous batch left (None after a start).
         """
+        with batch.times.stage(BatchStage.PANES):
+            state, emitted = self._panes_of(batch, fates, carried)
+        counts["speed_rows"] = emitted.num_rows
+        if emitted.num_rows:
+            self._write_panes(batch, emitted)
+        with batch.times.stage(BatchStage.PANES):
+            return pn.advance_state(state, emitted, self.pipeline)
+
+    def _panes_of(self, batch: MicroBatch, fates: DataFrame, carried: CarriedState | None) -> tuple[pa.Table, pa.Table]:
+        """The pane state before the batch, and the panes it emits (stamped), both as Arrow."""
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
         on_time_watermark = eventtime.on_time_watermark(batch.max_event_time, parse_duration(self.watermark_delay))
-        state = pane_state_before(batch, carried, self.tables.panes.uri(self.settings), pipeline)
+        state = pane_state_before(batch, carried, tables.panes.uri(settings), pipeline)
         on_time = with_dimensions(batch.spark, settings, pipeline, fates.where(F.col("fate") == Fate.ON_TIME))
         panes = next_panes(batch.spark.createDataFrame(state), on_time, on_time_watermark, pipeline)
         # The panes come to the driver once, as Arrow, and both writes go through delta-rs: a
@@ -459,17 +480,21 @@ class BatchWriter:
             .select(tables.panes.columns.fieldNames())
             .toArrow()
         )
-        counts["speed_rows"] = emitted.num_rows
-        if emitted.num_rows:
-            self._write_panes(batch, emitted)
-        return pn.advance_state(state, emitted, pipeline)
+        return state, emitted
 
     def _write_panes(self, batch: MicroBatch, emitted) -> None:
         """Append the emitted panes (Arrow, stamped) to the pane log, and set ``__speed`` to them."""
         settings, tables = self.settings, self.tables
-        append_arrow_stamped_once(
-            tables.panes.uri(settings), emitted, batch.app_id, batch.batch_id, batch.first_attempt, settings
-        )
+        with batch.times.stage(BatchStage.PANE_LOG):
+            append_arrow_stamped_once(
+                tables.panes.uri(settings), emitted, batch.app_id, batch.batch_id, batch.first_attempt, settings
+            )
+        with batch.times.stage(BatchStage.MERGE):
+            self._merge_panes(batch, emitted)
+
+    def _merge_panes(self, batch: MicroBatch, emitted) -> None:
+        """Set ``__speed``'s windows to the emitted panes, once (a MERGE through delta-rs)."""
+        settings, tables = self.settings, self.tables
         # A pane's batch and emission time are its window's last_batch_id and updated_at.
         as_speed = {"batch_id": "last_batch_id", "emitted_at": "updated_at"}
         upsert_once(
