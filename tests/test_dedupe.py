@@ -12,7 +12,7 @@ import pytest
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.eventtime import micros
 from lakehouse.layers import micro_batch
-from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, table_version
+from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables
 from tests.conftest import make_settings
 from tests.frames import inline_frame
 
@@ -61,20 +61,6 @@ def test_an_id_accepted_in_an_earlier_batch_is_a_duplicate(spark, tmp_path, bron
 
     assert fates_and_bronze(spark, settings) == ([(2, 0), (1, 1)], [("a", "12:00"), ("b", "12:00"), ("c", "12:01")])
     assert len(bronze_reads) == (1 if restarted else 0)
-
-
-def test_a_batch_of_duplicates_only_commits_nothing_to_bronze(spark, tmp_path):
-    from lakehouse.layers.speed import SpeedLayer
-
-    settings = make_settings(tmp_path / "home")
-    bronze = pipeline_tables(PIPELINE).bronze.uri(settings)
-    layer = SpeedLayer(spark, settings, PIPELINE, query_id="q")
-    layer.process_batch(scores(spark, 0, ("a", "12:00:10")), 0)
-    version = table_version(spark, bronze)
-    layer.process_batch(scores(spark, 1, ("a", "12:00:10")), 1)  # a resend of the whole batch
-
-    assert fates_and_bronze(spark, settings) == ([(1, 0), (0, 1)], [("a", "12:00")])
-    assert table_version(spark, bronze) == version
 
 
 def test_an_id_older_than_the_index_keeps_is_found_in_bronze_without_extending_the_index(spark, tmp_path, bronze_reads):
