@@ -127,7 +127,14 @@ def append_stamped_once(
 def holds_stamp(spark: SparkSession, uri: str, app_id: str, batch_id: int) -> bool:
     """Whether the table at ``uri`` holds a row stamped with ``app_id`` and ``batch_id``. With data
     skipping, the files' batch_id statistics leave only the files of this batch to read, however
-    large the table (the stream's session turns skipping off for its scans)."""
+    large the table (the stream's session turns skipping off for its scans).
+
+    Args:
+        spark: the session to read with.
+        uri: the table's location.
+        app_id: the writer's id.
+        batch_id: the batch.
+    """
     stamp = (F.col("app_id") == app_id) & (F.col("batch_id") == batch_id)
     with session_confs(spark, {"spark.databricks.delta.stats.skipping": "true"}):
         return bool(spark.read.format("delta").load(uri).where(stamp).limit(1).count())
