@@ -21,6 +21,20 @@ class Fate(StrEnum):
     ON_TIME = "on_time"
 
 
+class BatchStage(StrEnum):
+    """A stage of a speed-layer micro-batch, timed on the driver (``ops.stream_progress.stage_ms``).
+    Each write's stage includes its Delta commit."""
+
+    READ = "read"  # planning the read: the files' sizes, the watermark before, files still being written
+    PARSE = "parse"  # the job that reads and parses the lines, observes their summary, collects digests
+    DEDUPE = "dedupe"  # the lookup of the batch's ids among those bronze accepted
+    BRONZE = "bronze"  # the bronze append, which also computes the fates and counts them
+    QUARANTINE = "quarantine"  # the quarantine append
+    PANES = "panes"  # the pane state before the batch, the panes it emits, brought to the driver
+    PANE_LOG = "pane_log"  # the pane log's append
+    MERGE = "merge"  # the MERGE of the panes into gold __speed
+
+
 class PaneTiming(StrEnum):
     """When a pane fired relative to the on-time watermark (Streaming 102)."""
 
