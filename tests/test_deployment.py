@@ -6,6 +6,8 @@ engine in CI): it reads the files."""
 from __future__ import annotations
 
 import re
+import shlex
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -254,3 +256,26 @@ def test_a_missing_description_is_a_one_line_error(tmp_path, monkeypatch, capsys
     monkeypatch.setenv("LAKEHOUSE_DEPLOYMENT", str(tmp_path / "nowhere.yaml"))
     assert main(["hosts", "status"]) == 2
     assert capsys.readouterr().err.startswith(f"lakehouse: error: cannot read the deployment {tmp_path}/nowhere.yaml")
+
+
+def _shell_scripts(compose: dict) -> dict[str, tuple[str, str]]:
+    """Each service's shell script: a command or entrypoint that runs ``sh -c`` or ``bash -c``, split as
+    compose splits a string (shell words), with compose's ``$$`` already turned into ``$``."""
+    scripts = {}
+    for name, service in compose["services"].items():
+        for key in ("entrypoint", "command"):
+            argv = service.get(key)
+            argv = shlex.split(argv) if isinstance(argv, str) else argv or []
+            if len(argv) >= 3 and argv[0] in ("sh", "bash") and argv[1] == "-c":
+                scripts[f"{name}.{key}"] = (argv[0], argv[2].replace("$$", "$"))
+    return scripts
+
+
+def test_every_shell_script_compose_runs_parses():
+    # A folded YAML block keeps the line breaks of its more-indented lines: a script continued on a
+    # line that starts with `&&` or `||` is then a syntax error when the container starts.
+    scripts = _shell_scripts(yaml.safe_load(COMPOSE_FILE.read_text()))
+    assert {"metastore-database.entrypoint", "storage-bucket.entrypoint", "airflow-init.command"} <= set(scripts)
+    for name, (shell, script) in scripts.items():
+        checked = subprocess.run([shell, "-n", "-c", script], capture_output=True, text=True)
+        assert checked.returncode == 0, f"{name}: {checked.stderr}"
