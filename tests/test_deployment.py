@@ -61,7 +61,9 @@ def test_each_platform_service_sets_what_it_needs_with_values_the_settings_accep
     settings = Settings.from_env(environment)
     commits.check(settings)
     assert settings.s3_commits == S3Commits.CONDITIONAL  # its Spark commits to s3a:// are conditional PUTs
-    assert settings.kafka_bootstrap == "kafka:9092" and settings.spark_master == "spark://spark-master:7077"
+    # The jobs run on the cluster; the Spark service, which never ends, on its own driver's cores.
+    master = "local[2]" if service == "spark-service" else "spark://spark-master:7077"
+    assert settings.kafka_bootstrap == "kafka:9092" and settings.spark_master == master
 
 
 def test_compose_names_only_variables_the_settings_read():
