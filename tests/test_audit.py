@@ -435,7 +435,7 @@ def test_the_report_and_its_data_docs_read_in_a_browser_with_no_network(spark, s
     Vega-drawn charts render (the per-window one on the first screen), and the Data Docs it links
     to show Bootstrap's and Font Awesome's styles from their local copies.
     Screenshots: test-artifacts/audit-report.png, test-artifacts/data-docs-offline.png."""
-    from playwright.sync_api import sync_playwright
+    from playwright.sync_api import expect, sync_playwright
 
     copy_of(streamed_home, tmp_path)
     monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "copy"))
@@ -466,8 +466,11 @@ def test_the_report_and_its_data_docs_read_in_a_browser_with_no_network(spark, s
             page.goto((report.parent / docs).resolve().as_uri())
             page.wait_for_load_state("load")
             assert styled(page, "nav.navbar", "display") == "flex"  # Bootstrap's stylesheet (unstyled: block)
-            assert "Font Awesome 6 Free" in styled(page, ".fas", "fontFamily")
-            assert page.locator(".bootstrap-table").count() >= 1  # jQuery and bootstrap-table ran
+            # bootstrap-table draws its tables again once its script has run, replacing their icons: an
+            # icon read before then can be detached (no computed style), so wait for the table first,
+            # and let the check retry on the icons that stay.
+            expect(page.locator(".bootstrap-table").first).to_be_attached()  # jQuery and bootstrap-table ran
+            expect(page.locator(".fas").first).to_have_css("font-family", re.compile("Font Awesome 6 Free"))
             page.screenshot(path=str(artifacts / "data-docs-offline.png"), full_page=True)
             assert aborted == []
         finally:
