@@ -29,7 +29,7 @@ from lakehouse.storage.ops_tables import read_rows
 from tests.airflow_env import airflow_env, migrate_scratch_db
 from tests.conftest import make_settings
 from tests.frames import inline_frame
-from tests.services import free_port
+from tests.services import beeline_command, free_port
 from tests.test_dags import stream_a_late_straggler
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
@@ -88,14 +88,9 @@ def lakehouse(env, *args, timeout=180) -> subprocess.CompletedProcess:
 
 
 def beeline(env, statement: str, *options: str) -> subprocess.CompletedProcess:
-    """A fresh JDBC client: beeline and the Hive JDBC driver from pyspark's JARs."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    jars = Path(_find_spark_home()) / "jars" / "*"
+    """A fresh JDBC client on this machine."""
     url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
-    command = ["java", "-cp", str(jars), "org.apache.hive.beeline.BeeLine", "-u", url, "--silent=true"]
-    command += ["--outputformat=csv2", *options, *(["-e", statement] if statement else [])]
-    return subprocess.run(command, capture_output=True, text=True, timeout=120)
+    return subprocess.run(beeline_command(url, statement, *options), capture_output=True, text=True, timeout=120)
 
 
 def csv_rows(out: subprocess.CompletedProcess) -> list[str]:
