@@ -103,8 +103,8 @@ def _cached_on_the_machine(settings) -> None:
     route beyond their subnet."""
     from lakehouse.services.kafka import broker_jars
     from lakehouse.services.s3 import S3PROXY
+    from lakehouse.services.spark_service import delta_class_path
     from lakehouse.storage.java import maven_central_jar
-    from lakehouse.storage.spark import delta_class_path
 
     maven_central_jar(S3PROXY)
     broker_jars()
