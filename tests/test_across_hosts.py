@@ -5,11 +5,11 @@ spark-master host and a worker on each worker host; the producer on the analyst 
 generated log to Kafka; the stream's driver on the stream host runs on the cluster's executors (and
 is SIGKILLed after its first batch's MERGE, before its progress row, and restarted); a late record;
 a backfill from Kafka and a correction submitted to the cluster from the airflow host (where
-Airflow's tasks would submit them); the tables and checkpoints on S3 at storage:9000; then the Spark
-service on the spark-service host, which the analyst host queries over Spark Connect (``lakehouse
-sql``) and over JDBC (beeline). The tables, the audit and the serving view equal the embedded
-default's (local[2], file log) on the same events, row for row; every service listens on its host's
-address alone; ``down`` leaves nothing behind.
+Airflow's tasks would submit them); the tables and checkpoints on S3 at storage:9000; the Spark
+service on the spark-service host (started while those jobs run), which the analyst host then
+queries over Spark Connect (``lakehouse sql``) and over JDBC (beeline). The tables, the audit and
+the serving view equal the embedded default's (local[2], file log) on the same events, row for
+row; every service listens on its host's address alone; ``down`` leaves nothing behind.
 
 The tests' session compares what the loop wrote: it reaches the storage host's bucket through the
 bridge (the machine's address on the subnet), and the broker at the kafka host's address."""
@@ -33,6 +33,7 @@ from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.services import deployment
 from lakehouse.serving.sql import format_rows
+from lakehouse.settings import LOOPBACK
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
 from lakehouse.storage.log import LogWriter
@@ -111,6 +112,20 @@ def _cached_on_the_machine(settings) -> None:
     delta_class_path(settings)  # the Spark service's; the jobs' JARs are the tests' session's
 
 
+def _started(env: dict[str, str], host: str, *arguments: str, **overrides: str) -> subprocess.Popen:
+    """`lakehouse hosts run HOST -- lakehouse ARGUMENTS`, started (``env`` sets the overrides)."""
+    settings = [f"{name}={value}" for name, value in overrides.items()]
+    command = [LAKEHOUSE, "hosts", "run", host, "--", "env", *settings, LAKEHOUSE, *arguments]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finished(process: subprocess.Popen) -> str:
+    """The started command's output once it exited 0."""
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, f"{' '.join(process.args[3:])}: {out[-2000:]}{err[-3000:]}"
+    return out
+
+
 class Loop:
     """The deployment's hosts and what runs on them: each host's home under ``root``, the settings
     every job gets, and this process's view of the same services (by address: the machine's
@@ -129,20 +144,9 @@ class Loop:
     def start_services(self) -> None:
         """Each round's services at once, each as `lakehouse hosts run HOST -- lakehouse ...`."""
         for services in SERVICES:
-            started = {
-                host: subprocess.Popen(
-                    [LAKEHOUSE, "hosts", "run", host, "--", LAKEHOUSE, *command],
-                    env=self.host_env(host),
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-                for host, command in services.items()
-            }
-            for host, process in started.items():
-                out, err = process.communicate(timeout=300)
-                assert process.returncode == 0, f"{host}: {out[-2000:]}{err[-3000:]}"
-                assert json.loads(out)["up"], out
+            started = [_started(self.host_env(host), host, *command) for host, command in services.items()]
+            for process in started:
+                assert json.loads(_finished(process))["up"]
 
     def job_settings(self) -> dict[str, str]:
         """What every job and client of the loop is given besides what `hosts run` gives: the S3
@@ -159,10 +163,15 @@ class Loop:
             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
         }
 
-    def on(self, host: str, *arguments: str) -> str:
-        """`lakehouse ARGUMENTS` run on the host, as a job of the loop; its output."""
+    def start(self, host: str, *arguments: str, **overrides: str) -> subprocess.Popen:
+        """`lakehouse ARGUMENTS` started on the host as a job of the loop, with ``overrides`` of the
+        settings `hosts run` gives."""
         env = self.host_env(host, **self.job_settings())
-        return lakehouse(env, "hosts", "run", host, "--", LAKEHOUSE, *arguments, timeout=600).stdout
+        return _started(env, host, *arguments, **overrides)
+
+    def on(self, host: str, *arguments: str) -> str:
+        """`lakehouse ARGUMENTS` run on the host as a job of the loop; its output."""
+        return _finished(self.start(host, *arguments))
 
     def machine_settings(self):
         """This process's settings for the loop's tables and log, by the hosts' addresses."""
@@ -199,8 +208,8 @@ def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_vi
         loop.start_services()
         loop.reach_the_bucket(spark)
         on_hosts = loop.machine_settings()
-        _run_the_jobs(spark, loop, embedded_audit)
-        assert _query_from_the_analyst(loop) == format_rows(SERVED_COLUMNS, expected, "csv")
+        service = _run_the_jobs(spark, loop, embedded_audit)
+        assert _query_from_the_analyst(loop, service) == format_rows(SERVED_COLUMNS, expected, "csv")
         assert Auditor(spark, on_hosts, PIPELINE).reconcile(start, end, target="serving", record=False).ok
         for table in (TABLES.bronze, TABLES.quarantine, TABLES.speed, TABLES.batch, TABLES.panes):
             drop = {"source_file", "emitted_at"}
@@ -214,10 +223,10 @@ def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_vi
         assert leftovers(described.prefix) == [] and not any(running(pid) for pid in pids)
 
 
-def _run_the_jobs(spark, loop: Loop, embedded_audit) -> None:
+def _run_the_jobs(spark, loop: Loop, embedded_audit) -> subprocess.Popen:
     """The producer on the analyst host; the stream on the stream host, killed after its first
     batch's MERGE and restarted, a late record, the stream again; the backfill and the correction
-    from the airflow host."""
+    from the airflow host. The Spark service starts on its host meanwhile: the starting `serve`."""
     config = ("events", "seed", "rate", "late_fraction", "late_delay", "duplicate_fraction", "malformed_fraction")
     options = [(f"--{name.replace('_', '-')}", str(getattr(CONFIG, name))) for name in config]
     loop.on("analyst", "generate", "--sink", "kafka", *(part for option in options for part in option))
@@ -228,17 +237,22 @@ def _run_the_jobs(spark, loop: Loop, embedded_audit) -> None:
     progress = arrow_at(STREAM_PROGRESS.uri(settings), settings=settings)
     assert progress is None or progress.num_rows == 0, "the kill fell after the batch's progress row"
     loop.on("stream", "stream", "--available-now")  # the restart replays that batch
+    # The service answers from its own driver: on the cluster it would hold every core (a standalone
+    # application takes all unless capped), and the jobs would wait. Exact answers: it starts before
+    # the jobs' last commits, which its SQL would otherwise see up to 2 s late.
+    service = loop.start("spark-service", "serve", LAKEHOUSE_SPARK_MASTER="local[2]", LAKEHOUSE_SQL_STALENESS="0s")
     _check_kafka_audit(spark, settings, embedded_audit)
     loop.on("stream", "stream", "--available-now")
     loop.on("airflow", "backfill", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--source", "log")
     loop.on("airflow", "correct")
+    return service
 
 
-def _query_from_the_analyst(loop: Loop) -> str:
-    """The serving view from the analyst host, through the Spark service on the spark-service host:
-    over Spark Connect (`lakehouse sql`, sent to the service by `hosts run`'s LAKEHOUSE_SQL_ROUTE)
-    and over JDBC (beeline), the same rows; as CSV."""
-    loop.on("spark-service", "serve")
+def _query_from_the_analyst(loop: Loop, service: subprocess.Popen) -> str:
+    """The serving view from the analyst host, through the Spark service on the spark-service host
+    once it is up: over Spark Connect (`lakehouse sql`, sent to the service by `hosts run`'s
+    LAKEHOUSE_SQL_ROUTE) and over JDBC (beeline), the same rows; as CSV."""
+    assert json.loads(_finished(service))["up"]
     connect = loop.on("analyst", "sql", SERVED, "--format", "csv")
     url = f"jdbc:hive2://spark-service:{loop.described.ports[DeployedService.SPARK_SERVICE]['thrift']}/default"
     jdbc = lakehouse(loop.env, "hosts", "run", "analyst", "--", *beeline_command(url, SERVED)).stdout
@@ -283,29 +297,33 @@ def _check_locators(spark, settings, records: int) -> None:
     assert units and all(unit.startswith("kafka:toll_traffic/partition=") for unit in units)
 
 
-def _listening(loop: Loop, host: str) -> set[str]:
-    """The addresses the host's listening TCP sockets are bound to (an IPv4 address mapped into
-    IPv6, as Java binds one, read as the IPv4 address)."""
+def _listening(loop: Loop, host: str) -> list[str]:
+    """The address of each TCP socket listening on the host (an IPv4 address mapped into IPv6, as
+    Java binds one, read as the IPv4 address)."""
     out = on_host(loop.described, host, "ss", "-ltnH").stdout
-    return {re.sub(r"^\[(::ffff:)?|\]$", "", line.split()[3].rsplit(":", 1)[0]) for line in out.splitlines()}
+    return [re.sub(r"^\[(::ffff:)?|\]$", "", line.split()[3].rsplit(":", 1)[0]) for line in out.splitlines()]
 
 
 def _check_bound_to_their_hosts(loop: Loop) -> None:
-    """Every socket listening on a host is on its address (the services', the service's executors'
-    on the workers); each port the description gives answers there and not on the host's loopback."""
+    """Every socket listening on a host is on its address, but for a Spark driver's gateway between
+    its Python and its JVM (py4j), on loopback; each port the description gives the services the
+    loop runs answers on the host's address and not on its loopback."""
     for host in loop.described.hosts:
-        address = loop.addresses[host.name]
-        assert _listening(loop, host.name) <= {address}, (host.name, _listening(loop, host.name))
+        address, listening = loop.addresses[host.name], _listening(loop, host.name)
+        others = [bound for bound in listening if bound != address]
+        gateways = 1 if host.name == "spark-service" else 0
+        assert set(others) <= {LOOPBACK} and len(others) <= gateways, (host.name, listening)
+    for name in (*SERVICES[0], "spark-service"):
+        host = loop.described.host(name)
         for port in loop.described.host_ports(host):
-            if host.name in {*SERVICES[0], "spark-service"}:
-                assert answers(loop.described, host.name, address, port), (host.name, port)
-                assert not answers(loop.described, host.name, "127.0.0.1", port), (host.name, port)
-    assert _listening(loop, "spark-master") and _listening(loop, "worker-1") and _listening(loop, "spark-service")
+            assert answers(loop.described, name, str(host.address), port), (name, port)
+            assert not answers(loop.described, name, LOOPBACK, port), (name, port)
+    assert all(_listening(loop, name) for name in ("spark-master", "worker-1", "worker-2", "spark-service"))
 
 
 def _check_every_app_ran_on_both_workers(loop: Loop) -> None:
     """The master counts both workers, at their hosts' addresses; every job ran on executors of
-    both (one core each); the Spark service runs on them now."""
+    both (one core each)."""
     status = json.loads(
         lakehouse(
             loop.host_env("spark-master"), "hosts", "run", "spark-master", "--", LAKEHOUSE, "cluster", "status"
@@ -318,7 +336,7 @@ def _check_every_app_ran_on_both_workers(loop: Loop) -> None:
         loop.addresses["worker-2"],
     ]
     assert len(state["completedapps"]) >= 5 and all(app["cores"] == 2 for app in state["completedapps"])
-    assert [app["name"] for app in state["activeapps"]] == ["lakehouse-service"], state["activeapps"]
+    assert state["activeapps"] == []
 
 
 def _service_pids(loop: Loop) -> list[int]:
