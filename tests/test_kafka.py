@@ -1,7 +1,7 @@
 """The retained log on a real Kafka broker (KRaft, started by the project's own `lakehouse kafka`):
 the generator's producer, the speed layer and log backfills reading the topic, retention and the
-archive; and the whole loop on Kafka and a Spark standalone cluster (`lakehouse cluster`), its stream
-SIGKILLed mid-batch and restarted. One broker and one cluster for the module; each test has its own topic
+archive (the whole loop on Kafka and a Spark standalone cluster, its stream SIGKILLed mid-batch, runs
+across hosts: tests/test_across_hosts.py). One broker for the module; each test has its own topic
 prefix and home."""
 
 from __future__ import annotations
