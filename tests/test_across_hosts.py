@@ -297,22 +297,41 @@ def _check_locators(spark, settings, records: int) -> None:
     assert units and all(unit.startswith("kafka:toll_traffic/partition=") for unit in units)
 
 
-def _listening(loop: Loop, host: str) -> list[str]:
-    """The address of each TCP socket listening on the host (an IPv4 address mapped into IPv6, as
-    Java binds one, read as the IPv4 address)."""
-    out = on_host(loop.described, host, "ss", "-ltnH").stdout
-    return [re.sub(r"^\[(::ffff:)?|\]$", "", line.split()[3].rsplit(":", 1)[0]) for line in out.splitlines()]
+def _listening(loop: Loop, host: str) -> list[tuple[str, int | None]]:
+    """Each TCP socket listening on the host: its address (an IPv4 address mapped into IPv6, as Java
+    binds one, read as the IPv4 address) and the pid of its process."""
+    listening = []
+    for line in on_host(loop.described, host, "ss", "-ltnpH").stdout.splitlines():
+        address = re.sub(r"^\[(::ffff:)?|\]$", "", line.split()[3].rsplit(":", 1)[0])
+        pid = re.search(r"pid=(\d+)", line)
+        listening.append((address, int(pid.group(1)) if pid else None))
+    return listening
+
+
+def _service_processes(loop: Loop) -> set[int]:
+    """The Spark service's Python process and its children (its driver's JVM)."""
+    server = int((loop.home("spark-service") / "service" / "server.pid").read_text())
+    children = {int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat") if _parent(stat) == server}
+    return {server, *children}
+
+
+def _parent(stat: Path) -> int | None:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _check_bound_to_their_hosts(loop: Loop) -> None:
-    """Every socket listening on a host is on its address, but for a Spark driver's gateway between
-    its Python and its JVM (py4j), on loopback; each port the description gives the services the
-    loop runs answers on the host's address and not on its loopback."""
+    """Every socket listening on a host is on its address, but the Spark service's driver's own, on
+    loopback, between its Python and its JVM (py4j); each port the description gives the services
+    the loop runs answers on the host's address and not on its loopback."""
+    service = _service_processes(loop)
     for host in loop.described.hosts:
         address, listening = loop.addresses[host.name], _listening(loop, host.name)
-        others = [bound for bound in listening if bound != address]
-        gateways = 1 if host.name == "spark-service" else 0
-        assert set(others) <= {LOOPBACK} and len(others) <= gateways, (host.name, listening)
+        allowed = service if host.name == "spark-service" else set()
+        others = [(bound, pid) for bound, pid in listening if bound != address]
+        assert all(bound == LOOPBACK and pid in allowed for bound, pid in others), (host.name, listening)
     for name in (*SERVICES[0], "spark-service"):
         host = loop.described.host(name)
         for port in loop.described.host_ports(host):
