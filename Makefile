@@ -21,6 +21,7 @@ define show_failure
 endef
 
 $(PACKAGES_STAMP): requirements.lock pyproject.toml
+	@bash scripts/system-deps.sh build
 	@test -x $(VENV)/bin/python || $(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/python -m pip install --quiet --disable-pip-version-check uv==$(UV_VERSION)
 	$(VENV)/bin/uv pip sync --quiet --compile-bytecode --python $(VENV)/bin/python requirements.lock
@@ -87,8 +88,8 @@ bench: setup
 # CHAOS_SEED replays a loop's choices. Figures in test-artifacts/chaos.json. The same loop with its
 # tables and checkpoints on the project's S3 server (CHAOS_S3_KILLS kills; chaos-s3.json), and the
 # four jobs and a second backfill racing there with no kill, CHAOS_RACE_ROUNDS times
-# (chaos-race-s3.json). Then each JVM-free command 1,000 times through the CLI's exit
-# (tests/test_exit_codes.py; the unit tier runs 200).
+# (chaos-race-s3.json). Then each JVM-free command 1,000 times through the CLI's exit, on local
+# tables and on tables in the project's S3 server (tests/test_exit_codes.py; CI runs 200 and 15).
 # Then two Spark drivers racing 100 commits each to one s3a:// table, and Spark against delta-rs,
 # through each of Spark's S3 log stores: conditional writes, DynamoDB, single-driver
 # (tests/s3_commit_race.py; COMMIT_RACE_ROUNDS, COMMIT_RACES; figures in test-artifacts/s3_commits.json).
@@ -97,7 +98,7 @@ chaos: setup
 	CHAOS_STORE=s3 CHAOS_KILLS=$${CHAOS_S3_KILLS:-30} $(VENV)/bin/python -m tests.chaos
 	CHAOS_STORE=s3 CHAOS_RACE_ROUNDS=$${CHAOS_RACE_ROUNDS:-5} $(VENV)/bin/python -m tests.chaos
 	$(VENV)/bin/python -m tests.s3_commit_race
-	LAKEHOUSE_EXIT_RUNS=1000 $(VENV)/bin/python -m pytest -q tests/test_exit_codes.py
+	LAKEHOUSE_EXIT_RUNS=1000 LAKEHOUSE_EXIT_S3_RUNS=1000 $(VENV)/bin/python -m pytest -q tests/test_exit_codes.py
 
 # Every benchmark at a tiny size, one run each (CI runs the backfill suite's: tests/test_bench_smoke.py).
 bench-smoke: setup
@@ -112,7 +113,8 @@ clean:
 	rm -rf $(VENV) .cache .lakehouse .pytest_cache test-artifacts
 
 # --- Airflow (local, on PostgreSQL): see README "Orchestration with Airflow" ---
-# PostgreSQL for Airflow's metadata and Chromium for the UI tests, from Debian packages if absent.
+# PostgreSQL for Airflow's metadata, Chromium for the UI tests, slapd for the directory login's tests,
+# from Debian packages if absent (scripts/system-deps.sh says which and why).
 system-deps:
 	@bash scripts/system-deps.sh
 

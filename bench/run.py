@@ -1,7 +1,7 @@
 """``python -m bench [--smoke] [--only SUITES]``: run, save, summarise.
 
 SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_growth, speed_merge, orchestration,
-throughput, freshness, sql_latency, topology.
+throughput, batch_stages, freshness, recovery, sql_latency, topology.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
 table printed at the end is the one kept in the README. A full run (not ``--smoke``) also appends
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import psutil
 
-from bench import backfill, history, orchestration, recovery, speed_merge, sql_latency, stream, topology
+from bench import backfill, batch_stages, history, orchestration, recovery, speed_merge, sql_latency, stream, topology
 from bench.data import DataSet, ensure_log, ensure_tables
 from bench.service import SharedService
 
@@ -38,6 +38,7 @@ SUITES = (
     "speed_merge",
     "orchestration",
     "throughput",
+    "batch_stages",
     "freshness",
     "recovery",
     "sql_latency",
@@ -192,6 +193,8 @@ def _stream_figures(results: dict, add) -> None:
                     jobs["lakehouse"]["drain_s"][str(size)]["median"],
                     "<= 1.02",
                 )
+    if "batch_stages" in results:
+        batch_stages.figures(results["batch_stages"], add)
     if "recovery" in results:
         jobs, minutes = results["recovery"]["jobs"], results["recovery"]["backlog_minutes"]
         add(
@@ -368,6 +371,7 @@ def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: 
         "throughput": lambda: stream.throughput(
             spark, data, plan.runs, plan.trigger, plan.drain_sizes, plan.drain_batches
         ),
+        "batch_stages": lambda: batch_stages.batch_stages(spark, data, plan.runs, plan.drain_sizes, plan.drain_batches),
         "topology": lambda: topology.topology(data, plan.runs),
         "recovery": lambda: recovery.recovery(
             spark, plan.runs, plan.recovery_rate, plan.recovery_minutes, plan.trigger

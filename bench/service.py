@@ -8,6 +8,9 @@ import time
 
 from bench.data import DataSet
 from lakehouse.services import spark_service as service
+from lakehouse.vocabulary import Role
+
+BENCH_USER = "bench"
 
 
 class SharedService:
@@ -15,6 +18,7 @@ class SharedService:
         self.settings = data.settings(LAKEHOUSE_CONNECT_PORT="0", LAKEHOUSE_THRIFT_PORT="0")
         self.started_s: float | None = None
         self._url: str | None = None
+        self._password: str | None = None
 
     def connect_url(self) -> str:
         """The service's ``sc://`` URL, starting it the first time."""
@@ -23,6 +27,18 @@ class SharedService:
             self._url = service.start(self.settings)["connect"]
             self.started_s = round(time.perf_counter() - began, 2)
         return self._url
+
+    def login(self) -> dict[str, str]:
+        """The environment of a client logged in as the bench's analyst, made at the first ask (a
+        home kept from an earlier run gets a new password)."""
+        from lakehouse.serving import users
+
+        if self._password is None:
+            path = users.users_file(self.settings)
+            if BENCH_USER in users.read_users(path):
+                users.remove_user(path, BENCH_USER)
+            self._password = users.add_user(path, BENCH_USER, Role.ANALYST)
+        return {"LAKEHOUSE_SQL_USER": BENCH_USER, "LAKEHOUSE_SQL_PASSWORD": self._password}
 
     def jdbc_url(self) -> str:
         """The service's ``jdbc:hive2://`` URL (it is started by ``connect_url``)."""

@@ -75,20 +75,26 @@ def _through_cli(data: DataSet, statements: list[str]) -> tuple[list[float], lis
 def _through_service(service: SharedService, statements: list[str], rounds: int) -> dict:
     url = service.connect_url()  # started here, the first time
     token = (service.settings.service_dir() / "write-token").read_text().strip()
-    arguments = [url, json.dumps(statements), str(rounds), token, service.jdbc_url()]
-    done = subprocess.run([sys.executable, "-m", "bench.sql_latency", *arguments], capture_output=True, text=True)
+    # The secrets in the client's environment, not its arguments, which `ps` shows.
+    env = {**os.environ, **service.login(), "LAKEHOUSE_SPARK_REMOTE_TOKEN": token}
+    arguments = [url, json.dumps(statements), str(rounds), service.jdbc_url()]
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.sql_latency", *arguments], env=env, capture_output=True, text=True
+    )
     if done.returncode != 0:
         raise RuntimeError(f"the Connect client failed: {done.stderr[-2000:]}")
     return json.loads(done.stdout)
 
 
 def _jdbc_class_path() -> str:
-    """The JDBC client compiled once into .cache/bench-java, with pyspark's JARs (the Hive driver)."""
+    """The JDBC client compiled into .cache/bench-java (again when its source is newer), with pyspark's
+    JARs (the Hive driver)."""
     from pyspark.find_spark_home import _find_spark_home
 
     jars = str(Path(_find_spark_home()) / "jars" / "*")
     classes = PROJECT_ROOT / ".cache" / "bench-java"
-    if not (classes / "JdbcLatency.class").is_file():
+    compiled = classes / "JdbcLatency.class"
+    if not compiled.is_file() or compiled.stat().st_mtime < JDBC_CLIENT.stat().st_mtime:
         classes.mkdir(parents=True, exist_ok=True)
         subprocess.run(["javac", "-nowarn", "-cp", jars, "-d", str(classes), str(JDBC_CLIENT)], check=True)
     return f"{classes}{os.pathsep}{jars}"
@@ -151,25 +157,18 @@ def _percentiles(seconds: list[float]) -> dict:
     }
 
 
-def client(url: str, statements: list[str], rounds: int, token: str, jdbc_url: str) -> dict:
+def client(url: str, statements: list[str], rounds: int, jdbc_url: str) -> dict:
     """In its own process: a warm-up round, then ``rounds`` timed rounds of every statement, through
     Connect and JDBC, with the batch tables uncached then cached. An analyst's session times the
-    queries; a session with the write token switches the cache, and leaves it as the service keeps it.
-
-    Args:
-        url: the service's Spark Connect URL.
-        statements: the queries.
-        rounds: timed rounds.
-        token: the service's write token.
-        jdbc_url: the service's JDBC URL.
-    """
-    from pyspark.sql import SparkSession
-
+    queries (logged in from LAKEHOUSE_SQL_USER, _PASSWORD); a session with the write token
+    (LAKEHOUSE_SPARK_REMOTE_TOKEN) switches the cache, and leaves it as the service keeps it."""
     from lakehouse.serving.batch_cache import cached_tables
-    from lakehouse.storage.spark import WRITE_TOKEN_CONF
+    from lakehouse.storage.spark import WRITE_TOKEN_CONF, connect_builder
+    from lakehouse.vocabulary import JOBS_USER
 
-    analyst = SparkSession.builder.remote(url).create()
-    operator = SparkSession.builder.remote(url).create()
+    token = os.environ["LAKEHOUSE_SPARK_REMOTE_TOKEN"]
+    analyst = connect_builder(url, os.environ["LAKEHOUSE_SQL_USER"], os.environ["LAKEHOUSE_SQL_PASSWORD"]).create()
+    operator = connect_builder(url, JOBS_USER, token).create()
     operator.conf.set(WRITE_TOKEN_CONF, token)
     names = [t.qualified_name for t in cached_tables() if operator.catalog.tableExists(t.qualified_name)]
 
@@ -209,5 +208,5 @@ def _json_value(value):
 
 
 if __name__ == "__main__":
-    url, statements, rounds, token, jdbc_url = sys.argv[1:6]
-    print(json.dumps(client(url, json.loads(statements), int(rounds), token, jdbc_url)))
+    url, statements, rounds, jdbc_url = sys.argv[1:5]
+    print(json.dumps(client(url, json.loads(statements), int(rounds), jdbc_url)))

@@ -39,6 +39,15 @@ class Services:
     bootstrap: str
     master: str
     s3: dict[str, str]  # LAKEHOUSE_S3_ENDPOINT and the keys
+    kafka_credentials: str = ""  # the broker's principals' passwords (LAKEHOUSE_KAFKA_CREDENTIALS)
+
+    def kafka(self) -> dict[str, str]:
+        """The variables of a Kafka client of the broker: its address, its credentials, the topic's retention."""
+        return {
+            "LAKEHOUSE_KAFKA_BOOTSTRAP": self.bootstrap,
+            "LAKEHOUSE_KAFKA_CREDENTIALS": self.kafka_credentials,
+            "LAKEHOUSE_LOG_RETENTION": TOPIC_RETENTION,
+        }
 
 
 def _timed_cli(arguments: list[str], env: dict) -> float:
@@ -53,7 +62,7 @@ def _timed_cli(arguments: list[str], env: dict) -> float:
 def _jobs(data: DataSet, services: Services) -> dict[str, tuple[list[str], dict]]:
     """Each job's command and settings; every run gets a fresh home (the log is shared)."""
     log = {"LAKEHOUSE_LOG_URI": data.settings().log_uri}
-    kafka = {"LAKEHOUSE_KAFKA_BOOTSTRAP": services.bootstrap, "LAKEHOUSE_LOG_RETENTION": TOPIC_RETENTION}
+    kafka = services.kafka()
     on_s3 = {"LAKEHOUSE_LOG_URI": f"s3a://{BUCKET}/log", **services.s3}
     window = ["--start", f"{data.start.isoformat()}Z", "--end", f"{(data.start + DAY).isoformat()}Z"]
     backfill = ["backfill", *window, "--source", "log", "--chunk", "1d"]
@@ -88,9 +97,7 @@ def topology(data: DataSet, runs: int, running: Services | None = None) -> dict:
     work = data.root / "topology"
     shutil.rmtree(work, ignore_errors=True)
     with _services(work, running) as services:
-        producer = settings_for(
-            work / "producer", LAKEHOUSE_KAFKA_BOOTSTRAP=services.bootstrap, LAKEHOUSE_LOG_RETENTION=TOPIC_RETENTION
-        )
+        producer = settings_for(work / "producer", **services.kafka())
         generate(producer, data.generator_config, PIPELINE, sink=LogSink.KAFKA)
         _upload_log(data, work, services)
         jobs = _jobs(data, services)
@@ -121,7 +128,7 @@ def _services(work: Path, running: Services | None) -> Iterator[Services]:
         LAKEHOUSE_DYNAMODB_PORT="0",
     )
     try:
-        bootstrap = kafka_broker.start(settings)["bootstrap"]
+        broker = kafka_broker.start(settings)
         master = spark_cluster.start(settings)["master"]
         started = s3_server.start(settings)
         key, secret = object_store.credentials(settings)
@@ -131,7 +138,7 @@ def _services(work: Path, running: Services | None) -> Iterator[Services]:
             "AWS_SECRET_ACCESS_KEY": secret,
             # Spark's commits to the s3a:// tables are conditional PUTs (the default), as delta-rs's.
         }
-        yield Services(bootstrap, master, s3)
+        yield Services(broker["bootstrap"], master, s3, broker["credentials"])
     finally:
         s3_server.stop(settings)
         spark_cluster.stop(settings)

@@ -34,6 +34,7 @@ ORDER = (
     "health",
     "demo",
     "serve",
+    "users",
     "dim",
     "archive",
     "cluster",

@@ -60,6 +60,8 @@ _TEXT_FIELDS = (
     "driver_memory",
     "ivy_dir",
     "metastore_password",
+    "kafka_password",
+    "sql_password",
     "max_bytes_per_trigger",
     "metrics_port",
     "alert_for",
@@ -76,6 +78,8 @@ _NAMED_VARIABLES = (
     "LAKEHOUSE_SPARK_PACKAGES",
     "LAKEHOUSE_PIPELINES",
 )
+# The file in the broker's folder (Paths.kafka_dir) with its principals' passwords.
+KAFKA_CREDENTIALS = "credentials.json"
 _SIZE = re.compile(r"^(\d+)\s*([kmg]?)b?$", re.IGNORECASE)
 
 
@@ -95,10 +99,13 @@ _STRIPPED_FIELDS = (
     "metastore_url",
     "metastore_user",
     "sql_route",
+    "sql_user",
     "spark_remote",
     "spark_remote_token",
     "kafka_bootstrap",
     "kafka_topic_prefix",
+    "kafka_user",
+    "kafka_credentials",
     "s3_endpoint",
     "s3_commits",
     "s3_commit_table",
@@ -261,6 +268,10 @@ class Services:
     metastore_password: str = dataclasses.field(default="", repr=False)
     # auto: lakehouse sql goes through this home's service when it is up; embedded; or sc://host:port.
     sql_route: str = SqlRoute.AUTO
+    # Who `lakehouse sql` logs in to the service as, and their secret (`lakehouse users add` prints it):
+    # read from the environment, never from the command line, where `ps` would show it.
+    sql_user: str = ""
+    sql_password: str = dataclasses.field(default="", repr=False)
     # How old a table's state the service's SQL may answer from while Delta refreshes it in the
     # background (other processes' commits); its own writes are seen at once, jobs read exact.
     sql_staleness: str = "2s"
@@ -275,6 +286,12 @@ class Services:
     kafka_topic_prefix: str = ""
     # The port of the broker `lakehouse kafka start` runs on loopback (0: any free one).
     kafka_port: int = 9092
+    # Who a Kafka client is (SASL/SCRAM-SHA-512; lakehouse.storage.kafka_auth): this user and password
+    # for every client of the process; unset, each client's role's principal from the credentials file
+    # (empty: the home's broker's, kafka/credentials.json); with neither, no authentication.
+    kafka_user: str = ""
+    kafka_password: str = dataclasses.field(default="", repr=False)
+    kafka_credentials: str = ""
     # The master port of the standalone cluster `lakehouse cluster start` runs (0: any free one).
     cluster_port: int = 7077
     # The S3 API of s3a:// locations, its keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; unset: those
@@ -326,6 +343,10 @@ class Services:
 
     def kafka_topic(self, pipeline_topic: str) -> str:
         return f"{self.kafka_topic_prefix}{pipeline_topic}"
+
+    def kafka_credentials_file(self) -> Path:
+        """The Kafka principals' passwords: the setting's file, or this home's broker's."""
+        return Path(self.kafka_credentials) if self.kafka_credentials else self.kafka_dir() / KAFKA_CREDENTIALS
 
 
 # Each group its own record, so that one reads as what it tunes; Settings has every field of each

@@ -21,6 +21,20 @@ class Fate(StrEnum):
     ON_TIME = "on_time"
 
 
+class BatchStage(StrEnum):
+    """A stage of a speed-layer micro-batch, timed on the driver (``ops.stream_progress.stage_ms``).
+    Each write's stage includes its Delta commit."""
+
+    READ = "read"  # planning the read: the files' sizes, the watermark before, files still being written
+    PARSE = "parse"  # the job that reads and parses the lines, observes their summary, collects digests
+    DEDUPE = "dedupe"  # the lookup of the batch's ids among those bronze accepted
+    BRONZE = "bronze"  # the bronze append, which also computes the fates and counts them
+    QUARANTINE = "quarantine"  # the quarantine append
+    PANES = "panes"  # the pane state before the batch, the panes it emits, brought to the driver
+    PANE_LOG = "pane_log"  # the pane log's append
+    MERGE = "merge"  # the MERGE of the panes into gold __speed
+
+
 class PaneTiming(StrEnum):
     """When a pane fired relative to the on-time watermark (Streaming 102)."""
 
@@ -98,6 +112,14 @@ class AuditTarget(StrEnum):
     SERVING = "serving"
 
 
+class AuditUnit(StrEnum):
+    """What one verdict of an audit is about: a closed (window, key) of fixed windows, or a group of
+    overlapping sessions of one key (lakehouse.audit.sessions)."""
+
+    WINDOW_ROWS = "(window, key) rows"
+    SESSION_GROUPS = "session groups"
+
+
 class AuditMode(StrEnum):
     """How much an audit compares: every closed window of its range, or only those changed since
     the last audit's pins."""
@@ -152,6 +174,34 @@ class SqlRoute(StrEnum):
 
     AUTO = "auto"  # through this home's Spark service when it is up, embedded otherwise
     EMBEDDED = "embedded"  # a Spark of its own in the command's process
+
+
+class Role(StrEnum):
+    """What a user of the Spark service is (``lakehouse users add --role``); both read only.
+    Operators are the people who run the platform and read its query log."""
+
+    ANALYST = "analyst"
+    OPERATOR = "operator"
+
+
+class SqlEndpoint(StrEnum):
+    """Which endpoint of the Spark service a statement came through (``lakehouse.query_log``)."""
+
+    JDBC = "jdbc"  # the Thrift server: JDBC and ODBC clients
+    CONNECT = "connect"  # Spark Connect: lakehouse sql, notebooks, the platform's jobs
+
+
+class QueryOutcome(StrEnum):
+    """How a statement (or a login) at the Spark service ended (``lakehouse.query_log``)."""
+
+    OK = "ok"
+    REFUSED = "refused"  # a failed login, or a statement the read-only rule refused
+    FAILED = "failed"  # any other error
+
+
+# The name the platform's own jobs log in to the Spark service under, with its write token; no
+# person may take it (lakehouse users add).
+JOBS_USER = "lakehouse-jobs"
 
 
 class S3Commits(StrEnum):

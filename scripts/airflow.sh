@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Run Airflow locally on PostgreSQL with this checkout's dags/ and LocalExecutor.
 #
-#   scripts/airflow.sh start   # install PostgreSQL if absent, start it, migrate, start api-server,
-#                              # scheduler and dag-processor; print generated passwords once
-#   scripts/airflow.sh stop    # stop what start started
+#   scripts/airflow.sh start   # install PostgreSQL if absent, start it, migrate, create the users, start
+#                              # api-server, scheduler and dag-processor; print generated passwords once
+#   scripts/airflow.sh stop    # stop what start started (the test directory's slapd too)
 #   scripts/airflow.sh env     # print the environment the processes run with (source it for `airflow ...`)
 #   scripts/airflow.sh metastore  # start PostgreSQL only, with the Spark service's metastore database;
 #                              # print the LAKEHOUSE_METASTORE_* settings that reach it (eval them)
@@ -14,6 +14,10 @@
 #   AIRFLOW_METRICS_PORT (9102: the same metrics for Prometheus), LAKEHOUSE_HOME,
 #   LAKEHOUSE_SPARK_CONN: the spark_default connection as JSON (default local[2]; e.g.
 #   '{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}' for a cluster).
+# Sign-in (the FAB auth manager; docs/airflow.md, "Who may do what"): AIRFLOW_LOGIN=database (default:
+#   the users this script creates in Airflow's database) or directory (LDAP: AIRFLOW_LDAP_URI, and
+#   AIRFLOW_LDAP_BASE_DN with people under ou=people and groups under ou=groups; without
+#   AIRFLOW_LDAP_URI, this script serves a test directory with slapd on AIRFLOW_LDAP_PORT, 3389).
 set -Eeuo pipefail
 # Whatever fails, say which command it was: a silent exit 1 leaves a newcomer nowhere to look.
 trap 'echo "scripts/airflow.sh: failed (exit $?) at line $LINENO: $BASH_COMMAND" >&2' ERR
@@ -30,10 +34,15 @@ PG_DATA="$AIRFLOW_HOME/postgres"
 RUN="$AIRFLOW_HOME/run"
 LOGS="$AIRFLOW_HOME/process-logs"
 SECRETS="$AIRFLOW_HOME/secrets.env"
-PASSWORDS="$AIRFLOW_HOME/simple_auth_manager_passwords.json"
-# name:role of the simple auth manager's users: admin does everything; operator triggers, clears and
-# marks runs; viewer reads (docs/airflow.md, "Who may do what").
-USERS="admin:admin,operator:op,viewer:viewer"
+# The platform's database users' passwords (lakehouse.ops.airflow_auth: admin, operator, viewer).
+PASSWORDS="$AIRFLOW_HOME/passwords.json"
+LOGIN="${AIRFLOW_LOGIN:-database}"
+LDAP_PORT="${AIRFLOW_LDAP_PORT:-3389}"
+LDAP_BASE_DN="${AIRFLOW_LDAP_BASE_DN:-dc=lakehouse,dc=test}"
+LDAP_URI="${AIRFLOW_LDAP_URI:-}"
+# The test directory slapd serves when no AIRFLOW_LDAP_URI is given, and its people's passwords.
+DIRECTORY="$AIRFLOW_HOME/directory"
+DIRECTORY_PASSWORDS="$AIRFLOW_HOME/directory_passwords.json"
 
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 # PostgreSQL refuses to run as root: as root, the cluster belongs to the postgres user; otherwise to you.
@@ -60,6 +69,7 @@ values = {
     "JWT_SECRET": secrets.token_urlsafe(32),
     "API_SECRET_KEY": secrets.token_urlsafe(32),
     "FERNET_KEY": base64.urlsafe_b64encode(secrets.token_bytes(32)).decode(),
+    "LDAP_ADMIN_PASSWORD": secrets.token_urlsafe(24),
 }
 with open(sys.argv[1], "w") as handle:
     handle.writelines(f"{k}='{v}'\n" for k, v in values.items())
@@ -107,8 +117,8 @@ export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM=4
 export AIRFLOW__CORE__FERNET_KEY='$FERNET_KEY'
-export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS='$USERS'
-export AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE='$PASSWORDS'
+export AIRFLOW__CORE__AUTH_MANAGER=airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager
+export AIRFLOW__FAB__CONFIG_FILE='$AIRFLOW_HOME/webserver_config.py'
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL='http://127.0.0.1:$PORT/execution/'
 export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow'
 export AIRFLOW__API__HOST=127.0.0.1
@@ -136,6 +146,45 @@ EOF
     for name in $(compgen -e | grep '^LAKEHOUSE_' | grep -v '^LAKEHOUSE_SPARK_CONN$' || true); do
         printf "export %s=%q\n" "$name" "${!name}"
     done >> "$AIRFLOW_HOME/env.sh"
+}
+
+# This checkout's lakehouse.ops.airflow_auth (users, passwords, FAB's webserver_config.py, the test directory).
+auth() { PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -m lakehouse.ops.airflow_auth "$@"; }
+
+# The test directory: Debian's slapd on loopback, as the openldap user when run as root (as
+# PostgreSQL runs as postgres), its people and groups loaded once when its database is new. Prints
+# the people's passwords it generated.
+start_directory() {
+    [ -x /usr/sbin/slapd ] || bash "$ROOT/scripts/system-deps.sh" >&2
+    # A home made before the directory existed lacks its administrator's password: add it.
+    if ! grep -q '^LDAP_ADMIN_PASSWORD=' "$SECRETS"; then
+        ( umask 077; echo "LDAP_ADMIN_PASSWORD='$("$VENV/bin/python" -c 'import secrets; print(secrets.token_urlsafe(24))')'" >> "$SECRETS" )
+    fi
+    # shellcheck disable=SC1090
+    source "$SECRETS"
+    mkdir -p "$DIRECTORY"
+    local secret="$DIRECTORY/admin.secret" fresh=0
+    ( umask 077; printf '%s' "$LDAP_ADMIN_PASSWORD" > "$secret" )
+    [ -f "$DIRECTORY/db/data.mdb" ] || fresh=1
+    auth directory "$DIRECTORY" "$LDAP_BASE_DN" "$DIRECTORY_PASSWORDS" "$secret"
+    local as_user=()
+    if [ "$(id -u)" = 0 ]; then chown -R openldap:openldap "$DIRECTORY"; as_user=(-u openldap -g openldap); fi
+    if ! { [ -f "$DIRECTORY/slapd.pid" ] && kill -0 "$(cat "$DIRECTORY/slapd.pid")" 2>/dev/null; }; then
+        /usr/sbin/slapd "${as_user[@]}" -f "$DIRECTORY/slapd.conf" -h "ldap://127.0.0.1:$LDAP_PORT/"
+    fi
+    if [ "$fresh" = 1 ]; then
+        ldapadd -x -H "ldap://127.0.0.1:$LDAP_PORT" -D "cn=admin,$LDAP_BASE_DN" -y "$secret" \
+            -f "$DIRECTORY/directory.ldif" > "$LOGS/directory-load.log"
+    fi
+}
+
+stop_directory() {
+    local pidfile="$DIRECTORY/slapd.pid" pid
+    [ -f "$pidfile" ] || return 0
+    pid="$(cat "$pidfile")"
+    kill "$pid" 2>/dev/null || return 0
+    for _ in $(seq 1 30); do kill -0 "$pid" 2>/dev/null || return 0; sleep 0.5; done
+    kill -KILL "$pid" 2>/dev/null || true
 }
 
 start_postgres() {
@@ -219,26 +268,25 @@ wait_for_api() {
 
 start() {
     [ -x "$VENV/bin/airflow" ] || { echo "run 'make setup' first" >&2; exit 1; }
+    # A misspelt AIRFLOW_LOGIN stops here, before anything starts.
+    auth check-login "$LOGIN"
     mkdir -p "$RUN" "$LOGS"
     generate_secrets
     write_env
     start_postgres
     # shellcheck disable=SC1091
     source "$AIRFLOW_HOME/env.sh"
-    # The simple auth manager reads users' passwords from this file: generate those it lacks.
+    # The platform's users' passwords: generated once, kept in a file of mode 600, printed once.
     local generated
-    generated="$(umask 077; "$VENV/bin/python" - "$PASSWORDS" "$USERS" <<'PY'
-import json, os, secrets, sys
-path, users = sys.argv[1], [entry.split(":")[0] for entry in sys.argv[2].split(",")]
-known = json.load(open(path)) if os.path.exists(path) else {}
-new = {user: secrets.token_urlsafe(18) for user in users if user not in known}
-if new:
-    json.dump({**known, **new}, open(path, "w"))
-for user, password in new.items():
-    print(f"{user} {password}")
-PY
-)"
+    generated="$(auth passwords "$PASSWORDS" admin operator viewer)"
+    if [ "$LOGIN" = directory ] && [ -z "$LDAP_URI" ]; then
+        generated+=$'\n'"$(start_directory)"
+        LDAP_URI="ldap://127.0.0.1:$LDAP_PORT"
+    fi
+    auth webserver-config "$AIRFLOW_HOME/webserver_config.py" "$LOGIN" "$LDAP_URI" "$LDAP_BASE_DN"
     airflow db migrate > "$LOGS/db-migrate.log" 2>&1 || { tail -n 40 "$LOGS/db-migrate.log"; exit 1; }
+    # FAB's users and roles live in Airflow's database: create the platform's, idempotently.
+    auth users "$PASSWORDS" > "$LOGS/users.log" 2>&1 || { tail -n 40 "$LOGS/users.log"; exit 1; }
     airflow pools set lakehouse_backfill 1 "Backfill chunks run one at a time, leaving slots for the stream's DAGs" >/dev/null
     start_statsd_exporter
     start_process api-server api-server --port "$PORT"
@@ -248,10 +296,8 @@ PY
     if ! kill -0 "$(cat "$RUN/statsd-exporter.pid")" 2>/dev/null; then
         tail -n 20 "$LOGS/statsd-exporter.log"; echo "the StatsD exporter exited" >&2; stop >/dev/null; exit 1
     fi
-    echo "Airflow is up: http://127.0.0.1:$PORT  (users admin, operator, viewer; logs in $LOGS)"
-    while read -r user password; do
-        [ -n "$user" ] && echo "Generated $user password (shown once; kept in $PASSWORDS): $password"
-    done <<< "$generated"
+    echo "Airflow is up: http://127.0.0.1:$PORT  (sign-in: $LOGIN${LDAP_URI:+ at $LDAP_URI}; users admin, operator, viewer; logs in $LOGS)"
+    grep -v '^$' <<< "$generated" || true  # nothing generated: nothing to show
 }
 
 # Ends a process's whole session (it was started with setsid; the supervised process has a process
@@ -274,6 +320,7 @@ stop() {
             rm -f "$pidfile"
         fi
     done
+    stop_directory
     local bin; bin="$(pg_bin)"
     if [ -n "$bin" ] && [ -f "$PG_DATA/PG_VERSION" ]; then
         as_postgres "$bin/pg_ctl" -D "$PG_DATA" -m fast stop >/dev/null 2>&1 || true

@@ -33,7 +33,7 @@ from tests.conftest import make_settings
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
 # Processing-time columns: they differ between any two runs.
-VOLATILE = {"ingested_at", "quarantined_at", "updated_at", "started_at", "duration_ms"}
+VOLATILE = {"ingested_at", "quarantined_at", "updated_at", "started_at", "duration_ms", "stage_ms"}
 # Recent event times: maintenance expires log hours older than the retention, measured from now.
 START = (datetime.now(UTC) - timedelta(hours=3)).replace(minute=0, second=0, microsecond=0, tzinfo=None)
 # An hour of toll events with every defect, in 6 files: 6 micro-batches of one file each.

@@ -3,7 +3,10 @@ Connect client tries against the service, as a fresh client with no write token.
 object: for each attempt, the error it got, or "ran" when the server let it run. Each attempt that
 could run code on the server would leave a file in PROBE_DIR (a directory the server can write to),
 so a test checks the files as well as the answers. ELSEWHERE is a Delta table the lakehouse does not
-hold, LAKEHOUSE_TABLE the location of one it does: read by path, the first is refused, the second read."""
+hold, LAKEHOUSE_TABLE the location of one it does: read by path, the first is refused, the second read.
+
+``python -m tests.connect_probes --logins URL``: logins with the users and tokens read from standard input;
+``--statements URL``: statements, each run by its user, from standard input."""
 
 from __future__ import annotations
 
@@ -123,9 +126,53 @@ def outcome(attempt) -> str:
     return "ran"
 
 
+def logins(url: str, attempts: dict[str, list]) -> dict[str, str]:
+    """Each attempt (a user name and a token, or none) reads a table as a fresh client: what it was told."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    def read(user: str, token: str | None):
+        channel = DefaultChannelBuilder(url)
+        channel.set(DefaultChannelBuilder.PARAM_USER_ID, user)
+        if token is not None:
+            channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
+        return ConnectSession.builder.channelBuilder(channel).create().sql(f"SELECT count(*) FROM {SPEED}").collect()
+
+    return {name: outcome(lambda attempt=attempt: read(*attempt)) for name, attempt in attempts.items()}
+
+
+def statements(url: str, runs: list[list]) -> list[dict]:
+    """Each statement run by its user (a name and a token), in order: its rows, or the error it got."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    sessions, answers = {}, []
+    for user, token, statement in runs:
+        if user not in sessions:
+            channel = DefaultChannelBuilder(url)
+            channel.set(DefaultChannelBuilder.PARAM_USER_ID, user)
+            channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
+            sessions[user] = ConnectSession.builder.channelBuilder(channel).create()
+        said = outcome(lambda s=sessions[user], q=statement: answers.append({"rows": _rows(s.sql(q).collect())}))
+        if said != "ran":
+            answers.append({"error": said})
+    return answers
+
+
+def _rows(rows) -> list[dict]:
+    return [json.loads(json.dumps(row.asDict(), default=str)) for row in rows]
+
+
 def main() -> None:
     from pyspark.sql import SparkSession
 
+    # The attempts or statements on standard input: tokens in no command line.
+    if sys.argv[1] == "--logins":
+        print(json.dumps(logins(sys.argv[2], json.load(sys.stdin))))
+        return
+    if sys.argv[1] == "--statements":
+        print(json.dumps(statements(sys.argv[2], json.load(sys.stdin))))
+        return
     url, probe, elsewhere, lakehouse_table = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     spark = SparkSession.builder.remote(url).getOrCreate()
     tried = {name: outcome(attempt) for name, attempt in attempts(spark, probe, elsewhere).items()}

@@ -14,7 +14,8 @@ first run imports what the command needs, as a new process does, and reports it;
 then imports the same before forking the others, which so cost the command and the exit (tens of
 milliseconds) instead of the imports too (about half a second).
 
-This process must not use delta-rs itself: its runtime refuses to run in a forked child.
+This process must not use delta-rs or Arrow's S3 client itself: delta-rs's runtime refuses to run
+in a forked child, and the AWS SDK's threads do not follow a fork.
 """
 
 from __future__ import annotations

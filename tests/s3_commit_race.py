@@ -170,6 +170,11 @@ def claims(env: dict[str, str], table_uri: str) -> int:
     return sum(page["Count"] for page in pages)
 
 
+def table_of(folder: Path) -> str:
+    """The race's table, named after its folder."""
+    return f"s3a://commit-race/{folder.name}/t"
+
+
 def measured(spark, env: dict[str, str], folder: Path, rounds: int, writers=WRITERS) -> dict:
     """One race of ``rounds`` rounds on a new table, with the log store ``env`` chooses; its figures.
 
@@ -183,7 +188,7 @@ def measured(spark, env: dict[str, str], folder: Path, rounds: int, writers=WRIT
     from lakehouse.settings import Settings
     from lakehouse.storage import object_store
 
-    table = f"s3a://commit-race/{folder.name}/t"
+    table = table_of(folder)
     s3 = object_store.client(Settings.from_env(env))
     object_store.ensure_bucket(s3, "commit-race")
     spark.createDataFrame([], "writer string, round int").write.format("delta").save(table)
@@ -218,6 +223,8 @@ def main() -> None:
             }
             result = measured(spark, drivers_env, Path(root) / label, rounds, writers)
             figures[label] = {**result, "lost": len(set(result["rows_missing"]) | set(result["commits_missing"]))}
+            if commits is DYNAMODB and writers == WRITERS:  # every Spark commit claimed in DynamoDB
+                figures[label]["unclaimed"] = len(writers) * rounds - claims(drivers_env, table_of(Path(root) / label))
             print(label, json.dumps({k: v for k, v in figures[label].items() if k != "drivers"}), flush=True)
         with contextlib.suppress(Exception):
             spark.stop()
@@ -226,6 +233,9 @@ def main() -> None:
     lost = {label: figure["lost"] for label, figure in figures.items() if label not in UNSAFE and figure["lost"]}
     if lost:
         raise SystemExit(f"commits lost through a log store meant to keep them: {lost}")
+    unclaimed = {label: figure["unclaimed"] for label, figure in figures.items() if figure.get("unclaimed")}
+    if unclaimed:
+        raise SystemExit(f"commits that skipped the DynamoDB table: {unclaimed}")
 
 
 # make chaos's races: two Spark drivers through each log store, then Spark against delta-rs.

@@ -33,7 +33,7 @@ from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.services import deployment
 from lakehouse.serving.sql import format_rows
-from lakehouse.settings import LOOPBACK
+from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
 from lakehouse.storage.log import LogWriter
@@ -161,6 +161,8 @@ class Loop:
             "LAKEHOUSE_LOG_RETENTION": RETENTION,
             "LAKEHOUSE_BACKFILL_MAX_RANGE": "31d",
             "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
+            # Each client logs in to the broker as its role's principal, from the broker's own file.
+            "LAKEHOUSE_KAFKA_CREDENTIALS": str(self.home("kafka") / "kafka" / KAFKA_CREDENTIALS),
         }
 
     def start(self, host: str, *arguments: str, **overrides: str) -> subprocess.Popen:
@@ -172,6 +174,16 @@ class Loop:
     def on(self, host: str, *arguments: str) -> str:
         """`lakehouse ARGUMENTS` run on the host as a job of the loop; its output."""
         return _finished(self.start(host, *arguments))
+
+    def analyst_login(self) -> dict[str, str]:
+        """An analyst of the Spark service on the spark-service host, added as an operator adds one
+        there; the variables `lakehouse sql` logs in with, and a password file for beeline (-w): in
+        the environment and a file, never a command line."""
+        added = _finished(_started(self.host_env("spark-service"), "spark-service", "users", "add", "analyst"))
+        password = self.root / "analyst.password"
+        password.touch(mode=0o600)
+        password.write_text(added.splitlines()[-1])
+        return {"LAKEHOUSE_SQL_USER": "analyst", "LAKEHOUSE_SQL_PASSWORD": password.read_text(), "file": str(password)}
 
     def machine_settings(self):
         """This process's settings for the loop's tables and log, by the hosts' addresses."""
@@ -253,9 +265,12 @@ def _query_from_the_analyst(loop: Loop, service: subprocess.Popen) -> str:
     once it is up: over Spark Connect (`lakehouse sql`, sent to the service by `hosts run`'s
     LAKEHOUSE_SQL_ROUTE) and over JDBC (beeline), the same rows; as CSV."""
     assert json.loads(_finished(service))["up"]
-    connect = loop.on("analyst", "sql", SERVED, "--format", "csv")
+    login = loop.analyst_login()
+    analyst = {**loop.host_env("analyst", **loop.job_settings()), **login}
+    connect = _finished(_started(analyst, "analyst", "sql", SERVED, "--format", "csv"))
     url = f"jdbc:hive2://spark-service:{loop.described.ports[DeployedService.SPARK_SERVICE]['thrift']}/default"
-    jdbc = lakehouse(loop.env, "hosts", "run", "analyst", "--", *beeline_command(url, SERVED)).stdout
+    credentials = ("-n", login["LAKEHOUSE_SQL_USER"], "-w", login["file"])
+    jdbc = lakehouse(loop.env, "hosts", "run", "analyst", "--", *beeline_command(url, SERVED, *credentials)).stdout
     assert _beeline_rows(jdbc) == connect.splitlines(), jdbc
     return connect
 

@@ -17,6 +17,7 @@ from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.location import local_path
 from lakehouse.storage.catalog import BATCH_COVERAGE, STREAM_PROGRESS, pipeline_tables, register_tables
+from lakehouse.vocabulary import BatchStage
 from tests.conftest import make_settings
 from tests.oracle import run_oracle
 
@@ -80,6 +81,22 @@ def test_each_micro_batch_gives_every_record_exactly_one_fate(spark, lambda_run)
             "late": row.late,
         }
         assert fates == {key: expected.get(key, 0) for key in fates}
+
+
+def test_each_micro_batch_records_the_milliseconds_of_its_stages_within_its_duration(spark, lambda_run):
+    settings, _, _, _ = lambda_run
+    progress = read(spark, settings, STREAM_PROGRESS).orderBy("batch_id").collect()
+    always = {BatchStage.READ, BatchStage.PARSE, BatchStage.DEDUPE, BatchStage.BRONZE, BatchStage.PANES}
+    for row in progress:
+        stages = row.stage_ms
+        expected = always | ({BatchStage.QUARANTINE} if row.quarantined else set())
+        expected |= {BatchStage.PANE_LOG, BatchStage.MERGE} if row.panes_emitted else set()
+        assert set(stages) == {str(stage) for stage in expected}, row.batch_id
+        assert all(ms >= 0 for ms in stages.values())
+        # The stages run one after another on the batch's clock: together within its duration
+        # (each rounded to a millisecond).
+        assert sum(stages.values()) <= row.duration_ms + len(stages)
+    assert sum(ms for row in progress for ms in row.stage_ms.values()) > 0
 
 
 def test_bronze_holds_every_accepted_event_once_marked_on_time_or_late(spark, lambda_run):

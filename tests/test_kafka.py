@@ -14,7 +14,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from lakehouse.dataflow.pipelines import get_pipeline
@@ -22,6 +22,8 @@ from lakehouse.eventtime import earliest_arrival_for
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.location import Location
+from lakehouse.services import kafka_access
+from lakehouse.storage import kafka_auth
 from lakehouse.storage.archive import Archive, check_covered
 from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
@@ -41,16 +43,27 @@ def cli(*arguments: str, env: dict, timeout: float = 600) -> subprocess.Complete
     )
 
 
+# Each test's topic prefix: the broker's principals are granted their topics under each.
+PREFIXES = ("retention.", "too-old.", "ingest.", "archive.", "topology.", "acl.")
+
+
 @pytest.fixture(scope="module")
 def broker(tmp_path_factory):
-    """One broker for the module, on free ports, started and stopped as a user would."""
+    """One broker for the module, on free ports, started and stopped as a user would, with its
+    principals granted the topics of every prefix of the module. Its clients find their principals'
+    passwords in its credentials file (LAKEHOUSE_KAFKA_CREDENTIALS, set for the module)."""
     home = tmp_path_factory.mktemp("kafka-home")
     env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_KAFKA_PORT": "0"}
     assert cli("kafka", "status", env=env).returncode == 1
     started = cli("kafka", "start", env=env, timeout=300)
     assert started.returncode == 0, started.stderr[-3000:]
-    bootstrap = next(line.split('"')[3] for line in started.stdout.splitlines() if '"bootstrap"' in line)
-    yield bootstrap
+    report = json.loads(started.stdout)
+    bootstrap = report["bootstrap"]
+    for prefix in PREFIXES:
+        kafka_access.grant(make_settings(home, **kafka_env(bootstrap, prefix)), bootstrap)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("LAKEHOUSE_KAFKA_CREDENTIALS", report["credentials"])
+        yield bootstrap
     stopped = cli("kafka", "stop", env=env)
     assert stopped.returncode == 0 and "stopped" in stopped.stdout
     assert cli("kafka", "status", env=env).returncode == 1
@@ -64,6 +77,7 @@ RETENTION = "3650d"
 def kafka_env(bootstrap: str, prefix: str, **env: str) -> dict[str, str]:
     """The variables of a home whose log is its own topic on the module's broker."""
     return {
+        "LAKEHOUSE_KAFKA_CREDENTIALS": os.environ.get("LAKEHOUSE_KAFKA_CREDENTIALS", ""),
         "LAKEHOUSE_KAFKA_BOOTSTRAP": bootstrap,
         "LAKEHOUSE_KAFKA_TOPIC_PREFIX": prefix,
         "LAKEHOUSE_LOG_RETENTION": RETENTION,
@@ -105,7 +119,7 @@ def test_a_range_older_than_the_topic_holds_is_refused_before_spark_starts(broke
     lines = [(hour + timedelta(minutes=m), f'{{"bridge_id": "bridge-00", "n": {m}}}') for m in range(0, 120, 10)]
     writer.append(lines, "two hours")
     # What retention does to a topic: its oldest records go (here the first hour's, in every partition).
-    admin = AdminClient({"bootstrap.servers": broker})
+    admin = AdminClient(kafka_auth.client_config(settings, kafka_auth.ADMIN))
     first_hour = _offsets_before(settings, hour + timedelta(hours=1))
     for future in admin.delete_records(first_hour).values():
         future.result(timeout=30)
@@ -150,7 +164,7 @@ def _topic_records(settings, topic: str) -> list[tuple[int, bytes | None, bytes]
 
     name = settings.kafka_topic(topic)
     consumer = Consumer(
-        {"bootstrap.servers": settings.kafka_bootstrap, "group.id": "tests", "enable.auto.commit": False}
+        {**kafka_auth.client_config(settings, kafka_auth.ADMIN), "group.id": "tests", "enable.auto.commit": False}
     )
     try:
         partitions = sorted(consumer.list_topics(name, timeout=30).topics[name].partitions)
@@ -192,12 +206,93 @@ def test_ingest_produces_each_line_once_keyed_by_its_event_id(broker, tmp_path: 
     assert len({partition for partition, _ in copies}) == 1 and [line for _, line in copies] == [lines[0], lines[3]]
 
 
-def _offsets_before(settings, moment: datetime) -> list:
-    """Each partition's first offset received at or after ``moment`` (its end when none is)."""
+def _ingest(env: dict, pipeline: str, **variables: str) -> subprocess.CompletedProcess:
+    """`lakehouse ingest` of one event line into a pipeline's log, with these variables too."""
+    line = json.dumps({"event_id": "acl-1", "bridge_id": "bridge-01", "event_time": "2026-11-28T10:00:00Z"})
+    return subprocess.run(
+        [sys.executable, "-m", "lakehouse.cli", "ingest", "--pipeline", pipeline, "-"],
+        input=line + "\n",
+        env={**env, **variables},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _records_held(settings, *topics: str) -> dict[str, int]:
+    """How many records each topic holds (read as the admin)."""
+    return {topic: sum(_offsets_at_end(settings, topic)) for topic in topics}
+
+
+def _offsets_at_end(settings, topic: str) -> list[int]:
+    return [t.offset for t in _offsets_before(settings, datetime(2100, 1, 1), topic)]
+
+
+def _sent_anyway(settings, user: str, topic: str) -> list[str]:
+    """The errors the broker answers a plain producer (as ``user``) that sends a record to ``topic``."""
+    sending = Producer(kafka_auth.client_config(settings.replace(kafka_user=user), user))
+    answers = []
+    try:
+        sending.produce(topic, b"sent anyway", on_delivery=lambda error, _: answers.append(error and error.name()))
+    except KafkaException as error:  # the producer already knows the topic's metadata
+        return [error.args[0].name()]
+    assert sending.flush(30) == 0
+    return answers
+
+
+def test_a_pipelines_producer_writes_its_own_topic_alone_and_the_reader_writes_none(broker, tmp_path: Path):
+    """The ACLs of `lakehouse kafka start`: refused before a record is sent, in one line; and refused
+    by the broker itself to a client that sends anyway."""
+    settings = kafka_settings(tmp_path / "home", broker, "acl.")
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), **kafka_env(broker, "acl.")}
+    tolls = kafka_auth.producer("toll_traffic")
+    other = _ingest(env, "team_scores", LAKEHOUSE_KAFKA_USER=tolls)
+    assert (other.returncode, other.stderr) == (
+        2,
+        f"lakehouse: error: Kafka at {broker} does not let user {tolls} write topic acl.team_scores\n",
+    )
+    reader = _ingest(env, "toll_traffic", LAKEHOUSE_KAFKA_USER=kafka_auth.READER)
+    assert (reader.returncode, reader.stderr) == (
+        2,
+        f"lakehouse: error: Kafka at {broker} does not let user {kafka_auth.READER} write topic acl.toll_traffic\n",
+    )
+    own = _ingest(env, "toll_traffic", LAKEHOUSE_KAFKA_USER=tolls)
+    assert own.returncode == 0 and "ingested 1 lines" in own.stdout, own.stderr
+    assert _sent_anyway(settings, tolls, "acl.team_scores") == ["TOPIC_AUTHORIZATION_FAILED"]
+    assert _sent_anyway(settings, kafka_auth.READER, "acl.toll_traffic") == ["TOPIC_AUTHORIZATION_FAILED"]
+    assert _records_held(settings, "acl.team_scores", "acl.toll_traffic") == {
+        "acl.team_scores": 0,
+        "acl.toll_traffic": 1,
+    }
+
+
+def test_a_client_without_credentials_or_with_a_wrong_password_is_refused_in_one_line(broker, tmp_path: Path):
+    settings = kafka_settings(tmp_path / "home", broker, "acl.")
+    held = _records_held(settings, "acl.toll_traffic")
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), **kafka_env(broker, "acl.")}
+    anonymous = _ingest(env, "toll_traffic", LAKEHOUSE_KAFKA_CREDENTIALS=str(tmp_path / "no-such-file.json"))
+    assert anonymous.returncode == 2 and anonymous.stderr.count("\n") == 1, anonymous.stderr
+    assert anonymous.stderr.startswith(
+        f"lakehouse: error: Kafka at {broker} closed the connection of a client without credentials"
+    )
+    tolls = kafka_auth.producer("toll_traffic")
+    wrong = {"LAKEHOUSE_KAFKA_PASSWORD": "not-the-password"}
+    refused = f"lakehouse: error: Kafka at {broker} refused user {{}}: authentication failed"
+    refused += " (a wrong password, or no such user)\n"
+    producing = _ingest(env, "toll_traffic", LAKEHOUSE_KAFKA_USER=tolls, **wrong)
+    assert (producing.returncode, producing.stderr) == (2, refused.format(tolls))
+    reading = cli("archive", env={**env, "LAKEHOUSE_KAFKA_USER": kafka_auth.READER, **wrong})
+    assert (reading.returncode, reading.stderr) == (2, refused.format(kafka_auth.READER))
+    assert _records_held(settings, "acl.toll_traffic") == held
+
+
+def _offsets_before(settings, moment: datetime, topic: str = "") -> list:
+    """Each partition's first offset received at or after ``moment`` (its end when none is), in the
+    pipeline's topic or ``topic``."""
     from confluent_kafka import Consumer
 
-    topic = settings.kafka_topic(PIPELINE.topic)
-    consumer = Consumer({"bootstrap.servers": settings.kafka_bootstrap, "group.id": "tests"})
+    topic = topic or settings.kafka_topic(PIPELINE.topic)
+    consumer = Consumer({**kafka_auth.client_config(settings, kafka_auth.ADMIN), "group.id": "tests"})
     try:
         partitions = consumer.list_topics(topic, timeout=30).topics[topic].partitions
         stamp = int(moment.replace(tzinfo=UTC).timestamp() * 1000)
@@ -252,7 +347,7 @@ def test_the_archive_copies_closed_hours_once_and_backfills_older_than_retention
     assert (archive.run().files, object_names(settings, log, ".jsonl")) == (0, files)
 
     # Retention deletes every record received before 09:00; the archive still has them.
-    admin = AdminClient({"bootstrap.servers": broker})
+    admin = AdminClient(kafka_auth.client_config(settings, kafka_auth.ADMIN))
     for future in admin.delete_records(_offsets_before(settings, datetime(2026, 1, 5, 9))).values():
         future.result(timeout=30)
     assert check_covered(settings, PIPELINE.topic, earliest_arrival_for(start)) == archive.state()[1]

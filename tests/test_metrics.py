@@ -25,7 +25,7 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.ops.health import check_stream_health
 from lakehouse.ops.metrics import start_endpoint, target_file
-from lakehouse.ops.stream_figures import read_stream_figures
+from lakehouse.ops.stream_figures import FileCache, read_stream_figures
 from lakehouse.storage.catalog import BACKFILL_RUNS, STREAM_PROGRESS, pipeline_tables
 from lakehouse.storage.ops_tables import append_rows
 from tests.conftest import make_settings
@@ -60,6 +60,7 @@ def _progress(batch_id: int, started: datetime, source_file: str, **counts: int)
         "max_event_time": started - timedelta(minutes=5),
         "panes_emitted": 4,
         "source_files": [source_file],
+        "stage_ms": {"parse": 400 + 100 * batch_id, "merge": 300},
         **{"quarantined": 0, "duplicates": 0, "on_time": 0, "late": 0, **counts},
     }
 
@@ -116,6 +117,9 @@ def test_the_endpoint_exports_the_figures_health_judges(tmp_path):
     assert value("lakehouse_stream_batch_duration_seconds_sum") == pytest.approx(4.0)
     assert value("lakehouse_stream_batch_duration_seconds_bucket", le="2.0") == 1
     assert value("lakehouse_stream_dedupe_index_ids") == 1234
+    stages = {"parse": 0.9, "merge": 0.6}
+    assert {s: value("lakehouse_stream_batch_stage_seconds_total", stage=s) for s in stages} == stages
+    assert figures.stage_seconds == stages
     assert value("lakehouse_backfill_last_run_failed") == 1
     assert value("lakehouse_backfill_runs_total", status="failed") == 1
     # The log's third file came after the second, the newest read: the processing lag between them.
@@ -130,6 +134,19 @@ def test_the_endpoint_exports_the_figures_health_judges(tmp_path):
         assert value(name) == pytest.approx(figure, abs=2), name
     assert value("lakehouse_stream_event_lag_seconds") == pytest.approx(20 + 300, abs=2)
     assert ("lakehouse_audit_unexplained", mine) not in samples  # no audit has run
+
+
+def test_stage_seconds_are_read_from_a_progress_table_that_gained_the_column_between_two_scrapes(tmp_path):
+    settings = make_settings(tmp_path / "home")
+    uri, now = STREAM_PROGRESS.uri(settings), datetime.now(UTC)
+    before_stages = STREAM_PROGRESS.arrow_schema.remove(STREAM_PROGRESS.arrow_schema.get_field_index("stage_ms"))
+    first = _progress(0, now - timedelta(seconds=20), "file:/a", on_time=5)
+    append_rows(uri, before_stages, [{k: v for k, v in first.items() if k != "stage_ms"}], settings)
+    cache = FileCache()
+    assert read_stream_figures(settings, PIPELINE, now, cache=cache).stage_seconds == {}
+    append_rows(uri, STREAM_PROGRESS.arrow_schema, [_progress(1, now - timedelta(seconds=10), "file:/b")], settings)
+    figures = read_stream_figures(settings, PIPELINE, now, cache=cache)
+    assert figures.batches == 2 and figures.stage_seconds == {"merge": 0.3, "parse": 0.5}
 
 
 def test_a_stale_stream_is_unhealthy_in_both_health_and_the_endpoint(tmp_path):

@@ -118,7 +118,7 @@ def test_make_airflow_starts_and_stops_without_any_variable_set(checkout):
         started = newcomer(checkout, documented("make airflow", AIRFLOW_DOC), timeout=900)
         assert started.returncode == 0, started.stdout[-3000:] + started.stderr[-3000:]
         assert "Airflow is up: http://127.0.0.1:8080" in started.stdout
-        password = json.loads((checkout / ".cache/airflow/simple_auth_manager_passwords.json").read_text())["admin"]
+        password = json.loads((checkout / ".cache/airflow/passwords.json").read_text())["admin"]
         assert "Generated admin password (shown once; kept in" in started.stdout and password in started.stdout
     finally:
         stopped = newcomer(checkout, documented("make airflow-stop", AIRFLOW_DOC), timeout=300)

@@ -4,6 +4,7 @@ Data Docs' CDN links, every one of which must have a local copy."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import time
@@ -14,8 +15,9 @@ from xml.etree import ElementTree
 import pytest
 
 from lakehouse.audit import offline_docs
-from lakehouse.audit.reconcile import AuditResult
+from lakehouse.audit.reconcile import AuditResult, render_audit
 from lakehouse.audit.report import ReportInputs, render_report
+from lakehouse.vocabulary import AuditUnit
 
 SVG = "{http://www.w3.org/2000/svg}"
 W = datetime(2026, 1, 5, 8, 0)
@@ -107,6 +109,17 @@ def test_summary_counts_are_the_audits(page, audit):
         "still open (after the watermark)": "2",
     }
     assert "1 unexplained difference" in page
+
+
+def test_a_session_audit_counts_session_groups_in_the_report_and_the_command_line(audit):
+    groups = dataclasses.replace(
+        audit, unit=AuditUnit.SESSION_GROUPS, explained={**audit.explained, "manual_change": 0}
+    )
+    page = render_report(groups, ReportInputs(DELAYS, REASONS))
+    assert '<td>closed session groups compared</td><td class="num">12</td>' in page
+    assert "1 session groups differ with no cause" in page and "(window, key)" not in page
+    assert render_audit(groups).splitlines()[0].endswith("12 closed session groups compared, 2 still open (watermark "
+                                                         f"{groups.watermark})")  # fmt: skip
 
 
 def test_every_differing_window_has_a_point_with_its_exact_values_and_cause(page):

@@ -43,6 +43,24 @@ def test_airflow_env_without_any_lakehouse_variable_writes_the_environment(tmp_p
     assert "LAKEHOUSE_" not in env.stdout.replace("LAKEHOUSE_SPARK_CONN", "")
 
 
+def test_a_misspelt_login_stops_the_airflow_script_before_anything_starts_or_is_written(tmp_path):
+    shutil.copytree(PROJECT / "scripts", tmp_path / "scripts")
+    (tmp_path / ".venv").symlink_to(PROJECT / ".venv")
+    failed = subprocess.run(
+        ["bash", "scripts/airflow.sh", "start"],
+        cwd=tmp_path,
+        env={"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), "AIRFLOW_LOGIN": "ldap"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert failed.returncode == 2
+    assert failed.stderr.startswith("lakehouse: error: AIRFLOW_LOGIN='ldap': use database or directory\n"), (
+        failed.stderr
+    )
+    assert not (tmp_path / ".cache").exists()
+
+
 def test_a_failing_step_of_the_airflow_script_names_the_command(tmp_path):
     shutil.copytree(PROJECT / "scripts", tmp_path / "scripts")
     (tmp_path / ".venv" / "bin").mkdir(parents=True)

@@ -1,7 +1,8 @@
 """The Spark service (lakehouse serve) on real components: its JVM serving Spark Connect and the
 Thrift server, a Hive metastore in the PostgreSQL that scripts/airflow.sh runs, beeline from
 pyspark's JARs as the JDBC client, and the `lakehouse` CLI as a user runs it. One service for the
-module; the restart test comes last."""
+module, whose clients log in as an analyst the module adds (an operator reads the query log); the
+restart test comes last."""
 
 from __future__ import annotations
 
@@ -26,6 +27,7 @@ from lakehouse.location import local_path
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import CORRECTIONS, DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
 from lakehouse.storage.ops_tables import read_rows
+from lakehouse.vocabulary import JOBS_USER, QueryOutcome, Role, SqlEndpoint
 from tests.airflow_env import airflow_env, migrate_scratch_db
 from tests.conftest import make_settings
 from tests.frames import inline_frame
@@ -70,6 +72,7 @@ def service(spark, tmp_path_factory):
         "LAKEHOUSE_CONNECT_PORT": str(free_port()),
         "LAKEHOUSE_THRIFT_PORT": str(free_port()),
     }
+    env |= _logins(env, home)
     try:
         started = time.monotonic()
         out = lakehouse(env, "serve", timeout=400)
@@ -81,16 +84,57 @@ def service(spark, tmp_path_factory):
         subprocess.run([script, "stop"], env=postgres, capture_output=True, timeout=120)
 
 
+ANALYST, OPERATOR = "ana", "ops"
+
+
+def _logins(env, home: Path) -> dict[str, str]:
+    """Every client of the module logs in as an analyst (LAKEHOUSE_SQL_USER, _PASSWORD, and a password
+    file for beeline); an operator's password is kept for the query log's tests."""
+    added = {}
+    for name, role in ((ANALYST, Role.ANALYST), (OPERATOR, Role.OPERATOR)):
+        out = lakehouse(env, "users", "add", name, "--role", role)
+        assert out.returncode == 0, out.stderr
+        added[name] = out.stdout.splitlines()[-1]
+    for name, secret in added.items():
+        (home / f"{name}.password").touch(mode=0o600)
+        (home / f"{name}.password").write_text(secret)
+    return {
+        "LAKEHOUSE_SQL_USER": ANALYST,
+        "LAKEHOUSE_SQL_PASSWORD": added[ANALYST],
+        "TEST_PASSWORD_FILE": str(home / f"{ANALYST}.password"),
+    }
+
+
+def password_of(env, user: str) -> str:
+    return (Path(env["LAKEHOUSE_HOME"]) / f"{user}.password").read_text()
+
+
+def connect_client(env) -> tuple[str, dict[str, str]]:
+    """A Connect client's URL and environment, logged in as the analyst the way a notebook is: the user
+    and token from SPARK_USER and SPARK_CONNECT_AUTHENTICATE_TOKEN, to "localhost" (gRPC sends a token
+    without TLS there only)."""
+    login = {"SPARK_USER": env["LAKEHOUSE_SQL_USER"], "SPARK_CONNECT_AUTHENTICATE_TOKEN": env["LAKEHOUSE_SQL_PASSWORD"]}
+    return f"sc://localhost:{env['LAKEHOUSE_CONNECT_PORT']}", {**env, **login}
+
+
+def connect_line(env, url: str) -> str:
+    """beeline's !connect as the analyst, for a script file (a password there is in no command line)."""
+    return f"!connect {url} {env['LAKEHOUSE_SQL_USER']} {env['LAKEHOUSE_SQL_PASSWORD']}"
+
+
 def lakehouse(env, *args, timeout=180) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-m", "lakehouse.cli", *args], env=env, capture_output=True, text=True, timeout=timeout
     )
 
 
-def beeline(env, statement: str, *options: str) -> subprocess.CompletedProcess:
-    """A fresh JDBC client on this machine."""
+def beeline(env, statement: str, *options: str, login: bool = True) -> subprocess.CompletedProcess:
+    """A fresh JDBC client on this machine, logged in as the analyst, its password read from a file
+    (-w), not the command line."""
     url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
-    return subprocess.run(beeline_command(url, statement, *options), capture_output=True, text=True, timeout=120)
+    credentials = ["-n", env["LAKEHOUSE_SQL_USER"], "-w", env["TEST_PASSWORD_FILE"]] if login else []
+    command = beeline_command(url, statement, *credentials, *options)
+    return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 
 def csv_rows(out: subprocess.CompletedProcess) -> list[str]:
@@ -117,11 +161,11 @@ def test_the_service_serves_sparks_own_metrics_on_loopback_where_prometheus_find
     [target] = json.loads((settings.metrics_dir() / "spark" / "service.json").read_text())
     [address] = target["targets"]
     assert address.startswith("127.0.0.1:")
-    with urllib.request.urlopen(f"http://{address}/metrics/prometheus/", timeout=10) as answer:
+    with urllib.request.urlopen(f"http://{address}/metrics/prometheus/", timeout=60) as answer:
         text = answer.read().decode()
     assert "metrics_lakehouse_service_driver_BlockManager_memory_memUsed_MB_Value" in text
     assert "metrics_lakehouse_service_driver_DAGScheduler_job_allJobs_Value" in text
-    with urllib.request.urlopen(f"http://{address}/metrics/executors/prometheus", timeout=10) as answer:
+    with urllib.request.urlopen(f"http://{address}/metrics/executors/prometheus", timeout=60) as answer:
         assert 'executor_id="driver"' in answer.read().decode()
 
 
@@ -157,9 +201,9 @@ def test_a_spark_connect_client_reads_the_serving_view(service):
         "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate();"
         "print(s.table('gold.toll_traffic').groupBy('source').count().orderBy('source').collect())"
     )
-    url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+    url, client = connect_client(env)
 
-    out = subprocess.run([sys.executable, "-c", script, url], capture_output=True, text=True, timeout=120)
+    out = subprocess.run([sys.executable, "-c", script, url], env=client, capture_output=True, text=True, timeout=120)
 
     assert out.stdout.strip() == "[Row(source='batch', count=1), Row(source='speed', count=2)]", out.stderr
 
@@ -179,11 +223,13 @@ def test_every_way_in_refuses_a_write_and_the_table_keeps_its_version(service):
         "s = SparkSession.builder.remote(sys.argv[1]).getOrCreate();"
         "s.range(1).write.format('delta').mode('append').saveAsTable('gold.toll_traffic__speed')"
     )
-    url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+    url, client = connect_client(env)
 
     jdbc = beeline(env, update)
     cli = lakehouse(env, "sql", update)
-    connect = subprocess.run([sys.executable, "-c", connect_write, url], capture_output=True, text=True, timeout=120)
+    connect = subprocess.run(
+        [sys.executable, "-c", connect_write, url], env=client, capture_output=True, text=True, timeout=120
+    )
 
     assert jdbc.returncode != 0 and "read-only: UpdateTable changes data" in jdbc.stderr + jdbc.stdout
     assert cli.returncode == 2 and cli.stderr.startswith("lakehouse: error: read-only: UpdateTable")
@@ -255,10 +301,11 @@ def test_no_analyst_code_runs_through_connect_and_every_catalog_call_answers(ser
     probe = tmp_path / "probe"
     probe.mkdir(mode=0o777)
     versions = _versions(settings)
-    url = f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
+    url, client = connect_client(env)
 
     out = subprocess.run(
         [sys.executable, "-m", "tests.connect_probes", url, str(probe), elsewhere, tables.speed.uri(settings)],
+        env=client,
         capture_output=True,
         text=True,
         timeout=300,
@@ -299,9 +346,9 @@ def test_a_jdbc_url_sets_only_the_settings_a_read_only_session_may_set(service, 
     script = tmp_path / "connections.sql"
     # A URL's hive confs follow ?, its hive variables #: the Thrift server would set both in the session.
     script.write_text(
-        f"!connect {url}?{plugin} '' ''\n"
-        f"!connect {url}#{plugin} '' ''\n"
-        f"!connect {url}?spark.sql.session.timeZone=America/New_York '' ''\n"
+        f"{connect_line(env, f'{url}?{plugin}')}\n"
+        f"{connect_line(env, f'{url}#{plugin}')}\n"
+        f"{connect_line(env, f'{url}?spark.sql.session.timeZone=America/New_York')}\n"
         "SELECT current_timezone() AS zone;\n"
     )
 
@@ -310,6 +357,186 @@ def test_a_jdbc_url_sets_only_the_settings_a_read_only_session_may_set(service, 
     errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("Error: ")]
     assert len(errors) == 2 and all("read-only: setting spark.sql.catalog.evil is not allowed" in e for e in errors)
     assert csv_rows(out)[-2:] == ["zone", "America/New_York"], out.stdout[-2000:]
+
+
+def _query_log(settings) -> list[dict]:
+    """The query log's lines as the service wrote them, oldest first."""
+    files = sorted((settings.service_dir() / "query-log").glob("*.jsonl"))
+    return [json.loads(line) for file in files for line in file.read_text().splitlines()]
+
+
+def _refused_logins(lines: list[dict], endpoint: str) -> set[str]:
+    return {
+        line["user_name"]
+        for line in lines
+        if line["endpoint"] == endpoint and line["outcome"] == QueryOutcome.REFUSED and line["statement"] == ""
+    }
+
+
+def test_jdbc_refuses_a_login_without_the_users_own_password_and_logs_each_refusal(service, tmp_path):
+    env, settings, _ = service
+    url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    analysts = env["LAKEHOUSE_SQL_PASSWORD"]
+    versions, logged = _versions(settings), len(_query_log(settings))
+    script = tmp_path / "logins.sql"
+    # None; a wrong password; a name no one has; the analyst's password under the operator's name.
+    script.write_text(
+        f"!connect {url} '' ''\n!connect {url} {ANALYST} wrong-{analysts}\n!connect {url} nobody {analysts}\n"
+        f"!connect {url} {OPERATOR} {analysts}\nSELECT count(*) AS n FROM gold.toll_traffic;\n"
+    )
+
+    out = beeline(env, "", "--force=true", "-f", str(script), login=False)
+
+    errors = [line for line in (out.stdout + out.stderr).splitlines() if line.startswith("Error: ")]
+    # Each !connect fails (beeline tries the one without a user twice); the statement finds no connection.
+    assert sum("Peer indicated failure: Error validating the login" in error for error in errors) >= 4, errors
+    assert "No current connection" in out.stdout + out.stderr and not csv_rows(out)
+    refused = _query_log(settings)[logged:]
+    assert _refused_logins(refused, SqlEndpoint.JDBC) - {"", "anonymous"} == {ANALYST, "nobody", OPERATOR}
+    assert all(line["endpoint"] == SqlEndpoint.JDBC and line["outcome"] == QueryOutcome.REFUSED for line in refused)
+    assert _versions(settings) == versions
+
+
+def test_connect_refuses_a_request_without_its_users_own_token_and_logs_each_refusal(service):
+    env, settings, _ = service
+    url, _ = connect_client(env)
+    analysts = env["LAKEHOUSE_SQL_PASSWORD"]
+    attempts = {
+        "no token": [ANALYST, None],
+        "a forged token": [ANALYST, f"forged-{analysts}"],
+        "a name no one has": ["nobody", analysts],
+        "another user's token": [OPERATOR, analysts],
+        "the jobs' name without their token": [JOBS_USER, analysts],
+    }
+    versions, logged = _versions(settings), len(_query_log(settings))
+
+    out = subprocess.run(
+        [sys.executable, "-m", "tests.connect_probes", "--logins", url],
+        input=json.dumps(attempts), capture_output=True, text=True, timeout=120, cwd=PROJECT,
+    )  # fmt: skip
+    cli = lakehouse({**env, "LAKEHOUSE_SQL_PASSWORD": f"wrong-{analysts}"}, "sql", "SELECT 1")
+
+    told = json.loads(out.stdout) if out.stdout.strip() else {}
+    expected = {
+        name: f"not authenticated: unknown user or wrong password/token for user {user}"
+        for name, (user, _) in attempts.items()
+    }
+    expected["no token"] = f"not authenticated: no password or token given for user {ANALYST}"
+    assert told and all(expected[name] in told[name] for name in attempts), told or out.stderr[-3000:]
+    assert cli.returncode == 2
+    assert (
+        cli.stderr == f"lakehouse: error: not authenticated: unknown user or wrong password/token for user {ANALYST}\n"
+    )
+    refused = _query_log(settings)[logged:]
+    assert _refused_logins(refused, SqlEndpoint.CONNECT) == {ANALYST, "nobody", OPERATOR, JOBS_USER}
+    assert all(line["outcome"] == QueryOutcome.REFUSED for line in refused)
+    assert _versions(settings) == versions
+
+
+def _loopback_name() -> str | None:
+    """A name of this machine that resolves to 127.0.0.1 (Debian's hosts file gives its host name so),
+    through which a client reaches the service as it reaches one on another host; None without one."""
+    name = socket.gethostname()
+    try:
+        return name if socket.gethostbyname(name) == "127.0.0.1" and name != "localhost" else None
+    except OSError:
+        return None
+
+
+@pytest.mark.skipif(_loopback_name() is None, reason="this machine's name does not resolve to 127.0.0.1")
+def test_lakehouse_sql_logs_in_to_a_service_named_by_another_host_name_and_a_wrong_password_is_refused(service):
+    env, _, _ = service
+    remote = {**env, "LAKEHOUSE_SQL_ROUTE": f"sc://{_loopback_name()}:{env['LAKEHOUSE_CONNECT_PORT']}"}
+    count = "SELECT count(*) AS n FROM gold.toll_traffic"
+
+    read = lakehouse(remote, "sql", count, "--format", "json")
+    wrong = lakehouse({**remote, "LAKEHOUSE_SQL_PASSWORD": "guessed"}, "sql", count)
+
+    assert json.loads(read.stdout or "null") == [{"n": 3}], read.stderr
+    assert wrong.returncode == 2
+    assert (
+        wrong.stderr
+        == f"lakehouse: error: not authenticated: unknown user or wrong password/token for user {ANALYST}\n"
+    )
+
+
+def test_the_query_log_holds_each_statement_with_its_user_rows_and_outcome_and_only_an_operator_reads_it(
+    service, tmp_path
+):
+    env, _, _ = service
+    tag = f"logged-{time.monotonic_ns()}"
+    read = f"SELECT bridge_id, '{tag}' AS tag FROM gold.toll_traffic"
+    columns = "user_name, endpoint, row_count, outcome, duration_ms >= 0 AND started_at IS NOT NULL AS timed"
+    log = f"SELECT {columns} FROM lakehouse.query_log WHERE statement LIKE '%{tag}%' ORDER BY started_at"
+    script = tmp_path / "statements.sql"
+    script.write_text(f"{read};\n{log};\n")
+    url, _ = connect_client(env)
+    analyst, operator = [ANALYST, env["LAKEHOUSE_SQL_PASSWORD"]], [OPERATOR, password_of(env, OPERATOR)]
+    runs = [
+        [*analyst, read],
+        [*analyst, f"UPDATE gold.toll_traffic__speed SET bridge_id = '{tag}'"],
+        [*analyst, f"SELECT '{tag}' FROM gold.no_such_table"],
+        [*analyst, log],
+        [*operator, log],
+    ]
+
+    jdbc = beeline(env, "", "--force=true", "-f", str(script))
+    connect = subprocess.run(
+        [sys.executable, "-m", "tests.connect_probes", "--statements", url],
+        input=json.dumps(runs), capture_output=True, text=True, timeout=120, cwd=PROJECT,
+    )  # fmt: skip
+
+    only_operators = f"read-only: lakehouse.query_log is read by operators only, and {ANALYST} is an analyst"
+    assert csv_rows(jdbc)[0] == "bridge_id,tag" and len(csv_rows(jdbc)) == 4, jdbc.stderr[-2000:]
+    assert only_operators in jdbc.stdout + jdbc.stderr
+    answers = json.loads(connect.stdout) if connect.stdout.strip() else connect.stderr[-3000:]
+    assert len(answers[0]["rows"]) == 3 and only_operators in answers[3]["error"], answers
+    assert "read-only: UpdateTable" in answers[1]["error"] and "TABLE_OR_VIEW_NOT_FOUND" in answers[2]["error"]
+    jdbc_line, connect_line = (
+        {"user_name": ANALYST, "endpoint": endpoint, "row_count": 3, "outcome": QueryOutcome.OK, "timed": True}
+        for endpoint in (SqlEndpoint.JDBC, SqlEndpoint.CONNECT)
+    )
+    assert answers[4]["rows"] == [
+        jdbc_line,
+        {**jdbc_line, "row_count": 0, "outcome": QueryOutcome.REFUSED},  # the analyst's read of the log
+        connect_line,
+        {**connect_line, "row_count": 0, "outcome": QueryOutcome.REFUSED},
+        {**connect_line, "row_count": 0, "outcome": QueryOutcome.FAILED},
+        {**connect_line, "row_count": 0, "outcome": QueryOutcome.REFUSED},
+    ], answers[4]
+
+
+def _process_environments(pid: int) -> str:
+    """The environment of a process and of its children (the service's driver and its JVM)."""
+    children = subprocess.run(["ps", "-o", "pid=", "--ppid", str(pid)], capture_output=True, text=True).stdout.split()
+    return "\n".join(Path(f"/proc/{p}/environ").read_bytes().decode(errors="replace") for p in [pid, *children])
+
+
+def test_no_password_or_token_shows_in_the_services_logs_its_environment_or_ps(service):
+    env, settings, _ = service
+    secrets = {
+        "the analyst's password": env["LAKEHOUSE_SQL_PASSWORD"],
+        "the operator's password": password_of(env, OPERATOR),
+        "the write token": (settings.service_dir() / "write-token").read_text().strip(),
+    }
+    query = [sys.executable, "-m", "lakehouse.cli", "sql", "SELECT count(*) FROM gold.toll_traffic"]
+    running = subprocess.Popen(query, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    listings = []
+    while running.poll() is None:  # every process's command line, while lakehouse sql runs
+        listings.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
+        time.sleep(0.2)
+
+    assert running.returncode == 0 and any("lakehouse.cli sql SELECT" in listing for listing in listings)
+    texts = {
+        "ps": "\n".join(listings),
+        "server.log": (settings.service_dir() / "server.log").read_text(errors="replace"),
+        "the query log": json.dumps(_query_log(settings)),
+        "the service's environment": _process_environments(
+            json.loads((settings.service_dir() / "state.json").read_text())["pid"]
+        ),
+    }
+    leaks = [(secret, where) for secret, value in secrets.items() for where, text in texts.items() if value in text]
+    assert not leaks
 
 
 def test_time_travel_and_the_change_feed_through_both_endpoints(service):
@@ -435,7 +662,9 @@ def test_without_the_write_token_a_job_through_the_service_writes_nothing(servic
     wrong_token = lakehouse({**remote, "LAKEHOUSE_SPARK_REMOTE_TOKEN": "guessed"}, "backfill", *BACKFILL)
 
     assert no_token.returncode == 2 and "need its write token: set LAKEHOUSE_SPARK_REMOTE_TOKEN" in no_token.stderr
-    assert wrong_token.returncode == 2 and wrong_token.stderr.startswith("lakehouse: error: read-only: ")
+    assert wrong_token.returncode == 2 and wrong_token.stderr.startswith(
+        "lakehouse: error: not authenticated: unknown user or wrong password/token for user lakehouse-jobs"
+    )
     assert not (local_path(home.warehouse_uri) / "gold").exists()
 
 

@@ -10,11 +10,12 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from lakehouse.errors import LakehouseError
-from lakehouse.services import cluster, kafka
+from lakehouse.services import cluster, kafka, kafka_access
 from lakehouse.services.process import claim_port, saved_port
 from lakehouse.services.spark_service import ServiceState, _service_environment, connect_url, status
 from lakehouse.serving.server import endpoint_confs, hive_site
 from lakehouse.settings import Settings
+from lakehouse.storage import kafka_auth
 from lakehouse.vocabulary import ClusterRole
 
 
@@ -149,7 +150,155 @@ def test_a_kafka_broker_set_up_on_one_address_is_found_there_and_refuses_to_star
     files.folder.mkdir(parents=True)
     files.write_configuration(ELSEWHERE, 9092, 9093)
     properties = dict(line.split("=", 1) for line in files.properties.read_text().splitlines())
-    assert properties["listeners"] == f"PLAINTEXT://{ELSEWHERE}:9092,CONTROLLER://{ELSEWHERE}:9093"
+    assert properties["listeners"] == f"SASL_PLAINTEXT://{ELSEWHERE}:9092,CONTROLLER://{ELSEWHERE}:9093"
     assert properties["controller.quorum.bootstrap.servers"] == f"{ELSEWHERE}:9093"
     with pytest.raises(LakehouseError, match=f"set up on {ELSEWHERE}: set LAKEHOUSE_BIND_ADDRESS={ELSEWHERE}$"):
         kafka.start(settings)
+
+
+def test_the_kafka_broker_authenticates_every_client_and_grants_nothing_by_default(tmp_path):
+    files = kafka.BrokerFiles(tmp_path / "kafka")
+    files.folder.mkdir()
+    files.write_configuration("127.0.0.1", 9092, 9093)
+    properties = dict(line.split("=", 1) for line in files.properties.read_text().splitlines())
+    assert properties["listener.security.protocol.map"] == "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"
+    assert properties["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
+    assert properties["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
+    assert (properties["allow.everyone.if.no.acl.found"], properties["super.users"]) == (
+        "false",
+        "User:lakehouse-admin",
+    )
+    # The admin's password, in the configuration and the credentials file, readable by their owner alone.
+    password = kafka_auth.saved_passwords(files.credentials)[kafka_auth.ADMIN]
+    assert f'password="{password}"' in properties["listener.name.controller.plain.sasl.jaas.config"]
+    assert {oct(path.stat().st_mode & 0o777) for path in (files.credentials, files.properties)} == {"0o600"}
+    files.write_configuration("127.0.0.1", 9092, 9093)  # a later start keeps the password
+    assert kafka_auth.saved_passwords(files.credentials)[kafka_auth.ADMIN] == password
+
+
+def test_each_producer_may_write_its_own_topic_alone_and_the_reader_nothing():
+    grants = kafka_access.acl_grants({"tolls": "prod.tolls", "scores": "prod.scores"})
+    allowed = {(principal, resource, name, operation) for principal, resource, _, name, operation in grants}
+    producer = kafka_auth.producer("tolls")
+    assert {(n, o) for p, r, n, o in allowed if p == producer} == {("prod.tolls", "WRITE"), ("prod.tolls", "DESCRIBE")}
+    reader = {(r, n, o) for p, r, n, o in allowed if p == kafka_auth.READER}
+    assert {o for _, _, o in reader} == {"READ", "DESCRIBE"}
+    assert {n for r, n, _ in reader if r == "TOPIC"} == {"prod.tolls", "prod.scores"}
+    assert {n for r, n, _ in reader if r == "GROUP"} == {kafka_auth.GROUP_PREFIX}
+    assert not [grant for grant in grants if grant[4] in ("CREATE", "ALTER", "DELETE")]
+
+
+def test_a_client_takes_its_roles_principal_from_the_credentials_file_or_the_one_user_set(tmp_path):
+    file = tmp_path / "credentials.json"
+    kafka_auth.save_passwords(file, {kafka_auth.READER: "r", kafka_auth.producer("tolls"): "p"})
+    settings = _settings(tmp_path, LAKEHOUSE_KAFKA_CREDENTIALS=str(file), LAKEHOUSE_KAFKA_BOOTSTRAP="k:9092")
+    assert kafka_auth.identity(settings, kafka_auth.producer("tolls")) == (kafka_auth.producer("tolls"), "p")
+    as_reader = settings.replace(kafka_user=kafka_auth.READER)
+    assert kafka_auth.identity(as_reader, kafka_auth.producer("tolls")) == (kafka_auth.READER, "r")
+    options = kafka_auth.spark_options(settings)
+    assert options["kafka.sasl.jaas.config"].endswith(f'username="{kafka_auth.READER}" password="r";')
+    assert options["groupIdPrefix"].startswith(kafka_auth.GROUP_PREFIX)
+    assert kafka_auth.identity(_settings(tmp_path), kafka_auth.READER) is None  # no file: no authentication
+    assert "sasl.username" not in kafka_auth.client_config(_settings(tmp_path), kafka_auth.READER)
+    with pytest.raises(LakehouseError, match="^no password for Kafka user someone: set LAKEHOUSE_KAFKA_PASSWORD"):
+        kafka_auth.identity(settings.replace(kafka_user="someone"), kafka_auth.READER)
+    assert "kafka_password" not in repr(settings.replace(kafka_password="secret"))
+
+
+def test_a_broker_home_set_up_before_logins_is_refused_rather_than_left_open(tmp_path):
+    settings = _settings(tmp_path)
+    files = kafka.BrokerFiles(settings.kafka_dir())
+    files.folder.mkdir(parents=True)
+    files.properties.write_text("listeners=PLAINTEXT://127.0.0.1:9092\n")
+    with pytest.raises(LakehouseError, match=r"^this home's broker \(.*\) lets any client in: stop it"):
+        kafka.start(settings)
+
+
+def _users(*args) -> tuple[int, str, str]:
+    """`lakehouse users ...` in this process, on a home of its own."""
+    import contextlib as context
+    import io
+
+    from lakehouse.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with context.redirect_stdout(out), context.redirect_stderr(err):
+        code = main(["users", *args])
+    return code, out.getvalue(), err.getvalue()
+
+
+def test_users_add_prints_a_new_secret_once_and_keeps_only_its_salted_slow_hash(tmp_path, monkeypatch):
+    from lakehouse.serving.users import ITERATIONS, read_users, secret_matches, users_file
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    code, out, _ = _users("add", "alice", "--role", "operator")
+    _, second, _ = _users("add", "bob")
+
+    secret = out.splitlines()[-1]
+    path = users_file(_settings(tmp_path))
+    stored = read_users(path)
+    assert code == 0 and len(secret) >= 40 and secret not in path.read_text()
+    assert stored["alice"]["role"] == "operator" and stored["bob"]["role"] == "analyst"
+    scheme, iterations, salt, _ = stored["alice"]["hash"].split("$")
+    assert (scheme, int(iterations)) == ("pbkdf2_sha256", ITERATIONS) and ITERATIONS >= 100_000
+    assert salt != stored["bob"]["hash"].split("$")[2]  # a salt of its own
+    assert secret_matches(stored["alice"]["hash"], secret) and not secret_matches(stored["alice"]["hash"], secret + "x")
+    assert secret != second.splitlines()[-1]
+    assert oct(path.stat().st_mode & 0o777) == "0o600" and oct(path.parent.stat().st_mode & 0o777) == "0o700"
+
+
+def test_users_list_and_remove_and_each_bad_request_is_one_line_that_changes_nothing(tmp_path, monkeypatch):
+    import json
+
+    from lakehouse.serving.users import users_file
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    _users("add", "alice")
+    before = users_file(_settings(tmp_path)).read_text()
+    bad = {
+        ("add", "alice"): "lakehouse: error: user alice exists: remove it first to give it a new secret\n",
+        ("add", "lakehouse-jobs"): "is the platform's jobs'",
+        ("add", "Alice Smith"): "a user name is a lowercase letter",
+        ("remove", "nobody"): "lakehouse: error: no user nobody (`lakehouse users list` lists them)\n",
+        ("add",): "lakehouse: error: `lakehouse users add` needs the user's name\n",
+    }
+    for args, said in bad.items():
+        code, _, err = _users(*args)
+        assert code == 2 and said in err and err.count("\n") == 1, (args, err)
+    assert users_file(_settings(tmp_path)).read_text() == before
+
+    listed = json.loads(_users("list")[1])
+    removed = _users("remove", "alice")
+
+    assert [(u["name"], u["role"]) for u in listed] == [("alice", "analyst")] and "hash" not in listed[0]
+    assert removed[0] == 0 and json.loads(_users("list")[1]) == []
+
+
+def test_the_service_gets_no_clients_secret_in_its_environment(tmp_path, monkeypatch):
+    monkeypatch.setenv("LAKEHOUSE_SQL_PASSWORD", "analyst-secret")
+    monkeypatch.setenv("LAKEHOUSE_SPARK_REMOTE_TOKEN", "job-secret")
+
+    env = _service_environment(_settings(tmp_path))
+
+    assert "LAKEHOUSE_SQL_PASSWORD" not in env and "LAKEHOUSE_SPARK_REMOTE_TOKEN" not in env
+    assert env["LAKEHOUSE_HOME"].endswith("home")
+
+
+def test_lakehouse_sql_through_a_service_asks_for_a_user_and_password_before_connecting(tmp_path):
+    from lakehouse.commands.reading import _sql_session
+
+    settings = _settings(tmp_path, LAKEHOUSE_SQL_ROUTE="sc://127.0.0.1:1", LAKEHOUSE_SQL_USER="alice")
+
+    with pytest.raises(LakehouseError, match="set LAKEHOUSE_SQL_USER and LAKEHOUSE_SQL_PASSWORD"):
+        _sql_session(settings)
+
+
+def test_a_connect_login_sends_its_token_as_call_credentials_on_loopback_and_as_a_header_elsewhere():
+    from lakehouse.storage.spark import connect_builder
+
+    local = connect_builder("sc://127.0.0.1:15002", "alice", "s3cret")._channel_builder
+    remote = connect_builder("sc://spark-service:15002", "alice", "s3cret")._channel_builder
+
+    assert (local.host, local.token, local.userId, dict(local.metadata())) == ("localhost", "s3cret", "alice", {})
+    assert (remote.host, remote.token, remote.secure) == ("spark-service", None, False)
+    assert dict(remote.metadata()) == {"authorization": "Bearer s3cret"}

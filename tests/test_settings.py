@@ -172,6 +172,9 @@ def test_settings_read_from_an_explicit_env_ignore_the_process_environment(tmp_p
         ("LAKEHOUSE_KAFKA_BOOTSTRAP", " b1:9092,b2.internal:9093 ", "kafka_bootstrap", "b1:9092,b2.internal:9093"),
         ("LAKEHOUSE_KAFKA_TOPIC_PREFIX", "prod.", "kafka_topic_prefix", "prod."),
         ("LAKEHOUSE_KAFKA_PORT", "0", "kafka_port", 0),
+        ("LAKEHOUSE_KAFKA_USER", " lakehouse-reader ", "kafka_user", "lakehouse-reader"),
+        ("LAKEHOUSE_KAFKA_PASSWORD", "s3cret", "kafka_password", "s3cret"),
+        ("LAKEHOUSE_KAFKA_CREDENTIALS", "/etc/lakehouse/kafka.json", "kafka_credentials", "/etc/lakehouse/kafka.json"),
         ("LAKEHOUSE_MAX_OFFSETS_PER_TRIGGER", "1000", "max_offsets_per_trigger", 1000),
     ],
 )

@@ -112,7 +112,7 @@ def progress_home(spark, tmp_path_factory) -> Settings:
     ensure_table(STREAM_PROGRESS, settings)
     started = datetime(2026, 1, 5, 8, 0)
     batch = [
-        ("toll_traffic", "app-1", n, started, 100, 10, 0, 0, 10, 0, None, started, 2, [f"file-{n}.jsonl"])
+        ("toll_traffic", "app-1", n, started, 100, 10, 0, 0, 10, 0, None, started, 2, [f"file-{n}.jsonl"], None)
         for n in range(3)
     ]
     for rows in (batch[:1], batch[1:]):

@@ -15,7 +15,9 @@ import java.util.List;
 public final class JdbcLatency {
   public static void main(String[] args) throws Exception {
     List<String> statements = Files.readAllLines(Path.of(args[1]));
-    try (Connection connection = DriverManager.getConnection(args[0])) {
+    // Logged in as the bench's analyst, from the environment (a password in no command line).
+    String user = System.getenv("LAKEHOUSE_SQL_USER"), password = System.getenv("LAKEHOUSE_SQL_PASSWORD");
+    try (Connection connection = DriverManager.getConnection(args[0], user, password)) {
       for (String statement : statements) {
         run(connection, statement);
       }

@@ -69,6 +69,7 @@ from lakehouse.vocabulary import (
     EXPLAINING_CAUSES,
     AuditMode,
     AuditTarget,
+    AuditUnit,
     Cause,
     CorrectionChange,
     Layer,
@@ -107,6 +108,7 @@ class AuditResult:
     changes_since: dict[str, str] = dataclasses.field(default_factory=dict)
     changed_windows: int | None = None
     target: str = AuditTarget.SPEED
+    unit: str = AuditUnit.WINDOW_ROWS  # what each verdict is about
 
     @property
     def ok(self) -> bool:
@@ -421,6 +423,7 @@ class Auditor:
             changes_since=comparison.scope.since,
             changed_windows=comparison.scope.changed_windows,
             target=target,
+            unit=AuditUnit.SESSION_GROUPS if self.pipeline.window.is_session else AuditUnit.WINDOW_ROWS,
         )
         if record:
             record_audit(self.spark, self.settings, result, started)
@@ -587,7 +590,7 @@ AUDITED = {AuditTarget.SPEED: "the speed table", AuditTarget.SERVING: "the servi
 def render_audit(result: AuditResult) -> str:
     lines = [
         f"audit {result.run_id} of {AUDITED[result.target]}: "
-        f"{result.windows_compared} closed (window, key) rows compared, "
+        f"{result.windows_compared} closed {result.unit} compared, "
         f"{result.open_windows} still open (watermark {result.watermark})",
         f"  matched          {result.matched}",
         f"  explained late   {result.explained[Cause.LATE]}",

@@ -203,11 +203,7 @@ def _verdict(result: AuditResult) -> str:
 
 def _why(result: AuditResult, quality: QualityResult | None) -> list[str]:
     """The reasons behind a failing verdict, one line each."""
-    why = (
-        []
-        if result.ok
-        else [f"{len(result.unexplained)} (window, key) rows differ with no cause: see Unexplained below"]
-    )
+    why = [] if result.ok else [f"{len(result.unexplained)} {result.unit} differ with no cause: see Unexplained below"]
     if quality is not None:
         why += [f"{suite.suite} \u203a {failure_text(e)}" for suite in quality.suites for e in suite.failed]
     return why
@@ -216,7 +212,7 @@ def _why(result: AuditResult, quality: QualityResult | None) -> list[str]:
 def _counts(result: AuditResult) -> list[tuple[str, int, bool]]:
     """(label, count, indented) per row of the summary table."""
     return [
-        ("closed (window, key) rows compared", result.windows_compared, False),
+        (f"closed {result.unit} compared", result.windows_compared, False),
         ("matched", result.matched, False),
         ("explained by late events", result.explained[Cause.LATE], False),
         ("of which a correction run has already fixed", result.explained[Cause.CORRECTED], True),

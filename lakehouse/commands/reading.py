@@ -28,12 +28,18 @@ def _sql_session(settings: Settings):
     if url is None:
         return spark_session(settings, "sql")
     from pyspark.logger import PySparkLogger
-    from pyspark.sql import SparkSession
 
     for name in ("SQLQueryContextLogger", "DataFrameQueryContextLogger"):
         # The Connect client logs each failed query with its JVM stack; the CLI prints it on one line.
         PySparkLogger.getLogger(name).disabled = True
-    return SparkSession.builder.remote(url).getOrCreate()
+    if not settings.sql_user or not settings.sql_password:
+        raise LakehouseError(
+            f"the Spark service at {url} asks who you are: set LAKEHOUSE_SQL_USER and LAKEHOUSE_SQL_PASSWORD "
+            "(`lakehouse users add NAME` gives a password)"
+        )
+    from lakehouse.storage.spark import connect_builder
+
+    return connect_builder(url, settings.sql_user, settings.sql_password).getOrCreate()
 
 
 def cmd_sql(args, settings: Settings) -> None:

@@ -11,6 +11,7 @@ from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from lakehouse.commands.base import Command, Unhealthy
+from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
 if TYPE_CHECKING:
@@ -65,6 +66,32 @@ def _cluster_options(parser) -> None:
     )
 
 
+def cmd_users(args, settings: Settings) -> None:
+    from lakehouse.serving import users
+
+    path = users.users_file(settings)
+    if args.action != "list" and not args.name:
+        raise LakehouseError(f"`lakehouse users {args.action}` needs the user's name")
+    if args.action == "add":
+        secret = users.add_user(path, args.name, args.role)
+        # The one time the secret is shown: stdout only, for the person who asked.
+        print(f"user {args.name} ({args.role}) added; their password and Spark Connect token (shown once):")
+        print(secret)
+    elif args.action == "remove":
+        users.remove_user(path, args.name)
+        print(f"user {args.name} removed")
+    else:
+        print(json.dumps(users.list_users(path), indent=1))
+
+
+def _users_options(parser) -> None:
+    from lakehouse.vocabulary import Role, choices
+
+    parser.add_argument("action", choices=["add", "list", "remove"])
+    parser.add_argument("name", nargs="?", help="add, remove: the user's name")
+    parser.add_argument("--role", choices=choices(Role), default=Role.ANALYST, help="add: the user's role")
+
+
 def _service(name: str, help: str, module: str, label: str, status_help: str) -> Command:
     """A service driven by an action argument, as in ``lakehouse kafka status``.
 
@@ -87,7 +114,6 @@ def _service(name: str, help: str, module: str, label: str, status_help: str) ->
 
 
 def cmd_hosts(args, settings: Settings) -> None:
-    from lakehouse.errors import LakehouseError
     from lakehouse.services import deployment, hosts
 
     described = deployment.load(settings.deployment)
@@ -120,6 +146,12 @@ COMMANDS = (
         "start the Spark service: Spark Connect and a JDBC/ODBC endpoint, read-only, on one catalog",
         cmd_serve,
         _serve_options,
+    ),
+    Command(
+        "users",
+        "the people who may use the Spark service's endpoints: add (prints a new password once), list, remove",
+        cmd_users,
+        _users_options,
     ),
     Command(
         "cluster",

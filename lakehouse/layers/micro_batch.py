@@ -27,11 +27,12 @@ from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.eventtime import micros
 from lakehouse.layers.copies import copy_columns, later_copies_in
 from lakehouse.layers.seen_ids import KEPT_BEYOND_HORIZON, IdLookup, SeenIdIndex, digests_of, oldest_kept
+from lakehouse.layers.stage_times import StageTimes
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_log
 from lakehouse.storage.catalog import STREAM_PROGRESS
 from lakehouse.storage.ops_tables import arrow_at
-from lakehouse.vocabulary import Fate
+from lakehouse.vocabulary import BatchStage, Fate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +83,7 @@ class MicroBatch:
     digests: pa.Table
     watermark: datetime | None  # from batches before this one only
     max_event_time: datetime | None  # through this batch: what the on-time watermark follows
+    times: StageTimes = dataclasses.field(default_factory=StageTimes)  # filled in as its stages run
 
     def __post_init__(self):
         if self.batch_id < 0:
@@ -331,6 +333,7 @@ def progress_row(
         "max_event_time": batch.max_event_time,
         "panes_emitted": counts["speed_rows"],
         "source_files": summary["source_files"],
+        "stage_ms": batch.times.as_ms(),
     }
 
 
@@ -347,7 +350,8 @@ def label_batch_fates(
         horizon: how far back in event time that search goes.
         carried: the index of accepted ids the batch before left (None after a start).
     """
-    lookup = duplicates_of(batch, bronze_uri, pipeline, horizon, carried)
+    with batch.times.stage(BatchStage.DEDUPE):
+        lookup = duplicates_of(batch, bronze_uri, pipeline, horizon, carried)
     duplicates = lookup.rows.filter(pa.array(lookup.duplicate, type=pa.bool_())).select([tx.BATCH_ROW])
     events = tx.valid_events(batch.parsed, pipeline, tx.BATCH_ROW)
     fates = tx.label_fates(events, batch.spark.createDataFrame(duplicates), batch.watermark, pipeline)

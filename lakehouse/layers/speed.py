@@ -44,18 +44,19 @@ from lakehouse.layers.micro_batch import (
     progress_row,
 )
 from lakehouse.layers.seen_ids import IdLookup, SeenIdIndex
+from lakehouse.layers.stage_times import StageTimes
 from lakehouse.location import Location, Scheme
 from lakehouse.settings import Settings, parse_size
 from lakehouse.storage import kafka_log
-from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, ensure_pipeline_tables
+from lakehouse.storage.catalog import STREAM_PROGRESS, PipelineTables, Table, ensure_pipeline_tables
 from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.faults import check_checkpoint, drop_abandoned_first_offsets, drop_unplanned_file_entries
 from lakehouse.storage.log import log_glob
 from lakehouse.storage.log_files import log_files, wait_for_line_ends
 from lakehouse.storage.ops_tables import append_arrow_stamped_once, append_rows_stamped_once, arrow_at
 from lakehouse.storage.spark import session_confs
-from lakehouse.storage.writers import append_stamped_once, upsert_once
-from lakehouse.vocabulary import Fate
+from lakehouse.storage.writers import append_stamped_once, holds_stamp, upsert_once
+from lakehouse.vocabulary import BatchStage, Fate
 
 
 def watermark_for(
@@ -125,6 +126,10 @@ def planned_bytes(frame: DataFrame) -> int:
 # A batch's quarantined lines are appended through the driver while they total at most this much
 # (BatchWriter._append_quarantine).
 QUARANTINE_TO_DRIVER_BYTES = 8 * 1024 * 1024
+# A batch's accepted events are appended to bronze through the driver while its lines total at most
+# this much (append_batch_once): about 250,000 events, some 100 MB of Arrow in the driver, several
+# times a recovery's first batch at the default caps; a larger backlog batch stays in Spark.
+BRONZE_TO_DRIVER_BYTES = 64 * 1024 * 1024
 
 # For the reads of bronze only: the index of accepted ids built after a start, or extended back for
 # event times older than it covers (lakehouse.layers.seen_ids). With data skipping on, they skip the
@@ -253,13 +258,17 @@ class SpeedLayer:
             self._process_batch(batch, batch_id)
 
     def _process_batch(self, raw: DataFrame, batch_id: int) -> None:
-        started = time.time()
+        started, times = time.time(), StageTimes()
         last_committed, self._last_committed = self._last_committed, None
         planner = self._planner
-        with session_confs(raw.sparkSession, code_generation_for(input_bytes=planner.input_bytes(raw, last_committed))):
-            parse = planner.parse(raw)
+        with times.stage(BatchStage.READ):
+            input_bytes = planner.input_bytes(raw, last_committed)
+        with session_confs(raw.sparkSession, code_generation_for(input_bytes=input_bytes)):
+            parse = planner.parse(raw, times)
         try:
-            batch = planner.micro_batch(raw.sparkSession, parse, self.app_id, batch_id, last_committed)
+            with times.stage(BatchStage.READ):
+                batch = planner.micro_batch(raw.sparkSession, parse, self.app_id, batch_id, last_committed)
+            batch = dataclasses.replace(batch, times=times)
             with session_confs(batch.spark, code_generation_for(batch.summary["input_rows"])):
                 counts, next_state, next_index = self._label_and_write(batch)
         finally:
@@ -311,16 +320,19 @@ class BatchPlanner:
             return planned_bytes(raw)
         return last_committed.input_bytes if last_committed else None
 
-    def parse(self, raw: DataFrame) -> ParsedBatch:
+    def parse(self, raw: DataFrame, times: StageTimes) -> ParsedBatch:
         """The batch's lines parsed (cached), summed up and their valid events' digests
         (``parse_batch``); read again whole if a file in it was still being written (see
-        whole_files)."""
-        parse = parse_batch(raw, self.pipeline)
-        again = whole_files(raw.sparkSession, parse.summary["source_files"], self.settings)
+        whole_files). ``times`` gets the parse's seconds, and the wait for such files as reading's."""
+        with times.stage(BatchStage.PARSE):
+            parse = parse_batch(raw, self.pipeline)
+        with times.stage(BatchStage.READ):
+            again = whole_files(raw.sparkSession, parse.summary["source_files"], self.settings)
         if again is None:
             return parse
         parse.parsed.unpersist()
-        return parse_batch(again, self.pipeline)
+        with times.stage(BatchStage.PARSE):
+            return parse_batch(again, self.pipeline)
 
     def micro_batch(
         self, spark: SparkSession, parse: ParsedBatch, app_id: str, batch_id: int, last_committed: CommittedBatch | None
@@ -400,38 +412,29 @@ class BatchWriter:
                     }
                 )
             )
-            wrote_bronze = append_stamped_once(
-                accepted.select(tables.bronze.columns.fieldNames()),
-                tables.bronze.uri(settings),
-                batch.app_id,
-                batch.batch_id,
-                tables.bronze.partition_by,
-                batch.first_attempt,
-            )
+            with batch.times.stage(BatchStage.BRONZE):
+                in_driver = batch.summary["input_bytes"] <= BRONZE_TO_DRIVER_BYTES
+                wrote_bronze = append_batch_once(batch, accepted, tables.bronze, settings, in_driver)
         if batch.summary["quarantined"]:
-            self._append_quarantine(batch)
+            with batch.times.stage(BatchStage.QUARANTINE):
+                self._append_quarantine(batch)
         if wrote_bronze:
             return dict(counted.get)
         if batch.summary["input_rows"] == batch.summary["quarantined"]:  # no valid event: nothing to count
             return {str(fate): 0 for fate in ACCEPTED_FATES}
-        return count_fates(fates)
+        with batch.times.stage(BatchStage.BRONZE):
+            return count_fates(fates)
 
     def _append_quarantine(self, batch: MicroBatch) -> None:
         """Append the batch's quarantined lines, once. The usual few hundred reach the driver as Arrow
         and delta-rs appends them: Spark's append of a few rows costs a write job and a commit, 0.19 s
         of a 2.2 s batch. Lines over ``QUARANTINE_TO_DRIVER_BYTES`` in all (a flood of bad input)
         stay in Spark."""
-        settings, quarantine = self.settings, self.tables.quarantine
-        rows = (
-            tx.quarantined_records(batch.parsed)
-            .withColumns({**batch.stamp(), "quarantined_at": F.current_timestamp()})
-            .select(quarantine.columns.fieldNames())
+        rows = tx.quarantined_records(batch.parsed).withColumns(
+            {**batch.stamp(), "quarantined_at": F.current_timestamp()}
         )
-        uri, stamp = quarantine.uri(settings), (batch.app_id, batch.batch_id)
-        if batch.summary["quarantined_bytes"] <= QUARANTINE_TO_DRIVER_BYTES:
-            append_arrow_stamped_once(uri, rows.toArrow(), *stamp, batch.first_attempt, settings)
-        else:
-            append_stamped_once(rows, uri, *stamp, first_attempt=batch.first_attempt)
+        in_driver = batch.summary["quarantined_bytes"] <= QUARANTINE_TO_DRIVER_BYTES
+        append_batch_once(batch, rows, self.tables.quarantine, self.settings, in_driver)
 
     def emit_panes(
         self, batch: MicroBatch, fates: DataFrame, counts: dict[str, int], carried: CarriedState | None
@@ -445,9 +448,19 @@ class BatchWriter:
             counts: events per fate.
             carried: the pane state the previous batch left (None after a start).
         """
+        with batch.times.stage(BatchStage.PANES):
+            state, emitted = self._panes_of(batch, fates, carried)
+        counts["speed_rows"] = emitted.num_rows
+        if emitted.num_rows:
+            self._write_panes(batch, emitted)
+        with batch.times.stage(BatchStage.PANES):
+            return pn.advance_state(state, emitted, self.pipeline)
+
+    def _panes_of(self, batch: MicroBatch, fates: DataFrame, carried: CarriedState | None) -> tuple[pa.Table, pa.Table]:
+        """The pane state before the batch, and the panes it emits (stamped), both as Arrow."""
         pipeline, settings, tables = self.pipeline, self.settings, self.tables
         on_time_watermark = eventtime.on_time_watermark(batch.max_event_time, parse_duration(self.watermark_delay))
-        state = pane_state_before(batch, carried, self.tables.panes.uri(self.settings), pipeline)
+        state = pane_state_before(batch, carried, tables.panes.uri(settings), pipeline)
         on_time = with_dimensions(batch.spark, settings, pipeline, fates.where(F.col("fate") == Fate.ON_TIME))
         panes = next_panes(batch.spark.createDataFrame(state), on_time, on_time_watermark, pipeline)
         # The panes come to the driver once, as Arrow, and both writes go through delta-rs: a
@@ -459,17 +472,21 @@ class BatchWriter:
             .select(tables.panes.columns.fieldNames())
             .toArrow()
         )
-        counts["speed_rows"] = emitted.num_rows
-        if emitted.num_rows:
-            self._write_panes(batch, emitted)
-        return pn.advance_state(state, emitted, pipeline)
+        return state, emitted
 
     def _write_panes(self, batch: MicroBatch, emitted) -> None:
         """Append the emitted panes (Arrow, stamped) to the pane log, and set ``__speed`` to them."""
         settings, tables = self.settings, self.tables
-        append_arrow_stamped_once(
-            tables.panes.uri(settings), emitted, batch.app_id, batch.batch_id, batch.first_attempt, settings
-        )
+        with batch.times.stage(BatchStage.PANE_LOG):
+            append_arrow_stamped_once(
+                tables.panes.uri(settings), emitted, batch.app_id, batch.batch_id, batch.first_attempt, settings
+            )
+        with batch.times.stage(BatchStage.MERGE):
+            self._merge_panes(batch, emitted)
+
+    def _merge_panes(self, batch: MicroBatch, emitted) -> None:
+        """Set ``__speed``'s windows to the emitted panes, once (a MERGE through delta-rs)."""
+        settings, tables = self.settings, self.tables
         # A pane's batch and emission time are its window's last_batch_id and updated_at.
         as_speed = {"batch_id": "last_batch_id", "emitted_at": "updated_at"}
         upsert_once(
@@ -497,6 +514,31 @@ class BatchWriter:
             first_attempt=batch.first_attempt,
             settings=self.settings,
         )
+
+
+def append_batch_once(batch: MicroBatch, rows: DataFrame, table: Table, settings: Settings, in_driver: bool) -> bool:
+    """Append a micro-batch's rows (stamped) to ``table`` in one commit, unless an earlier attempt of
+    the batch did; returns whether a job ran over the rows (observations on them are then
+    available). ``in_driver``: the rows reach the driver as Arrow and delta-rs appends them, for the
+    small batches of a stream keeping up; Spark's append of the same rows cost a write job, a commit
+    and a snapshot update (the bronze stage of a 5,000-event batch: 2.07 s in Spark, in the driver
+    see bench/README.md, "Where a micro-batch's time goes"). An append with no row commits nothing,
+    as Spark's does not. A backlog's batch of up to 256 MB stays in Spark.
+
+    Args:
+        batch: the micro-batch (its session, ids and whether it may be a replay).
+        rows: the rows, with at least the table's columns.
+        table: the table appended to.
+        settings: where it lives.
+        in_driver: append through the driver and delta-rs rather than Spark.
+    """
+    uri, stamp, rows = table.uri(settings), (batch.app_id, batch.batch_id), rows.select(table.columns.fieldNames())
+    if not in_driver:
+        return append_stamped_once(rows, uri, *stamp, table.partition_by, batch.first_attempt)
+    arrow = rows.toArrow()
+    if arrow.num_rows and (batch.first_attempt or not holds_stamp(batch.spark, uri, *stamp)):
+        append_arrow_stamped_once(uri, arrow, *stamp, first_attempt=True, settings=settings)
+    return True
 
 
 def merge_bound(panes, partition_columns: tuple[str, ...]) -> str | None:

@@ -99,6 +99,13 @@ def metric_families(figures: StreamFigures, verdict: HealthVerdict, bounds: Heal
         "stream_quarantined_by_reason", "records quarantined, by reason", pipeline, "reason", figures.quarantine_reasons
     )
     yield _counter("backfill_runs", "backfill runs, by status", pipeline, "status", figures.backfill_runs)
+    yield _counter(
+        "stream_batch_stage_seconds",
+        "seconds the micro-batches spent in each stage (ops.stream_progress.stage_ms)",
+        pipeline,
+        "stage",
+        figures.stage_seconds,
+    )
     durations = HistogramMetricFamily(
         "lakehouse_stream_batch_duration_seconds", "micro-batch durations", labels=["pipeline"]
     )

@@ -35,6 +35,9 @@ PROGRESS_COLUMNS = (
     "panes_emitted",
     *FATE_COLUMNS.values(),
 )
+# Milliseconds by BatchStage of each batch: read when the table has the column (a table no stream
+# has written since it was added lacks it).
+STAGE_COLUMN = "stage_ms"
 
 
 def naive_utc(moment: datetime | None) -> datetime | None:
@@ -63,6 +66,7 @@ class StreamFigures:
     events: dict[str, int] = dataclasses.field(default_factory=lambda: {str(fate): 0 for fate in Fate})
     duration_counts: tuple[int, ...] = (0,) * len(DURATION_BUCKETS)  # cumulative, per DURATION_BUCKETS bound
     duration_sum: float = 0.0
+    stage_seconds: dict[str, float] = dataclasses.field(default_factory=dict)  # summed over batches, by stage
     speed_written_at: datetime | None = None  # the end of the last batch that changed __speed
     processing_lag: float | None = None  # seconds: the log's newest file received after the newest file read
     quarantine_reasons: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -130,12 +134,25 @@ def progress_figures(pipeline: str, rows, as_of: datetime, recent: int = 6) -> S
         events={str(fate): int(_numbers(table, column).sum()) for fate, column in FATE_COLUMNS.items()},
         duration_counts=tuple(int((durations <= bound).sum()) for bound in DURATION_BUCKETS),
         duration_sum=float(durations.sum()),
+        stage_seconds=_stage_seconds(table),
         speed_written_at=(
             table["started_at"][int(wrote_speed[-1])].as_py() + timedelta(seconds=float(durations[wrote_speed[-1]]))
             if len(wrote_speed)
             else None
         ),
     )
+
+
+def _stage_seconds(table) -> dict[str, float]:
+    """Seconds by stage, summed over the batches' ``stage_ms`` maps (empty without the column)."""
+    import pyarrow as pa
+
+    if STAGE_COLUMN not in table.column_names:
+        return {}
+    stages = table[STAGE_COLUMN].combine_chunks()
+    entries = pa.table({"stage": stages.keys, "ms": stages.items})
+    summed = entries.group_by("stage").aggregate([("ms", "sum")]).to_pylist()
+    return {row["stage"]: row["ms_sum"] / 1000 for row in sorted(summed, key=lambda row: row["stage"])}
 
 
 def _numbers(table, column: str):
@@ -175,9 +192,14 @@ class FileCache:
         parts = {}
         for fragment in dataset.get_fragments():
             known = self.parts.get(fragment.path)
-            parts[fragment.path] = known if known is not None else fragment.to_table(columns=columns, filter=where)
+            parts[fragment.path] = (
+                known if known is not None else fragment.to_table(dataset.schema, columns=columns, filter=where)
+            )
         self.parts = parts  # a file compaction removed is forgotten
-        return pa.concat_tables(parts.values()) if parts else dataset.to_table(columns=columns, filter=where)
+        if not parts:
+            return dataset.to_table(columns=columns, filter=where)
+        # Files read before the table gained a column lack it: their rows read null there.
+        return pa.concat_tables(parts.values(), promote_options="default")
 
 
 def read_stream_figures(
@@ -194,11 +216,14 @@ def read_stream_figures(
     """
     import pyarrow.dataset as ds
 
-    from lakehouse.storage.ops_tables import arrow_at
+    from lakehouse.storage.ops_tables import arrow_at, dataset_at
 
     uri, mine = settings.table_uri("ops", "stream_progress"), ds.field("pipeline") == pipeline
     read = cache.read if cache is not None else arrow_at
-    figures = progress_figures(pipeline, read(uri, [*PROGRESS_COLUMNS], mine, settings) or [], as_of, recent)
+    dataset = dataset_at(uri, settings)
+    has_stages = dataset is not None and STAGE_COLUMN in dataset.schema.names
+    columns = [*PROGRESS_COLUMNS, STAGE_COLUMN] if has_stages else [*PROGRESS_COLUMNS]
+    figures = progress_figures(pipeline, (read(uri, columns, mine, settings) if dataset else None) or [], as_of, recent)
     runs = _rows(settings, "ops", "backfill_runs", ["status", "started_at"], pipeline)
     last_run = max(runs, key=lambda run: naive_utc(run["started_at"]) or datetime.min, default=None)
     return dataclasses.replace(

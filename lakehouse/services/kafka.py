@@ -16,8 +16,10 @@ import uuid
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
+from lakehouse.services import kafka_access
 from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
-from lakehouse.settings import LOOPBACK, PROJECT_ROOT, Settings
+from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK, PROJECT_ROOT, Settings
+from lakehouse.storage import kafka_auth
 
 KAFKA_VERSION = "4.1.1"
 KAFKA_JARS = PROJECT_ROOT / ".cache" / "kafka" / KAFKA_VERSION
@@ -25,6 +27,8 @@ START_SECONDS = 120
 STOP_SECONDS = 30
 # Small on purpose: the broker shares two cores and the memory with Spark's JVMs.
 BROKER_HEAP = "-Xms128m -Xmx512m"
+# The listener clients reach, named after its protocol: SASL without TLS.
+CLIENT_LISTENER = "SASL_PLAINTEXT"
 
 
 def broker_jars() -> list[str]:
@@ -95,17 +99,26 @@ class BrokerFiles:
         """The address the broker was set up on (a home set up before there was a choice: loopback)."""
         return (self.ports() or {}).get("host", LOOPBACK)
 
+    @property
+    def credentials(self) -> Path:
+        return self.folder / KAFKA_CREDENTIALS
+
+    def admin_password(self) -> str:
+        """The admin's password: generated once with the other principals' (lakehouse.storage.kafka_auth)."""
+        return kafka_access.ensure_passwords(self.credentials, [kafka_auth.ADMIN])[kafka_auth.ADMIN]
+
     def write_configuration(self, host: str, port: int, controller_port: int) -> None:
         data = self.folder / "data"
         lines = {
             "process.roles": "broker,controller",
             "node.id": "1",
             "controller.quorum.bootstrap.servers": f"{host}:{controller_port}",
-            "listeners": f"PLAINTEXT://{host}:{port},CONTROLLER://{host}:{controller_port}",
-            "advertised.listeners": f"PLAINTEXT://{host}:{port}",
+            "listeners": f"{CLIENT_LISTENER}://{host}:{port},CONTROLLER://{host}:{controller_port}",
+            "advertised.listeners": f"{CLIENT_LISTENER}://{host}:{port}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": "PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name": "PLAINTEXT",
+            "listener.security.protocol.map": f"{CLIENT_LISTENER}:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            "inter.broker.listener.name": CLIENT_LISTENER,
+            **_security(self.admin_password()),
             "log.dirs": str(data),
             # One broker: every internal topic has one replica.
             "offsets.topic.replication.factor": "1",
@@ -115,8 +128,33 @@ class BrokerFiles:
             # Topics are the platform's: one per pipeline, made with their retention (kafka_log).
             "auto.create.topics.enable": "false",
         }
+        self.properties.touch(mode=0o600)  # it holds the admin's password
+        self.properties.chmod(0o600)
         self.properties.write_text("".join(f"{key}={value}\n" for key, value in lines.items()))
         write_json(self.folder / "ports.json", {"host": host, "port": port, "controller_port": controller_port})
+
+
+def _security(admin_password: str) -> dict[str, str]:
+    """Clients authenticate with SCRAM-SHA-512 and get what the ACLs grant them, nothing by default.
+    The broker reaches its own controller as the admin through PLAIN, the mechanism KRaft's controller
+    listener takes (SCRAM's credentials live in the metadata that listener serves)."""
+    plain = "org.apache.kafka.common.security.plain.PlainLoginModule"
+    login = f'username="{kafka_auth.ADMIN}" password="{admin_password}"'
+    return {
+        "sasl.enabled.mechanisms": kafka_auth.MECHANISM,
+        "sasl.mechanism.inter.broker.protocol": kafka_auth.MECHANISM,
+        f"listener.name.{CLIENT_LISTENER.lower()}.scram-sha-512.sasl.jaas.config": kafka_auth.jaas(
+            kafka_auth.ADMIN, admin_password
+        ),
+        "sasl.mechanism.controller.protocol": "PLAIN",
+        "listener.name.controller.sasl.enabled.mechanisms": "PLAIN",
+        "listener.name.controller.plain.sasl.jaas.config": (
+            f'{plain} required {login} user_{kafka_auth.ADMIN}="{admin_password}";'
+        ),
+        "authorizer.class.name": "org.apache.kafka.metadata.authorizer.StandardAuthorizer",
+        "allow.everyone.if.no.acl.found": "false",
+        "super.users": f"User:{kafka_auth.ADMIN}",
+    }
 
 
 def status(settings: Settings) -> dict:
@@ -138,10 +176,25 @@ def _format_storage(files: BrokerFiles, settings: Settings, jars: list[str]) -> 
     port = settings.kafka_port or free_port(host)
     files.folder.mkdir(parents=True, exist_ok=True)
     files.write_configuration(host, port, free_port(host))
-    format_command = _java(
-        jars, "kafka.tools.StorageTool", "format", "--standalone", "-t", new_cluster_id(), "-c", str(files.properties)
-    )
-    done = subprocess.run(format_command, capture_output=True, text=True)
+    admin = f"{kafka_auth.MECHANISM}=[name={kafka_auth.ADMIN},password={files.admin_password()}]"
+    arguments = [
+        "kafka.tools.StorageTool",
+        "format",
+        "--standalone",
+        "-t",
+        new_cluster_id(),
+        "-c",
+        str(files.properties),
+    ]
+    # The admin's SCRAM credential goes into the metadata at format time, its password through a Java
+    # argument file (readable by its owner only, removed after) rather than on the command line.
+    argument_file = files.folder / "format.args"
+    argument_file.touch(mode=0o600)
+    argument_file.write_text("\n".join(f'"{argument}"' for argument in [*arguments, "--add-scram", admin]))
+    try:
+        done = subprocess.run(_java(jars, f"@{argument_file}"), capture_output=True, text=True)
+    finally:
+        argument_file.unlink()
     if done.returncode != 0:
         raise LakehouseError(f"Kafka's storage format failed: {(done.stderr or done.stdout).strip()[-1500:]}")
 
@@ -151,10 +204,11 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     its port answers."""
     from lakehouse.storage.java import check_java
 
+    files = BrokerFiles(settings.kafka_dir())
+    _refuse_unauthenticated(files)
     already = status(settings)
     if already["up"]:
-        return already
-    files = BrokerFiles(settings.kafka_dir())
+        return _granted(settings, already)
     files.process.refuse_if_running("lakehouse kafka stop")
     if files.ports() is not None and settings.bind_address != files.host():
         raise LakehouseError(
@@ -170,7 +224,23 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     for taken in (port, files.ports()["controller_port"]):
         refuse_taken(taken, "choose another home", host)
     command = _java(jars, f"-Dkafka.logs.dir={files.folder}", "kafka.Kafka", str(files.properties))
-    return files.process.start(command, lambda: status(settings), wait_seconds)
+    return _granted(settings, files.process.start(command, lambda: status(settings), wait_seconds))
+
+
+def _refuse_unauthenticated(files: BrokerFiles) -> None:
+    """A home whose broker was formatted before clients authenticated has no admin credential in its
+    metadata, which only a format adds: it cannot be given logins in place."""
+    if files.properties.is_file() and "authorizer.class.name" not in files.properties.read_text():
+        raise LakehouseError(
+            f"this home's broker ({files.folder}) lets any client in: stop it (`lakehouse kafka stop`), archive its "
+            f"topics (`lakehouse archive`) and remove {files.folder}; the next start sets it up with logins and ACLs"
+        )
+
+
+def _granted(settings: Settings, report: dict) -> dict:
+    """The status, once the principals and topics of the settings' prefix are set up, with what a
+    client needs: the credentials file and each role's principal (never a password)."""
+    return {**report, **kafka_access.grant(settings, report["bootstrap"])}
 
 
 def stop(settings: Settings) -> bool:

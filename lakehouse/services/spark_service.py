@@ -28,6 +28,7 @@ from lakehouse.vocabulary import SqlRoute
 
 METASTORE_DRIVER = "org.postgresql:postgresql:42.7.14"
 START_SECONDS = 300
+CLIENT_SECRETS = ("LAKEHOUSE_SQL_PASSWORD", "LAKEHOUSE_SPARK_REMOTE_TOKEN", "SPARK_CONNECT_AUTHENTICATE_TOKEN")
 STOP_SECONDS = 60
 
 
@@ -168,8 +169,9 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
 
 
 def _service_environment(settings: Settings) -> dict[str, str]:
-    """The service reads the same settings as this process, the ports and metastore included."""
-    env = dict(os.environ)
+    """The service reads the same settings as this process, the ports and metastore included; not the
+    secrets of a client (lakehouse sql's password, a job's token), which it has no use for."""
+    env = {name: value for name, value in os.environ.items() if name not in CLIENT_SECRETS}
     env.update(
         LAKEHOUSE_HOME=settings.home,
         LAKEHOUSE_CONNECT_PORT=str(settings.connect_port),

@@ -19,12 +19,14 @@ import re
 
 from lakehouse.errors import LakehouseError
 
-# A Connect client quotes the gate's refusal in its gRPC status: the message ends at the quote.
-REFUSAL = re.compile(r"read-only: [^\n\"]*")
+# A Connect client quotes the gate's refusal in its gRPC status: the message ends at the quote. A
+# login the service refused (lakehouse.serving.LoginRefused) is told the same way.
+REFUSAL = re.compile(r"(?:read-only|not authenticated): [^\n\"]*")
 
 
 def refusal(error: BaseException) -> LakehouseError | None:
-    """The one-line error for a statement the read-only rule refused, None for any other error."""
+    """The one-line error for a statement the read-only rule refused, or a login the service refused;
+    None for any other error."""
     found = REFUSAL.search(str(error))
     return LakehouseError(found.group(0).rstrip()) if found else None
 

@@ -1,7 +1,9 @@
 """``python -m lakehouse.serving.server``: the Spark service's driver (``lakehouse serve`` starts it).
 
 One long-running Spark with Delta serves two endpoints on one catalog: Spark Connect (gRPC) and
-Spark's Thrift server (HiveServer2's protocol, for JDBC and ODBC clients). Each client session is a
+Spark's Thrift server (HiveServer2's protocol, for JDBC and ODBC clients). Each client logs in as a
+user of the users file (lakehouse.serving.users), and each of its statements is logged
+(lakehouse.serving.query_log). Each client session is a
 new Spark session of this JVM, and every one of them is read-only (lakehouse.serving.read_only)
 unless it presents the write token this driver writes to ``<home>/service/write-token`` at each
 start: the platform's jobs do (LAKEHOUSE_SPARK_REMOTE), analysts do not. This driver's own session
@@ -27,7 +29,10 @@ from xml.sax.saxutils import escape
 from lakehouse.eventtime import parse_duration
 from lakehouse.services.spark_service import ServiceState, delta_class_path, metastore_driver_jar
 from lakehouse.serving.batch_cache import BatchCache
+from lakehouse.serving.query_log import query_log_dir, register_query_log
+from lakehouse.serving.users import users_file
 from lakehouse.settings import Settings
+from lakehouse.vocabulary import JOBS_USER
 
 REGISTER_EVERY_SECONDS = 5.0
 
@@ -111,6 +116,29 @@ def endpoint_confs(settings: Settings) -> dict[str, str]:
     }
 
 
+def client_confs() -> dict[str, str]:
+    """What a client may do: log in (the interceptors), then read only, with no file read but the
+    lakehouse's Delta tables and the query log."""
+    return {
+        "spark.lakehouse.readOnly": "true",
+        # Connect requests of read-only sessions are judged before they are planned (the gate's
+        # Javadoc says why); a compressed plan could not be, so clients are told not to compress.
+        # The last one named runs first: ConnectLogins checks each request's user and token before
+        # the gate judges it, and logs what both let through or refused.
+        "spark.connect.grpc.interceptor.classes": ",".join(
+            ["lakehouse.serving.ReadOnlyConnectGate", "lakehouse.serving.ConnectLogins"]
+        ),
+        "spark.connect.session.planCompression.threshold": "-1",
+        # SQL on files (json.`/path`) infers a file's schema, reading it, before the statement is
+        # judged; a read-only session cannot turn it back on (SET is refused, and so is the conf
+        # over Connect or in a JDBC URL). The platform's jobs do, with the write token (session_sql_confs).
+        "spark.sql.runSQLOnFiles": "false",
+        # A session keeps no file listing of a catalog's file-based tables across queries: the query
+        # log's table (its only one; the lakehouse's are Delta's) shows each line as soon as it is written.
+        "spark.sql.filesourceTableRelationCacheSize": "0",
+    }
+
+
 def service_confs(settings: Settings) -> dict[str, str]:
     """The Spark configuration that makes a session the service: both endpoints on its address, every
     client session read-only, and the catalog in the metastore when there is one."""
@@ -119,15 +147,7 @@ def service_confs(settings: Settings) -> dict[str, str]:
     confs = {
         "spark.plugins": "org.apache.spark.sql.connect.SparkConnectPlugin",
         **endpoint_confs(settings),
-        "spark.lakehouse.readOnly": "true",
-        # Connect requests of read-only sessions are judged before they are planned (the gate's
-        # Javadoc says why); a compressed plan could not be, so clients are told not to compress.
-        "spark.connect.grpc.interceptor.classes": "lakehouse.serving.ReadOnlyConnectGate",
-        "spark.connect.session.planCompression.threshold": "-1",
-        # SQL on files (json.`/path`) infers a file's schema, reading it, before the statement is
-        # judged; a read-only session cannot turn it back on (SET is refused, and so is the conf
-        # over Connect or in a JDBC URL). The platform's jobs do, with the write token (session_sql_confs).
-        "spark.sql.runSQLOnFiles": "false",
+        **client_confs(),
         # Interactive queries over the gold tables (thousands of rows a day), where each task and
         # each adaptive re-planning costs more than the rows do. Measured side by side on the
         # latency bench's 25 queries over a day (bench/sql_latency.py): p50 0.75 s with 4 shuffle
@@ -228,7 +248,12 @@ def serve(settings: Settings) -> None:
     spark = build_spark_session(driver, "lakehouse-service", service_confs(settings))
     read_only = spark._jvm.lakehouse.serving.ReadOnlyExtension
     read_only.setWritable(spark._jsparkSession, True)
-    read_only.setWriteToken(_new_write_token(settings))
+    write_token = _new_write_token(settings)
+    read_only.setWriteToken(write_token)
+    register_query_log(spark, settings)
+    # Who may log in, before either endpoint opens: the users file's people, and the jobs with the token.
+    spark._jvm.lakehouse.serving.QueryLog.configure(str(query_log_dir(settings)))
+    spark._jvm.lakehouse.serving.Logins.configure(str(users_file(settings)), JOBS_USER, write_token)
     registrar = Registrar(spark, settings)
     kept = set(registrar.registered)
     added = registrar.register_new()

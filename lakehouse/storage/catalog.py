@@ -86,6 +86,8 @@ STREAM_PROGRESS = Table(
         ("max_event_time", TS),
         ("panes_emitted", LONG),
         ("source_files", T.ArrayType(STR)),
+        # Milliseconds by stage of the batch (lakehouse.vocabulary.BatchStage), on duration_ms's clock.
+        ("stage_ms", T.MapType(STR, LONG)),
     ),
 )
 BACKFILL_RUNS = Table(

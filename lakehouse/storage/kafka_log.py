@@ -23,27 +23,25 @@ from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
 from lakehouse.location import Scheme
 from lakehouse.settings import Settings
+from lakehouse.storage import kafka_auth
+from lakehouse.storage.kafka_auth import CLIENT_TIMEOUT_SECONDS
 
 TOPIC_PARTITIONS = 3
-CLIENT_TIMEOUT_SECONDS = 30
-
-
-def _client_config(settings: Settings) -> dict:
-    return {"bootstrap.servers": settings.kafka_bootstrap}
 
 
 def _millis(moment: datetime) -> int:
     return int(moment.replace(tzinfo=moment.tzinfo or UTC).timestamp() * 1000)
 
 
-def ensure_topic(settings: Settings, topic: str) -> None:
-    """Create the pipeline's topic if missing, with the log's retention (``LAKEHOUSE_LOG_RETENTION``)
-    counted from each record's receive time. An existing topic keeps its own configuration."""
+def create_topic(settings: Settings, topic: str, principal: str) -> None:
+    """Create the pipeline's topic if missing, as ``principal``, with the log's retention
+    (``LAKEHOUSE_LOG_RETENTION``) counted from each record's receive time. An existing topic keeps
+    its own configuration."""
     from confluent_kafka import KafkaException
     from confluent_kafka.admin import AdminClient, NewTopic
 
     topic = settings.kafka_topic(topic)
-    admin = AdminClient(_client_config(settings))
+    admin = AdminClient(kafka_auth.client_config(settings, principal))
     retention_ms = int(parse_duration(settings.log_retention).total_seconds() * 1000)
     config = {"retention.ms": str(retention_ms), "message.timestamp.type": "CreateTime"}
     future = admin.create_topics([NewTopic(topic, TOPIC_PARTITIONS, 1, config=config)])[topic]
@@ -54,6 +52,24 @@ def ensure_topic(settings: Settings, topic: str) -> None:
             raise LakehouseError(
                 f"could not create Kafka topic {topic} at {settings.kafka_bootstrap}: {error}"
             ) from None
+
+
+def ensure_topic(settings: Settings, topic: str) -> None:
+    """The producer's topic, created when missing (by the producer itself on a broker without ACLs;
+    on the broker of ``lakehouse kafka start``, its start creates the project's topics); refused in
+    one line when the producer may not write it."""
+    from confluent_kafka import TopicCollection
+    from confluent_kafka.admin import AclOperation, AdminClient
+
+    name, principal = settings.kafka_topic(topic), kafka_auth.producer(topic)
+    connected = kafka_auth.connect(AdminClient, settings, principal)
+    if kafka_auth.topic_metadata(settings, principal, connected, name, "write") is None:
+        create_topic(settings, topic, principal)
+        return
+    described = connected[0].describe_topics(TopicCollection([name]), include_authorized_operations=True)[name]
+    allowed = described.result(timeout=CLIENT_TIMEOUT_SECONDS).authorized_operations
+    if allowed is not None and not {AclOperation.WRITE, AclOperation.ALL} & set(allowed):
+        raise kafka_auth.not_authorized(settings, principal, "write", name)
 
 
 def _record_key(line: str, field: str) -> bytes | None:
@@ -80,9 +96,8 @@ class KafkaLogWriter:
         self.topic, self.key_field = settings.kafka_topic(topic), key_field
         self.retention = parse_duration(settings.log_retention)
         self._errors: list[str] = []
-        self._producer = Producer(
-            {**_client_config(settings), "enable.idempotence": True, "acks": "all", "linger.ms": 20}
-        )
+        producing = {"enable.idempotence": True, "acks": "all", "linger.ms": 20}
+        self._producer = kafka_auth.connect(Producer, settings, kafka_auth.producer(topic), **producing)[0]
 
     def _delivered(self, error, message) -> None:
         if error is not None:
@@ -111,20 +126,35 @@ class KafkaLogWriter:
 
 
 @contextlib.contextmanager
-def _topic_reader(settings: Settings, topic: str, group: str):
-    """A consumer of the pipeline's topic (not committing offsets), its full name and its partitions
-    in order; a missing topic is a one-line error."""
+def _reader(settings: Settings, group: str):
+    """A consumer as the reader, in one of the platform's groups (not committing offsets), with its errors."""
     from confluent_kafka import Consumer
 
-    name = settings.kafka_topic(topic)
-    consumer = Consumer({**_client_config(settings), "group.id": group, "enable.auto.commit": False})
+    consuming = {"group.id": kafka_auth.GROUP_PREFIX + group, "enable.auto.commit": False}
+    connected = kafka_auth.connect(Consumer, settings, kafka_auth.READER, **consuming)
     try:
-        metadata = consumer.list_topics(name, timeout=CLIENT_TIMEOUT_SECONDS).topics.get(name)
-        if metadata is None or metadata.error is not None:
-            raise LakehouseError(f"Kafka at {settings.kafka_bootstrap} has no topic {name}")
-        yield consumer, name, sorted(metadata.partitions)
+        yield connected
     finally:
-        consumer.close()
+        connected[0].close()
+
+
+@contextlib.contextmanager
+def _topic_reader(settings: Settings, topic: str, group: str):
+    """A consumer of the pipeline's topic, its full name and its partitions in order; a missing
+    topic is a one-line error."""
+    name = settings.kafka_topic(topic)
+    with _reader(settings, group) as connected:
+        metadata = kafka_auth.topic_metadata(settings, kafka_auth.READER, connected, name)
+        if metadata is None:
+            raise LakehouseError(f"Kafka at {settings.kafka_bootstrap} has no topic {name}")
+        yield connected[0], name, sorted(metadata.partitions)
+
+
+def check_reader(settings: Settings, topic: str) -> None:
+    """The reader's credentials, tried before Spark's Kafka source would retry refused ones for
+    minutes: a refusal is one line here. A topic not made yet is no error (a stream waits for it)."""
+    with _reader(settings, "check") as connected:
+        kafka_auth.topic_metadata(settings, kafka_auth.READER, connected, settings.kafka_topic(topic))
 
 
 def _received(message) -> datetime:
@@ -136,7 +166,7 @@ def oldest_retained(settings: Settings, topic: str) -> datetime | None:
     partitions retention has cut (their older records are gone); None when nothing was deleted."""
     from confluent_kafka import TopicPartition
 
-    with _topic_reader(settings, topic, "lakehouse-retention-check") as (consumer, name, partitions):
+    with _topic_reader(settings, topic, "retention-check") as (consumer, name, partitions):
         oldest = None
         for partition in partitions:
             low, high = consumer.get_watermark_offsets(TopicPartition(name, partition), CLIENT_TIMEOUT_SECONDS)
@@ -158,7 +188,7 @@ def records_since(settings: Settings, topic: str, since: datetime | None):
     is a space."""
     from confluent_kafka import TopicPartition
 
-    with _topic_reader(settings, topic, "lakehouse-archive") as (consumer, name, partitions):
+    with _topic_reader(settings, topic, "archive") as (consumer, name, partitions):
         stamp = _millis(since) if since is not None else 0
         starts = consumer.offsets_for_times(
             [TopicPartition(name, p, stamp) for p in partitions], CLIENT_TIMEOUT_SECONDS
@@ -191,7 +221,7 @@ def end_offsets(settings: Settings, topic: str) -> dict[str, int]:
     """Each partition's end offset (the next record's) now."""
     from confluent_kafka import TopicPartition
 
-    with _topic_reader(settings, topic, "lakehouse-audit-pin") as (consumer, name, partitions):
+    with _topic_reader(settings, topic, "audit-pin") as (consumer, name, partitions):
         return {
             str(p): consumer.get_watermark_offsets(TopicPartition(name, p), CLIENT_TIMEOUT_SECONDS)[1]
             for p in partitions
@@ -288,9 +318,10 @@ def topic_stream(spark, settings: Settings, topic: str):
     """The topic as a stream of log lines from its first retained record, at most
     ``max_offsets_per_trigger`` records a micro-batch. Offsets live in the query's checkpoint; a
     record that retention deleted before the stream read it fails the query (failOnDataLoss)."""
+    check_reader(settings, topic)
     reader = (
         spark.readStream.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_auth.spark_options(settings))
         .option("subscribe", settings.kafka_topic(topic))
         .option("startingOffsets", "earliest")
         .option("failOnDataLoss", "true")
@@ -311,11 +342,12 @@ def read_topic(spark, settings: Settings, topic: str, arrived_from: datetime | N
         arrived_from: the first receive time wanted (None: the oldest record retained).
         until: each partition's end offset to read to (None: the topic's end), an audit's pin.
     """
+    check_reader(settings, topic)
     name = settings.kafka_topic(topic)
     ending = json.dumps({name: until}) if until is not None else "latest"
     reader = (
         spark.read.format("kafka")
-        .option("kafka.bootstrap.servers", settings.kafka_bootstrap)
+        .options(**kafka_auth.spark_options(settings))
         .option("subscribe", name)
         .option("endingOffsets", ending)
     )

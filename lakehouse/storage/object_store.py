@@ -2,9 +2,10 @@
 without one is lakehouse.services.s3; its access key and secret are generated at its first start and
 kept in the home's ``s3/credentials.json`` (readable by its owner only), where clients find them.
 
-The platform reaches any S3 endpoint three ways, one per client: Spark through Hadoop's ``s3a://``
-file system (hadoop-aws), delta-rs for its bookkeeping rows, and boto3 for what runs outside Spark
-(buckets, the generator's and the archive's log files, listings of ingest hours).
+The platform reaches any S3 endpoint four ways, one per client: Spark through Hadoop's ``s3a://``
+file system (hadoop-aws), delta-rs for its bookkeeping rows and the tables' logs, pyarrow for the
+data files of the tables read without Spark, and boto3 for what runs outside Spark (buckets, the
+generator's and the archive's log files, listings of ingest hours).
 """
 
 from __future__ import annotations
@@ -149,6 +150,26 @@ def spark_confs(settings: Settings) -> dict[str, str]:
         "spark.hadoop.fs.s3a.access.key": key,
         "spark.hadoop.fs.s3a.secret.key": secret,
     }
+
+
+def arrow_filesystem(settings: Settings):
+    """pyarrow's S3 client for the endpoint (``pyarrow.fs.S3FileSystem``, path-style): it reads the
+    data files of the tables delta-rs lists (lakehouse.storage.ops_tables), and holds no Python
+    object on Arrow's threads (docs/operations.md, "Exit codes"). pyarrow shuts its AWS SDK down
+    at exit (its own ``atexit`` handler), after the interpreter has waited for Python's threads and
+    before it finalizes: a scan still under way then is waited for, not cut off."""
+    import pyarrow.fs as pa_fs
+
+    key, secret = credentials(settings)
+    scheme, _, address = endpoint(settings).partition("://")
+    return pa_fs.S3FileSystem(
+        access_key=key,
+        secret_key=secret,
+        region=REGION,
+        scheme=scheme,
+        endpoint_override=address,
+        force_virtual_addressing=False,
+    )
 
 
 def delta_rs_options(settings: Settings) -> dict[str, str]:

@@ -107,15 +107,15 @@ def row_count(uri: str, settings: Settings | None = None) -> int | None:
 def _dataset(uri: str, settings: Settings | None):
     """The table's current files as a pyarrow dataset (None when the table does not exist yet).
 
-    A local table's files are read through Arrow's own file system, not delta-rs's default, a
-    Python object (``deltalake.fs.DeltaStorageHandler`` in a ``pyarrow.fs.PyFileSystem``) whose
-    opened files are Python objects too. Arrow's scan finishes on its own threads after
-    ``to_table`` returns, and the last of them to let go of a Python object takes the GIL to free
-    it; when the interpreter has begun to exit by then, Python 3.11 ends that thread with
-    ``pthread_exit``, whose unwinding through the C++ destructor aborts the process (docs/operations.md,
-    "Exit codes"). Arrow's local file system holds no Python object, so nothing is left to free.
+    delta-rs lists the files; Arrow reads them through its own file system (``_arrow_files``),
+    not delta-rs's default, a Python object (``deltalake.fs.DeltaStorageHandler`` in a
+    ``pyarrow.fs.PyFileSystem``) whose opened files are Python objects too. Arrow's scan finishes
+    on its own threads after ``to_table`` returns, and the last of them to let go of a Python
+    object takes the GIL to free it; when the interpreter has begun to exit by then, Python 3.11
+    ends that thread with ``pthread_exit``, whose unwinding through the C++ destructor aborts the
+    process (docs/operations.md, "Exit codes"). Arrow's local and S3 file systems hold no Python
+    object, so nothing is left to free.
     """
-    import pyarrow.fs as pa_fs
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -124,9 +124,22 @@ def _dataset(uri: str, settings: Settings | None):
         table = DeltaTable(location, storage_options=options)
     except TableNotFoundError:
         return None
-    local = Location.parse(uri)
-    filesystem = pa_fs.SubTreeFileSystem(str(local.local_path), pa_fs.LocalFileSystem()) if local.is_local else None
-    return table.to_pyarrow_dataset(filesystem=filesystem)
+    return table.to_pyarrow_dataset(filesystem=_arrow_files(Location.parse(uri), settings))
+
+
+def _arrow_files(location: Location, settings: Settings | None):
+    """Arrow's file system rooted at the table's folder (delta-rs names its files relative to it);
+    None, delta-rs's default, in a store Arrow has no client for (Hadoop's other file systems)."""
+    import pyarrow.fs as pa_fs
+
+    from lakehouse.storage import object_store
+
+    if location.is_local:
+        return pa_fs.SubTreeFileSystem(str(location.local_path), pa_fs.LocalFileSystem())
+    if location.scheme is not Scheme.S3:
+        return None
+    store = object_store.arrow_filesystem(settings or Settings.from_env())
+    return pa_fs.SubTreeFileSystem(f"{location.bucket}/{location.key}", store)
 
 
 def append_rows(uri: str, schema, rows: list[dict], settings: Settings | None = None) -> None:

@@ -11,6 +11,7 @@ import contextlib
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -18,6 +19,7 @@ from pathlib import Path
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import LOOPBACK, PROJECT_ROOT, Settings
 from lakehouse.storage.java import check_java, compiled_jar, maven_central_jar
+from lakehouse.vocabulary import JOBS_USER
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 # The JIT's quick compiler only, and the serial garbage collector: half the CPU for a job of a minute
@@ -263,11 +265,39 @@ WRITE_TOKEN_CONF = "spark.lakehouse.writeToken"
 WRITE_CHECK_VIEW = "lakehouse_write_check"
 
 
+# The Connect client sends a token over a channel without TLS to "localhost" only (its local channel
+# credentials): a loopback address is spelled so.
+_LOOPBACK_HOSTS = re.compile(r"^sc://(127\.0\.0\.1|\[::1\]|localhost)(?=[:/]|$)")
+
+
+def connect_builder(url: str, user: str, token: str):
+    """A Spark Connect session builder for the service at ``url``, logged in as ``user`` with ``token``:
+    the service's interceptor checks the token, sent as a bearer token with every request, against
+    the user the requests name. Both go in the channel's settings, not the URL, which a client may show.
+
+    On loopback the token goes as the client's call credentials; to another host, where the client
+    would insist on TLS the service does not have, as the same ``authorization`` header on a plain
+    channel: in clear on that network, as a JDBC client's password is (docs/operations.md)."""
+    from pyspark.sql.connect.client import DefaultChannelBuilder
+    from pyspark.sql.connect.session import SparkSession as ConnectSession
+
+    # What pyspark's own builder sets for a remote session: its helpers (a DDL string's schema, say)
+    # then ask the Connect session, not a local SparkContext there is none of.
+    os.environ["SPARK_CONNECT_MODE_ENABLED"] = "1"
+    local = _LOOPBACK_HOSTS.match(url)
+    channel = DefaultChannelBuilder(_LOOPBACK_HOSTS.sub("sc://localhost", url))
+    channel.set(DefaultChannelBuilder.PARAM_USER_ID, user)
+    if local:
+        channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
+    else:
+        channel.set("authorization", f"Bearer {token}")
+    return ConnectSession.builder.channelBuilder(channel)
+
+
 def connect_session(settings: Settings):
     """A Spark Connect session of the service at ``settings.spark_remote``, set up as a job's: the
     session settings of a local one, and the write token that lets it write (the service's own file
     in this home when the settings give none)."""
-    from pyspark.sql import SparkSession
 
     token = settings.spark_remote_token
     token_file = settings.service_dir() / "write-token"
@@ -278,7 +308,7 @@ def connect_session(settings: Settings):
             f"jobs through {settings.spark_remote} need its write token: set LAKEHOUSE_SPARK_REMOTE_TOKEN "
             f"(the service writes it to {token_file})"
         )
-    spark = SparkSession.builder.remote(settings.spark_remote).getOrCreate()
+    spark = connect_builder(settings.spark_remote, JOBS_USER, token).getOrCreate()
     # The token first: until a session presents it, the service lets it set only a few settings.
     for key, value in {WRITE_TOKEN_CONF: token, **session_sql_confs(settings)}.items():
         spark.conf.set(key, value)

@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from delta.exceptions import ConcurrentAppendException, ConcurrentDeleteDeleteException, ConcurrentDeleteReadException
 from deltalake.exceptions import CommitFailedError
-from pyspark.sql import DataFrame, DataFrameWriter
+from pyspark.sql import DataFrame, DataFrameWriter, SparkSession
 from pyspark.sql import functions as F
 
 from lakehouse.settings import Settings
@@ -118,16 +118,26 @@ def append_stamped_once(
     Returns:
         Whether it appended (False: the table held the stamp).
     """
-    if not first_attempt:
-        spark = rows.sparkSession
-        stamp = (F.col("app_id") == app_id) & (F.col("batch_id") == batch_id)
-        # With data skipping, the files' batch_id statistics leave only the files of this batch to
-        # read, however large the table (the stream's session turns skipping off for its scans).
-        with session_confs(spark, {"spark.databricks.delta.stats.skipping": "true"}):
-            if spark.read.format("delta").load(uri).where(stamp).limit(1).count():
-                return False
+    if not first_attempt and holds_stamp(rows.sparkSession, uri, app_id, batch_id):
+        return False
     _appender(rows, partition_by).save(uri)
     return True
+
+
+def holds_stamp(spark: SparkSession, uri: str, app_id: str, batch_id: int) -> bool:
+    """Whether the table at ``uri`` holds a row stamped with ``app_id`` and ``batch_id``. With data
+    skipping, the files' batch_id statistics leave only the files of this batch to read, however
+    large the table (the stream's session turns skipping off for its scans).
+
+    Args:
+        spark: the session to read with.
+        uri: the table's location.
+        app_id: the writer's id.
+        batch_id: the batch.
+    """
+    stamp = (F.col("app_id") == app_id) & (F.col("batch_id") == batch_id)
+    with session_confs(spark, {"spark.databricks.delta.stats.skipping": "true"}):
+        return bool(spark.read.format("delta").load(uri).where(stamp).limit(1).count())
 
 
 def _appender(rows: DataFrame, partition_by: tuple[str, ...]) -> DataFrameWriter:

@@ -38,6 +38,11 @@ final class LakehouseTables {
     this.session = session;
   }
 
+  /** The session whose plan is judged. */
+  SparkSession session() {
+    return session;
+  }
+
   /** Throws unless a Delta relation (files or the change feed) reads a table of the lakehouse. */
   void check(LogicalRelation relation) {
     if (relation.catalogTable().isDefined()) {

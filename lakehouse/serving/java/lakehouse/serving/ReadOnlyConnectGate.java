@@ -7,7 +7,6 @@ import org.apache.spark.sql.SparkSession;
 import org.apache.spark.sql.connect.service.SessionHolder;
 import org.apache.spark.sql.connect.service.SessionKey;
 import org.apache.spark.sql.connect.service.SparkConnectService$;
-import org.sparkproject.connect.grpc.ForwardingServerCallListener.SimpleForwardingServerCallListener;
 import org.sparkproject.connect.grpc.Metadata;
 import org.sparkproject.connect.grpc.ServerCall;
 import org.sparkproject.connect.grpc.ServerCallHandler;
@@ -81,9 +80,7 @@ public final class ReadOnlyConnectGate implements ServerInterceptor {
   @Override
   public <Q, R> ServerCall.Listener<Q> interceptCall(
       ServerCall<Q, R> call, Metadata headers, ServerCallHandler<Q, R> next) {
-    return new SimpleForwardingServerCallListener<Q>(next.startCall(call, headers)) {
-      private boolean refused;
-
+    return new RefusableListener<Q>(next.startCall(call, headers)) {
       @Override
       public void onMessage(Q request) {
         String refusal = refused ? null : refusal(request);
@@ -93,20 +90,6 @@ public final class ReadOnlyConnectGate implements ServerInterceptor {
         }
         if (!refused) {
           super.onMessage(request);
-        }
-      }
-
-      @Override
-      public void onHalfClose() {
-        if (!refused) {
-          super.onHalfClose();
-        }
-      }
-
-      @Override
-      public void onReady() {
-        if (!refused) {
-          super.onReady();
         }
       }
     };

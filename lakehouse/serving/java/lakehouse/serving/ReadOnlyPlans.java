@@ -206,6 +206,10 @@ final class ReadOnlyPlans {
 
   /** Files are read only as Delta tables, and only the lakehouse's: by name, or by a table's location. */
   private static void checkFiles(LogicalRelation relation, LakehouseTables tables) {
+    if (QueryLog.readsLog(relation)) {
+      QueryLog.checkReader(tables.session());
+      return;
+    }
     Object source = relation.relation();
     if (source instanceof HadoopFsRelation files) {
       source = files.fileFormat();

@@ -8,11 +8,8 @@ import org.apache.hadoop.hive.conf.HiveConf;
 import org.apache.hive.service.CompositeService;
 import org.apache.hive.service.Service;
 import org.apache.hive.service.cli.CLIService;
-import org.apache.hive.service.cli.HiveSQLException;
 import org.apache.hive.service.cli.thrift.ThriftBinaryCLIService;
 import org.apache.hive.service.cli.thrift.ThriftCLIService;
-import org.apache.hive.service.rpc.thrift.TOpenSessionReq;
-import org.apache.hive.service.rpc.thrift.TOpenSessionResp;
 import org.apache.hive.service.server.HiveServer2;
 import org.apache.spark.SparkContext;
 import org.apache.spark.sql.SparkSession;
@@ -20,7 +17,6 @@ import org.apache.spark.sql.hive.HiveUtils$;
 import org.apache.spark.sql.hive.client.HiveClientImpl;
 import org.apache.spark.sql.hive.thriftserver.HiveThriftServer2;
 import org.apache.spark.sql.hive.thriftserver.HiveThriftServer2$;
-import org.apache.thrift.TException;
 
 /**
  * The Spark service's Thrift (JDBC/ODBC) server: Spark's own, whose sessions open only with the
@@ -36,7 +32,7 @@ import org.apache.thrift.TException;
  *
  * <p>Spark builds its Thrift endpoint inside the server's init, with no way to name another: {@link
  * #start} is Spark's HiveThriftServer2.startWithSparkSession(session, false), with the endpoint
- * replaced by a {@link Gate} between init and start, before the port is open. (Spark's session
+ * replaced by a {@link ThriftGate} between init and start, before the port is open. (Spark's session
  * manager cannot be the one replaced: it sets its own fields by reflection on its superclass.)
  */
 public final class ReadOnlyThriftServer {
@@ -49,6 +45,7 @@ public final class ReadOnlyThriftServer {
     HiveClientImpl hive =
         HiveUtils$.MODULE$.newClientForExecution(session.sparkContext().conf(), session.sessionState().newHadoopConf());
     ServerUtils.cleanUpScratchDir(hive.conf());
+    authenticate(hive.conf());
     HiveThriftServer2 server = new HiveThriftServer2(session);
     server.init(hive.conf());
     gateEndpoint(server, hive.conf());
@@ -60,14 +57,26 @@ public final class ReadOnlyThriftServer {
     return server;
   }
 
-  /** Put a {@link Gate} where the server (inited, not started) keeps its Thrift endpoint. */
+  /**
+   * Every connection logs in with a password {@link JdbcLogins} checks. HiveServer2 reads the
+   * provider's class from a HiveConf of its own at each login, which sees the JVM's system
+   * properties and not the server's conf: the class is named in both.
+   */
+  private static void authenticate(HiveConf conf) {
+    String provider = JdbcLogins.class.getName();
+    System.setProperty(HiveConf.ConfVars.HIVE_SERVER2_CUSTOM_AUTHENTICATION_CLASS.varname, provider);
+    conf.setVar(HiveConf.ConfVars.HIVE_SERVER2_CUSTOM_AUTHENTICATION_CLASS, provider);
+    conf.setVar(HiveConf.ConfVars.HIVE_SERVER2_AUTHENTICATION, "CUSTOM");
+  }
+
+  /** Put a {@link ThriftGate} where the server (inited, not started) keeps its Thrift endpoint. */
   @SuppressWarnings("unchecked")
   private static void gateEndpoint(HiveThriftServer2 server, HiveConf conf) throws ReflectiveOperationException {
     CLIService cli = (CLIService) service(server, CLIService.class);
     if (!(service(server, ThriftCLIService.class) instanceof ThriftBinaryCLIService endpoint)) {
       throw new IllegalStateException("the read-only Thrift server serves the binary transport only");
     }
-    Gate gate = new Gate(cli);
+    ThriftGate gate = new ThriftGate(cli);
     gate.init(conf);
     Field field = HiveServer2.class.getDeclaredField("thriftCLIService");
     field.setAccessible(true);
@@ -80,24 +89,5 @@ public final class ReadOnlyThriftServer {
 
   private static Service service(HiveThriftServer2 server, Class<?> type) {
     return server.getServices().stream().filter(type::isInstance).findFirst().orElseThrow();
-  }
-
-  /** HiveServer2's binary endpoint, opening a session only when its settings pass {@link ReadOnlyConfs#openRefusal}. */
-  static final class Gate extends ThriftBinaryCLIService {
-    Gate(CLIService cli) {
-      super(cli);
-    }
-
-    /** A refused request is answered as a failed one is, with the reason ("read-only: ...") as its message. */
-    @Override
-    public TOpenSessionResp OpenSession(TOpenSessionReq request) throws TException {
-      String refusal = ReadOnlyConfs.openRefusal(request.getConfiguration());
-      if (refusal == null) {
-        return super.OpenSession(request);
-      }
-      TOpenSessionResp refused = new TOpenSessionResp();
-      refused.setStatus(HiveSQLException.toTStatus(new ReadOnlyExtension.ReadOnlyViolation(refusal)));
-      return refused;
-    }
   }
 }
