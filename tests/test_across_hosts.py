@@ -144,7 +144,9 @@ class Loop:
     def start_services(self) -> None:
         """Each round's services at once, each as `lakehouse hosts run HOST -- lakehouse ...`."""
         for services in SERVICES:
-            started = [_started(self.host_env(host), host, *command) for host, command in services.items()]
+            # The broker's start creates the topics, with its settings' retention: the log is January 2026's.
+            retention = {"LAKEHOUSE_LOG_RETENTION": RETENTION}
+            started = [_started(self.host_env(host), host, *command, **retention) for host, command in services.items()]
             for process in started:
                 assert json.loads(_finished(process))["up"]
 

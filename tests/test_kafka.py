@@ -45,6 +45,8 @@ def cli(*arguments: str, env: dict, timeout: float = 600) -> subprocess.Complete
 
 # Each test's topic prefix: the broker's principals are granted their topics under each.
 PREFIXES = ("retention.", "too-old.", "ingest.", "archive.", "topology.", "acl.")
+# The broker's start creates the topics with its own settings' retention: the default, for one prefix.
+TOPIC_RETENTION = {"too-old.": {"LAKEHOUSE_LOG_RETENTION": "30d"}}
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +62,9 @@ def broker(tmp_path_factory):
     report = json.loads(started.stdout)
     bootstrap = report["bootstrap"]
     for prefix in PREFIXES:
-        kafka_access.grant(make_settings(home, **kafka_env(bootstrap, prefix)), bootstrap)
+        kafka_access.grant(
+            make_settings(home, **kafka_env(bootstrap, prefix, **TOPIC_RETENTION.get(prefix, {}))), bootstrap
+        )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LAKEHOUSE_KAFKA_CREDENTIALS", report["credentials"])
         yield bootstrap
@@ -141,15 +145,20 @@ def test_a_range_older_than_the_topic_holds_is_refused_before_spark_starts(broke
 
 
 def test_the_producer_refuses_records_retention_would_delete(broker, tmp_path: Path):
-    """With the default retention (30 days), January's generated log would be deleted on arrival."""
+    """The topic the broker's start created keeps 30 days (its default): January's generated log
+    would be acknowledged, then deleted. The producer reads the topic's own retention, and refuses
+    even though its own setting would keep ten years."""
     env = {
         **os.environ,
         "LAKEHOUSE_HOME": str(tmp_path / "home"),
         "LAKEHOUSE_KAFKA_BOOTSTRAP": broker,
         "LAKEHOUSE_KAFKA_TOPIC_PREFIX": "too-old.",
+        "LAKEHOUSE_LOG_RETENTION": RETENTION,
     }
     refused = cli("generate", "--events", "10", env=env)
-    assert refused.returncode != 0 and "older than the topic's retention (30 days)" in refused.stderr
+    assert (
+        refused.returncode != 0 and "older than the topic too-old.toll_traffic's retention (30 days)" in refused.stderr
+    )
     settings = kafka_settings(tmp_path / "home", broker, "too-old.")
     assert _offsets_before(settings, datetime(2100, 1, 1)) == [
         TopicPartition("too-old.toll_traffic", partition, 0) for partition in range(3)

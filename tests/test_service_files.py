@@ -180,7 +180,11 @@ def test_each_producer_may_write_its_own_topic_alone_and_the_reader_nothing():
     grants = kafka_access.acl_grants({"tolls": "prod.tolls", "scores": "prod.scores"})
     allowed = {(principal, resource, name, operation) for principal, resource, _, name, operation in grants}
     producer = kafka_auth.producer("tolls")
-    assert {(n, o) for p, r, n, o in allowed if p == producer} == {("prod.tolls", "WRITE"), ("prod.tolls", "DESCRIBE")}
+    assert {(n, o) for p, r, n, o in allowed if p == producer} == {
+        ("prod.tolls", "WRITE"),
+        ("prod.tolls", "DESCRIBE"),
+        ("prod.tolls", "DESCRIBE_CONFIGS"),  # its retention, read before it produces
+    }
     reader = {(r, n, o) for p, r, n, o in allowed if p == kafka_auth.READER}
     assert {o for _, _, o in reader} == {"READ", "DESCRIBE"}
     assert {n for r, n, _ in reader if r == "TOPIC"} == {"prod.tolls", "prod.scores"}
