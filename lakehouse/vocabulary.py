@@ -212,6 +212,14 @@ class S3Commits(StrEnum):
     SINGLE_DRIVER = "single-driver"  # Delta's S3SingleDriverLogStore: one driver per table, or commits are lost
 
 
+class ClusterRole(StrEnum):
+    """What ``lakehouse cluster start --role`` runs on the host it runs on."""
+
+    ALL = "all"  # a master and two workers, the one-machine cluster
+    MASTER = "master"  # the master alone, on LAKEHOUSE_BIND_ADDRESS:LAKEHOUSE_CLUSTER_PORT
+    WORKER = "worker"  # one worker, registered with the master LAKEHOUSE_SPARK_MASTER names
+
+
 class LogSink(StrEnum):
     """Where the retained log lives: JSONL files under the log URI, or a Kafka topic per pipeline."""
 

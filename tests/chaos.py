@@ -270,19 +270,31 @@ class ChaosLoop:
         return done >= self.operations_before + point.commits
 
 
+# How long a stream may take to reach its kill point.
+KILL_POINT_SECONDS = 240
+
+
 def kill_after(
-    settings: Settings, env: dict[str, str], table: Table, target_commits: int, timeout: float = 240
+    settings: Settings, env: dict[str, str], table: Table, target_commits: int, on: tuple[str, ...] = ()
 ) -> None:
     """Start the stream (one file per trigger) and SIGKILL it, driver and JVM, once ``table`` has
-    ``target_commits`` commit files."""
+    ``target_commits`` commit files.
+
+    Args:
+        settings: where ``table`` is, as this process reaches it.
+        env: the stream's environment.
+        table: the table whose commits are counted.
+        target_commits: how many commit files it has when the kill comes.
+        on: what runs the command, before it (``lakehouse hosts run HOST --``: on a host).
+    """
     process = subprocess.Popen(
-        [sys.executable, "-m", "lakehouse.cli", *JOB_COMMANDS["stream"]],
+        [*on, sys.executable, "-m", "lakehouse.cli", *JOB_COMMANDS["stream"]],
         env=env,
         start_new_session=True,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
     )
-    deadline = time.time() + timeout
+    deadline = time.time() + KILL_POINT_SECONDS
     try:
         while commits(settings, table) < target_commits:
             if process.poll() is not None:

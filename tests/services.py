@@ -8,7 +8,7 @@ from pathlib import Path
 
 from lakehouse.services.process import free_port
 
-__all__ = ["free_port", "object_store_services"]
+__all__ = ["beeline_command", "free_port", "object_store_services"]
 
 COMMIT_TABLE = "lakehouse_commits"
 
@@ -38,3 +38,13 @@ def object_store_services(folder: Path) -> Iterator[dict[str, str]]:
         }
     finally:
         s3_server.stop(server)
+
+
+def beeline_command(url: str, statement: str = "", *options: str) -> list[str]:
+    """A fresh JDBC client's command: beeline and the Hive JDBC driver from pyspark's JARs, its rows
+    as CSV."""
+    from pyspark.find_spark_home import _find_spark_home
+
+    jars = Path(_find_spark_home()) / "jars" / "*"
+    command = ["java", "-cp", str(jars), "org.apache.hive.beeline.BeeLine", "-u", url, "--silent=true"]
+    return [*command, "--outputformat=csv2", *options, *(["-e", statement] if statement else [])]

@@ -9,31 +9,16 @@ leaves alone a deployment made with ``lakehouse hosts up``, and another run of t
 from __future__ import annotations
 
 import json
-import os
-import random
-import re
-import shutil
-import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-import yaml
 
-from lakehouse.services import deployment, hosts
 from lakehouse.services.process import port_answers
-from lakehouse.settings import PROJECT_ROOT
 from lakehouse.storage.object_store import saved_credentials
+from tests.hosts import LAKEHOUSE, NEEDS_ROOT, answers, lakehouse, leftovers, on_host, own_deployment, running
 
-pytestmark = [
-    pytest.mark.services,
-    pytest.mark.skipif(
-        os.geteuid() != 0, reason="network namespaces and links need root (lakehouse hosts runs as root)"
-    ),
-    pytest.mark.skipif(shutil.which("ip") is None, reason="iproute2's `ip` is missing"),
-]
+pytestmark = [pytest.mark.services, *NEEDS_ROOT]
 
-LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
 # The analyst's client: the project's own S3 client, pointed at the storage host by the settings
 # `lakehouse hosts run` gives it.
 CLIENT = """
@@ -49,60 +34,10 @@ print(json.dumps({"endpoint": settings.s3_endpoint, "keys": keys}))
 """
 
 
-def unused_subnet() -> int:
-    """N of a subnet 10.77.N.0/24 no route of the machine names (the shipped one is N = 0)."""
-    routes = subprocess.run(["ip", "route"], capture_output=True, text=True, check=True).stdout
-    taken = {int(n) for n in re.findall(r"\b10\.77\.(\d+)\.", routes)} | {0}
-    return random.Random(os.getpid()).choice([n for n in range(1, 255) if n not in taken])
-
-
 @pytest.fixture
 def deployed(tmp_path):
-    """The shipped description on a subnet 10.77.N.0/24 of its own, its names starting ``lhtN-``;
-    taken down whatever happens."""
-    number = unused_subnet()
-    description = yaml.safe_load((PROJECT_ROOT / "docker" / "deployment.yaml").read_text())
-    description["network"] = {
-        "prefix": f"lht{number}",
-        "subnet": f"10.77.{number}.0/24",
-        "machine": f"10.77.{number}.1",
-    }
-    for entry in description["hosts"].values():
-        entry["address"] = entry["address"].replace("10.77.0.", f"10.77.{number}.")
-    path = tmp_path / "deployment.yaml"
-    path.write_text(yaml.safe_dump(description, sort_keys=False))
-    described = deployment.load(path)
-    try:
-        yield described, {**os.environ, "LAKEHOUSE_DEPLOYMENT": str(path)}
-    finally:
-        hosts.down(described)
-
-
-def lakehouse(env: dict[str, str], *arguments: str) -> subprocess.CompletedProcess:
-    done = subprocess.run([LAKEHOUSE, *arguments], env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0, f"lakehouse {' '.join(arguments)}: {done.stderr[-2000:]}"
-    return done
-
-
-def on_host(described: deployment.Deployment, host: str, *command: str) -> subprocess.CompletedProcess:
-    namespace = described.namespace(described.host(host))
-    return subprocess.run(["ip", "netns", "exec", namespace, *command], capture_output=True, text=True, timeout=30)
-
-
-def running(pid: int) -> bool:
-    """Whether the process is there and not a zombie (ended, its exit status not yet collected)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
-
-
-def leftovers(prefix: str) -> list[str]:
-    """Whatever of a deployment is still on the machine: namespaces, links, /etc/netns folders."""
-    namespaces = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
-    links = subprocess.run(["ip", "-o", "link", "show"], capture_output=True, text=True).stdout
-    found = re.findall(rf"\b{prefix}-[\w-]+", namespaces + links)
-    return found + [str(path) for path in Path("/etc/netns").glob(f"{prefix}-*")]
+    with own_deployment(tmp_path) as described_and_env:
+        yield described_and_env
 
 
 def test_hosts_reach_each_other_by_name_the_s3_server_serves_across_them_and_down_leaves_nothing(deployed, tmp_path):
@@ -136,8 +71,8 @@ def test_hosts_reach_each_other_by_name_the_s3_server_serves_across_them_and_dow
 
     # Bound to the storage host's address: not to its loopback, and the machine's loopback is another.
     for port in (9000, 8000):
-        assert on_host(described, "storage", "bash", "-c", f"exec 3<>/dev/tcp/{address}/{port}").returncode == 0
-        assert on_host(described, "storage", "bash", "-c", f"exec 3<>/dev/tcp/127.0.0.1/{port}").returncode != 0
+        assert answers(described, "storage", address, port)
+        assert not answers(described, "storage", "127.0.0.1", port)
     assert port_answers(9000, address)  # the machine reaches the hosts through the bridge's address
     _refused_on_the_machines_loopback(key, secret)
 

@@ -1,7 +1,7 @@
 """The retained log on a real Kafka broker (KRaft, started by the project's own `lakehouse kafka`):
 the generator's producer, the speed layer and log backfills reading the topic, retention and the
-archive; and the whole loop on Kafka and a Spark standalone cluster (`lakehouse cluster`), its stream
-SIGKILLed mid-batch and restarted. One broker and one cluster for the module; each test has its own topic
+archive (the whole loop on Kafka and a Spark standalone cluster, its stream SIGKILLed mid-batch, runs
+across hosts: tests/test_across_hosts.py). One broker for the module; each test has its own topic
 prefix and home."""
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import urllib.request
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -18,40 +17,24 @@ import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from lakehouse.audit.reconcile import Auditor
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.eventtime import earliest_arrival_for
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
-from lakehouse.layers.corrections import CorrectionRun
-from lakehouse.layers.speed import run_speed_layer
 from lakehouse.location import Location
 from lakehouse.services import kafka_access
 from lakehouse.storage import kafka_auth
 from lakehouse.storage.archive import Archive, check_covered
-from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
+from lakehouse.storage.catalog import pipeline_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
-from lakehouse.storage.log import LogWriter
-from lakehouse.storage.ops_tables import arrow_at
 from lakehouse.vocabulary import LogSink
-from tests.chaos import VOLATILE, kill_after
+from tests.chaos import VOLATILE
 from tests.conftest import make_settings
 
 pytestmark = [pytest.mark.services, pytest.mark.slow]
 
 PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
-CONFIG = GeneratorConfig(
-    events=1500,
-    seed=11,
-    rate=6.0,
-    late_fraction=0.06,
-    late_delay="3m",
-    duplicate_fraction=0.04,
-    malformed_fraction=0.03,
-    events_per_file=250,
-)
-WINDOW_RANGE = ("2026-01-05T08:00:00Z", "2026-01-05T09:00:00Z")
 
 
 def cli(*arguments: str, env: dict, timeout: float = 600) -> subprocess.CompletedProcess:
@@ -62,6 +45,8 @@ def cli(*arguments: str, env: dict, timeout: float = 600) -> subprocess.Complete
 
 # Each test's topic prefix: the broker's principals are granted their topics under each.
 PREFIXES = ("retention.", "too-old.", "ingest.", "archive.", "topology.", "acl.")
+# The broker's start creates the topics with its own settings' retention: the default, for one prefix.
+TOPIC_RETENTION = {"too-old.": {"LAKEHOUSE_LOG_RETENTION": "30d"}}
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +62,9 @@ def broker(tmp_path_factory):
     report = json.loads(started.stdout)
     bootstrap = report["bootstrap"]
     for prefix in PREFIXES:
-        kafka_access.grant(make_settings(home, **kafka_env(bootstrap, prefix)), bootstrap)
+        kafka_access.grant(
+            make_settings(home, **kafka_env(bootstrap, prefix, **TOPIC_RETENTION.get(prefix, {}))), bootstrap
+        )
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("LAKEHOUSE_KAFKA_CREDENTIALS", report["credentials"])
         yield bootstrap
@@ -128,52 +115,6 @@ def rows(spark, settings, table, drop=()) -> list[tuple]:
     return sorted(tuple(map(str, row)) for row in frame.select(kept).collect())
 
 
-def _check_kafka_audit(spark, settings, on_files) -> None:
-    """The audit pins the topic by its end offsets and explains every difference as on the file log;
-    a record the stream has not read yet is explained as such; the first pins read the same again."""
-    start, end = map(_instant, WINDOW_RANGE)
-    first = Auditor(spark, settings, PIPELINE).reconcile(start, end, record=False)
-    assert first.ok and first.matched > 0 and _verdicts(first) == _verdicts(on_files), first
-    assert first.pins["log_until"].startswith('kafka:{"0": ')
-    KafkaLogWriter(settings, PIPELINE.topic).append([(datetime(2026, 1, 5, 9, 30), _straggler(start))], "late")
-    later = Auditor(spark, settings, PIPELINE).reconcile(start, end, record=False)
-    assert later.ok and later.explained["not_yet_read"] == 1, later
-    again = Auditor(spark, settings, PIPELINE).reconcile(start, end, pins=first.pins, record=False)
-    assert _verdicts(again) == _verdicts(first)
-
-
-def _check_locators(spark, settings, records: int) -> None:
-    """Bronze and quarantine keep each record's locator, a partition and an offset instead of a file;
-    each batch records the last offset it read in each partition, and every record has a fate."""
-    for table in (TABLES.bronze, TABLES.quarantine):
-        located = spark.read.format("delta").load(table.uri(settings)).select("source_file").collect()
-        assert all(row[0].startswith("kafka:topology.toll_traffic/partition=") for row in located)
-    progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(settings)).collect()
-    fates = ("quarantined", "duplicates", "on_time", "late")
-    assert sum(row["input_rows"] for row in progress) == sum(row[f] for row in progress for f in fates) == records
-    units = [unit for row in progress for unit in row["source_files"]]
-    assert units and all(unit.startswith("kafka:topology.toll_traffic/partition=") for unit in units)
-
-
-def _verdicts(audit) -> tuple:
-    return audit.windows_compared, audit.matched, audit.explained, audit.unexplained
-
-
-def _straggler(start: datetime) -> str:
-    """A valid event in the range's first window (closed by the stream's watermark), received late."""
-    moment = f"{start + timedelta(seconds=30):%Y-%m-%dT%H:%M:%S}Z"
-    return json.dumps(
-        {"event_id": "straggler", "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-0", "vehicle_type": "car",
-         "axles": 2, "toll_amount": 6.0, "event_time": moment, "sent_at": moment}
-    )  # fmt: skip
-
-
-def _instant(text: str):
-    from lakehouse.eventtime import parse_instant
-
-    return parse_instant(text, "time")
-
-
 def test_a_range_older_than_the_topic_holds_is_refused_before_spark_starts(broker, tmp_path: Path):
     settings = kafka_settings(tmp_path / "home", broker, "retention.")
     writer = KafkaLogWriter(settings, PIPELINE.topic)
@@ -204,15 +145,20 @@ def test_a_range_older_than_the_topic_holds_is_refused_before_spark_starts(broke
 
 
 def test_the_producer_refuses_records_retention_would_delete(broker, tmp_path: Path):
-    """With the default retention (30 days), January's generated log would be deleted on arrival."""
+    """The topic the broker's start created keeps 30 days (its default): January's generated log
+    would be acknowledged, then deleted. The producer reads the topic's own retention, and refuses
+    even though its own setting would keep ten years."""
     env = {
         **os.environ,
         "LAKEHOUSE_HOME": str(tmp_path / "home"),
         "LAKEHOUSE_KAFKA_BOOTSTRAP": broker,
         "LAKEHOUSE_KAFKA_TOPIC_PREFIX": "too-old.",
+        "LAKEHOUSE_LOG_RETENTION": RETENTION,
     }
     refused = cli("generate", "--events", "10", env=env)
-    assert refused.returncode != 0 and "older than the topic's retention (30 days)" in refused.stderr
+    assert (
+        refused.returncode != 0 and "older than the topic too-old.toll_traffic's retention (30 days)" in refused.stderr
+    )
     settings = kafka_settings(tmp_path / "home", broker, "too-old.")
     assert _offsets_before(settings, datetime(2100, 1, 1)) == [
         TopicPartition("too-old.toll_traffic", partition, 0) for partition in range(3)
@@ -420,96 +366,3 @@ def test_the_archive_copies_closed_hours_once_and_backfills_older_than_retention
     # ...and recomputed from it, the same rows.
     BatchLayer(spark, settings, PIPELINE).backfill(start, end, source="log", chunk="1h")
     assert rows(spark, settings, TABLES.batch) == from_kafka
-
-
-@pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
-    """A standalone master and two workers, started and stopped as a user would."""
-    home = tmp_path_factory.mktemp("cluster-home")
-    env = {**os.environ, "LAKEHOUSE_HOME": str(home), "LAKEHOUSE_CLUSTER_PORT": "0"}
-    started = cli("cluster", "start", env=env, timeout=300)
-    assert started.returncode == 0, started.stdout + started.stderr
-    report = json.loads(started.stdout)
-    assert report["workers"] == 2
-    yield report
-    stopped = cli("cluster", "stop", env=env)
-    assert stopped.returncode == 0 and "stopped" in stopped.stdout
-    assert cli("cluster", "status", env=env).returncode == 1
-
-
-def _embedded_loop(spark, embedded, start, end):
-    """The loop's steps on the embedded default, in the tests' session; returns the audit taken
-    before the straggler arrived."""
-    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
-    audit = Auditor(spark, embedded, PIPELINE).reconcile(start, end, record=False)
-    LogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 30), "straggler", [_straggler(start)])
-    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
-    BatchLayer(spark, embedded, PIPELINE).backfill(start, end, source="log")
-    CorrectionRun(spark, embedded, PIPELINE).run()
-    # No audit of the serving view here: the test audits the cluster's, whose tables must equal these.
-    return audit
-
-
-def _kill_the_first_batch_before_its_progress_row(settings, env) -> None:
-    """SIGKILL the stream's driver (its executors on the cluster end with it) right after its first
-    micro-batch merged its panes into __speed on S3, before the batch's progress row: the batch's
-    writes are stamped with it, so the restart replays it and writes each table once. Commit 0
-    creates __speed; commit 1 is batch 0's MERGE (tests/test_chaos.py kills at the other
-    writes of a batch)."""
-    kill_after(settings, env, TABLES.speed, 1)
-    progress = arrow_at(STREAM_PROGRESS.uri(settings), settings=settings)
-    assert progress is None or progress.num_rows == 0, "the kill fell after the batch's progress row"
-
-
-SERVED = "SELECT window_start, bridge_id, vehicle_type, vehicles, revenue, source FROM gold.toll_traffic"
-
-
-def test_the_loop_on_kafka_s3_and_a_cluster_gives_the_embedded_defaults_tables(
-    spark, broker, cluster, object_store_env, tmp_path
-):
-    """Kafka, then the stream on the cluster, a late record, a backfill from Kafka and a correction,
-    each a `lakehouse` process submitted to the cluster, with Delta tables and checkpoints on S3; then
-    an audit and SQL over what they wrote; against the same steps on the file log in local[2]."""
-    start, end = map(_instant, WINDOW_RANGE)
-    embedded = make_settings(tmp_path / "embedded")
-    written = generate(embedded, CONFIG)
-    embedded_audit = _embedded_loop(spark, embedded, start, end)
-
-    # The tables and checkpoints in object storage.
-    topology = kafka_env(
-        broker, "topology.", **in_object_store("topology", "warehouse", "checkpoint"), **object_store_env
-    )
-    on_topology = make_settings(tmp_path / "topology", **topology)
-    generate(on_topology, CONFIG, sink=LogSink.KAFKA)
-    env = {**os.environ, **topology, "LAKEHOUSE_HOME": str(tmp_path / "topology"), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
-    env["LAKEHOUSE_SPARK_MASTER"] = cluster["master"]
-
-    def on_cluster(*arguments: str) -> str:
-        done = cli(*arguments, env=env)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-        return done.stdout
-
-    _kill_the_first_batch_before_its_progress_row(on_topology, env)
-    on_cluster("stream", "--available-now")  # the restart replays that batch
-    _check_kafka_audit(spark, on_topology, embedded_audit)
-    on_cluster("stream", "--available-now")
-    on_cluster("backfill", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--source", "log")
-    on_cluster("correct")
-    # The audit and SQL only read: here, in the tests' session, rather than two more JVMs and four
-    # executors (the CLI's audit and sql are tested on the embedded default).
-    assert Auditor(spark, on_topology, PIPELINE).reconcile(start, end, target="serving", record=False).ok
-    register_tables(spark, on_topology)
-    served = spark.sql(SERVED + " ORDER BY 1, 2, 3").collect()
-
-    for table in (TABLES.bronze, TABLES.quarantine, TABLES.speed, TABLES.batch, TABLES.panes):
-        assert rows(spark, on_topology, table, drop={"source_file", "emitted_at"}) == rows(
-            spark, embedded, table, drop={"source_file", "emitted_at"}
-        ), table.qualified_name
-    _check_locators(spark, on_topology, written.records + 1)
-    register_tables(spark, embedded)
-    assert served == spark.sql(SERVED + " ORDER BY 1, 2, 3").collect()
-    assert {row["source"] for row in served} == {"batch"}  # the backfilled range is served by the batch layer
-    # Every job ran on the cluster's executors, one per worker.
-    with urllib.request.urlopen(f"{cluster['web_ui']}/json/", timeout=10) as response:
-        applications = json.loads(response.read())["completedapps"]
-    assert len(applications) >= 4 and all(app["cores"] == 2 for app in applications)

@@ -31,7 +31,7 @@ from lakehouse.vocabulary import JOBS_USER, QueryOutcome, Role, SqlEndpoint
 from tests.airflow_env import airflow_env, migrate_scratch_db
 from tests.conftest import make_settings
 from tests.frames import inline_frame
-from tests.services import free_port
+from tests.services import beeline_command, free_port
 from tests.test_dags import stream_a_late_straggler
 
 pytestmark = [pytest.mark.slow, pytest.mark.services]
@@ -129,15 +129,11 @@ def lakehouse(env, *args, timeout=180) -> subprocess.CompletedProcess:
 
 
 def beeline(env, statement: str, *options: str, login: bool = True) -> subprocess.CompletedProcess:
-    """A fresh JDBC client: beeline and the Hive JDBC driver from pyspark's JARs, logged in as the
-    analyst, its password read from a file (-w), not the command line."""
-    from pyspark.find_spark_home import _find_spark_home
-
-    jars = Path(_find_spark_home()) / "jars" / "*"
+    """A fresh JDBC client on this machine, logged in as the analyst, its password read from a file
+    (-w), not the command line."""
     url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
-    command = ["java", "-cp", str(jars), "org.apache.hive.beeline.BeeLine", "-u", url, "--silent=true"]
-    command += ["-n", env["LAKEHOUSE_SQL_USER"], "-w", env["TEST_PASSWORD_FILE"]] if login else []
-    command += ["--outputformat=csv2", *options, *(["-e", statement] if statement else [])]
+    credentials = ["-n", env["LAKEHOUSE_SQL_USER"], "-w", env["TEST_PASSWORD_FILE"]] if login else []
+    command = beeline_command(url, statement, *credentials, *options)
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
 
 

@@ -16,6 +16,7 @@ from lakehouse.services.spark_service import ServiceState, _service_environment,
 from lakehouse.serving.server import endpoint_confs, hive_site
 from lakehouse.settings import Settings
 from lakehouse.storage import kafka_auth
+from lakehouse.vocabulary import ClusterRole
 
 
 def _settings(tmp_path, **env) -> Settings:
@@ -111,6 +112,38 @@ def test_the_cluster_daemons_bind_to_the_bind_address(tmp_path):
     assert cluster.daemon_environment(tmp_path, "10.77.0.6")["SPARK_LOCAL_IP"] == "10.77.0.6"
 
 
+def test_a_worker_alone_registers_with_the_master_the_settings_name_or_starts_nothing(tmp_path, monkeypatch, capsys):
+    from lakehouse.cli import main
+
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("LAKEHOUSE_SPARK_MASTER", "local[2]")
+    assert main(["cluster", "start", "--role", "worker"]) == 2
+    error = capsys.readouterr().err
+    assert error.startswith("lakehouse: error: a worker registers with a master: set LAKEHOUSE_SPARK_MASTER=spark://")
+    assert error.count("\n") == 1 and not (tmp_path / "home").exists()
+    assert main(["cluster", "status", "--role", "master"]) == 2
+    assert "--role is for start" in capsys.readouterr().err
+
+
+def test_a_clusters_role_is_read_from_the_daemons_its_home_started():
+    assert cluster.role_of({}) is None
+    assert cluster.role_of({"master": 1, "worker-1": 2, "worker-2": 3}) is ClusterRole.ALL
+    assert cluster.role_of({"master": 1}) is ClusterRole.MASTER
+    assert cluster.role_of({"worker": 2}) is ClusterRole.WORKER
+
+
+def test_a_driver_binds_to_its_hosts_address_and_to_loopback_on_one_machine(tmp_path):
+    from lakehouse.storage.spark import driver_address
+
+    on_host = _settings(
+        tmp_path, LAKEHOUSE_BIND_ADDRESS="10.77.0.10", LAKEHOUSE_SPARK_MASTER="spark://spark-master:7077"
+    )
+    assert driver_address(on_host) == "10.77.0.10"
+    assert driver_address(_settings(tmp_path)) == "127.0.0.1"  # local[2]
+    assert driver_address(_settings(tmp_path, LAKEHOUSE_SPARK_MASTER="spark://127.0.0.1:7077")) == "127.0.0.1"
+    assert driver_address(_settings(tmp_path, LAKEHOUSE_SPARK_MASTER="spark://spark-master:7077")) is None
+
+
 def test_a_kafka_broker_set_up_on_one_address_is_found_there_and_refuses_to_start_on_another(tmp_path):
     settings = _settings(tmp_path)
     files = kafka.BrokerFiles(settings.kafka_dir())
@@ -147,7 +180,11 @@ def test_each_producer_may_write_its_own_topic_alone_and_the_reader_nothing():
     grants = kafka_access.acl_grants({"tolls": "prod.tolls", "scores": "prod.scores"})
     allowed = {(principal, resource, name, operation) for principal, resource, _, name, operation in grants}
     producer = kafka_auth.producer("tolls")
-    assert {(n, o) for p, r, n, o in allowed if p == producer} == {("prod.tolls", "WRITE"), ("prod.tolls", "DESCRIBE")}
+    assert {(n, o) for p, r, n, o in allowed if p == producer} == {
+        ("prod.tolls", "WRITE"),
+        ("prod.tolls", "DESCRIBE"),
+        ("prod.tolls", "DESCRIBE_CONFIGS"),  # its retention, read before it produces
+    }
     reader = {(r, n, o) for p, r, n, o in allowed if p == kafka_auth.READER}
     assert {o for _, _, o in reader} == {"READ", "DESCRIBE"}
     assert {n for r, n, _ in reader if r == "TOPIC"} == {"prod.tolls", "prod.scores"}

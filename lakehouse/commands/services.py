@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import json
+from types import SimpleNamespace
 from typing import TYPE_CHECKING
 
 from lakehouse.commands.base import Command, Unhealthy
@@ -38,6 +39,31 @@ def _serve_options(serve) -> None:
     serve_action = serve.add_mutually_exclusive_group()
     serve_action.add_argument("--status", action="store_true", help="exit 1 unless both endpoints answer")
     serve_action.add_argument("--stop", action="store_true", help="stop the service and its JVM")
+
+
+def cmd_cluster(args, settings: Settings) -> None:
+    from lakehouse.services import cluster
+    from lakehouse.vocabulary import ClusterRole
+
+    if args.role and args.action != "start":
+        from lakehouse.errors import LakehouseError
+
+        raise LakehouseError(f"--role is for start: `lakehouse cluster {args.action}` finds what this home runs")
+    role = ClusterRole(args.role or ClusterRole.ALL)
+    service = SimpleNamespace(start=lambda s: cluster.start(s, role), status=cluster.status, stop=cluster.stop)
+    _run_service(service, "Spark cluster", args.action, settings)
+
+
+def _cluster_options(parser) -> None:
+    from lakehouse.vocabulary import ClusterRole, choices
+
+    parser.add_argument("action", choices=["start", "status", "stop"], help="status exits 1 unless it is up")
+    parser.add_argument(
+        "--role",
+        choices=choices(ClusterRole),
+        help="start: all (a master and two workers, the default), master (the master alone, on "
+        "LAKEHOUSE_BIND_ADDRESS:LAKEHOUSE_CLUSTER_PORT) or worker (one, registered with LAKEHOUSE_SPARK_MASTER)",
+    )
 
 
 def cmd_users(args, settings: Settings) -> None:
@@ -127,12 +153,11 @@ COMMANDS = (
         cmd_users,
         _users_options,
     ),
-    _service(
+    Command(
         "cluster",
-        "a Spark standalone cluster on this machine: a master, two workers",
-        module="lakehouse.services.cluster",
-        label="Spark cluster",
-        status_help="status exits 1 unless every worker is up",
+        "a Spark standalone cluster: a master and two workers here, or the master or a worker of one across hosts",
+        cmd_cluster,
+        _cluster_options,
     ),
     _service(
         "kafka",

@@ -1,7 +1,10 @@
-"""A Spark standalone cluster on this machine (``lakehouse cluster start``, ``make cluster``): a master
-and two workers, started from pyspark's own ``spark-class`` (pyspark ships no start-master.sh).
+"""A Spark standalone cluster (``lakehouse cluster start``, ``make cluster``), started from pyspark's
+own ``spark-class`` (pyspark ships no start-master.sh): on this machine a master and two workers
+(``--role all``, the default); across hosts the master alone on its host (``--role master``) and a
+worker on each worker host (``--role worker``), registered with the master LAKEHOUSE_SPARK_MASTER
+names (``lakehouse hosts run`` gives ``spark://spark-master:7077``).
 
-Jobs go to it with ``LAKEHOUSE_SPARK_MASTER=spark://127.0.0.1:<port>``: the stream, backfills and
+Jobs go to it with ``LAKEHOUSE_SPARK_MASTER=spark://<host>:<port>``: the stream, backfills and
 corrections, from the CLI, spark-submit or Airflow's ``spark_default`` connection. Its daemons bind to
 LAKEHOUSE_BIND_ADDRESS (loopback unless a deployment across hosts gives a host's address). Each worker
 offers one core and a small memory, so that four JVMs (master, workers, driver) and the executors
@@ -30,6 +33,7 @@ from lakehouse.services.process import (
     write_json,
 )
 from lakehouse.settings import Settings
+from lakehouse.vocabulary import ClusterRole
 
 WORKERS = 2
 WORKER_CORES = 1
@@ -65,24 +69,46 @@ class ClusterFiles:
         (self.folder / "pids.json").unlink(missing_ok=True)
 
 
-def _alive_workers(host: str, web_port: int) -> int:
-    """Workers the master counts as ALIVE, from its JSON status page (0 if it does not answer)."""
+def _state(host: str, web_port: int) -> dict:
+    """A daemon's JSON status page ({} if it does not answer)."""
     try:
         with urllib.request.urlopen(f"http://{host}:{web_port}/json/", timeout=5) as response:
-            state = json.loads(response.read())
+            return json.loads(response.read())
     except (OSError, ValueError):
-        return 0
-    return sum(worker.get("state") == "ALIVE" for worker in state.get("workers", []))
+        return {}
+
+
+def _alive_workers(host: str, web_port: int) -> int:
+    """Workers the master counts as ALIVE, from its status page (0 if it does not answer)."""
+    return sum(worker.get("state") == "ALIVE" for worker in _state(host, web_port).get("workers", []))
+
+
+def role_of(pids: dict[str, int]) -> ClusterRole | None:
+    """What a home's cluster runs, from the daemons it started (None: none)."""
+    if not pids:
+        return None
+    if "master" not in pids:
+        return ClusterRole.WORKER
+    return ClusterRole.ALL if len(pids) > 1 else ClusterRole.MASTER
 
 
 def status(settings: Settings) -> dict:
-    """Whether this home's cluster is up: every process alive and the master counting every worker."""
+    """Whether this home's cluster is up: every process alive, and the master answering and counting
+    every worker it started (a master alone: answering; a worker alone: registered with a master)."""
     files = ClusterFiles(settings.cluster_dir())
     pids, ports, host = files.pids(), files.ports(), settings.bind_address
     alive = bool(pids) and all(pid_alive(pid) for pid in pids.values())
-    workers = _alive_workers(host, ports["web"]) if alive and port_answers(ports["master"], host) else 0
-    report = {"up": alive and workers == WORKERS, "workers": workers, "logs": str(files.folder)}
-    if report["up"]:
+    role = role_of(pids)
+    if role is ClusterRole.WORKER:
+        # A worker learns its master's URL when the master accepts it.
+        master = _state(host, ports["web"]).get("masterurl", "") if alive else ""
+        report = {"up": bool(master), "role": role.value, "logs": str(files.folder)}
+        return report | {"master": master} if master else report
+    answering = alive and port_answers(ports["master"], host)
+    workers = _alive_workers(host, ports["web"]) if answering else 0
+    up = answering and (role is ClusterRole.MASTER or workers == WORKERS)
+    report = {"up": up, "role": (role or ClusterRole.ALL).value, "workers": workers, "logs": str(files.folder)}
+    if up:
         report["master"] = f"spark://{host}:{ports['master']}"
         report["web_ui"] = f"http://{host}:{ports['web']}"
     return report
@@ -121,23 +147,31 @@ def _daemon(files: ClusterFiles, name: str, arguments: list[str], host: str) -> 
     return detach(command, files.folder / f"{name}.log", daemon_environment(files.folder, host)).pid
 
 
-def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
-    """Start the master and its workers, detached, and return the status once every worker has
-    registered."""
+def start(settings: Settings, role: ClusterRole = ClusterRole.ALL, wait_seconds: float = START_SECONDS) -> dict:
+    """Start the role's daemons detached (a master and its workers, the master alone, or one worker)
+    and return the status once they are up: every worker registered."""
     from lakehouse.storage.java import check_java
 
     already = status(settings)
+    if already["up"] and already["role"] != role:
+        raise LakehouseError(f"this home runs a cluster's {already['role']}: `lakehouse cluster stop` first")
     if already["up"]:
         return already
     files = ClusterFiles(settings.cluster_dir())
     if any(pid_alive(pid) for pid in files.pids().values()):
         raise LakehouseError("a cluster is starting or stuck: `lakehouse cluster stop` first")
+    master = _master_to_join(settings) if role is ClusterRole.WORKER else None
     check_java()
-    host = settings.bind_address
-    master_port = settings.cluster_port or free_port(host)
-    refuse_taken(master_port, "set LAKEHOUSE_CLUSTER_PORT", host)
     files.folder.mkdir(parents=True, exist_ok=True)
-    pids, ports = _start_daemons(files, host, master_port)
+    if master is None:
+        pids, ports = _start_master(files, settings)
+        master = f"spark://{settings.bind_address}:{ports['master']}"
+    else:
+        pids, ports = {}, {}
+    for name in [] if role is ClusterRole.MASTER else _worker_names(role):
+        pids[name], web_port = _start_worker(files, settings.bind_address, name, master)
+        if role is ClusterRole.WORKER:
+            ports["web"] = web_port  # a worker alone is found by its own status page
     files.record(pids, ports)
     report = wait_until_up(lambda: status(settings), lambda: all(pid_alive(pid) for pid in pids.values()), wait_seconds)
     if report:
@@ -146,16 +180,36 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     raise LakehouseError(f"the Spark cluster did not come up within {wait_seconds:.0f} s; see {files.folder}/*.log")
 
 
-def _start_daemons(files: ClusterFiles, host: str, master_port: int) -> tuple[dict[str, int], dict[str, int]]:
-    """The master and its workers, each bound to ``host``: their pids and the master's ports."""
+def _master_to_join(settings: Settings) -> str:
+    """The master a worker alone registers with: LAKEHOUSE_SPARK_MASTER's."""
+    if not settings.spark_master.startswith("spark://"):
+        raise LakehouseError(
+            "a worker registers with a master: set LAKEHOUSE_SPARK_MASTER=spark://HOST:PORT, not "
+            f"{settings.spark_master!r} (`lakehouse hosts run` gives the deployment's)"
+        )
+    return settings.spark_master
+
+
+def _worker_names(role: ClusterRole) -> list[str]:
+    """The workers' names, of their logs and work folders: numbered beside their master, else one."""
+    return [f"worker-{number}" for number in range(1, WORKERS + 1)] if role is ClusterRole.ALL else ["worker"]
+
+
+def _start_master(files: ClusterFiles, settings: Settings) -> tuple[dict[str, int], dict[str, int]]:
+    """The master, bound to the bind address: its pid and ports (its own and its UI's)."""
+    host = settings.bind_address
+    master_port = settings.cluster_port or free_port(host)
+    refuse_taken(master_port, "set LAKEHOUSE_CLUSTER_PORT", host)
     ports = {"master": master_port, "web": free_port(host)}
-    pids = {"master": _daemon(files, "master", master_arguments(host, master_port, ports["web"]), host)}
-    for number in range(1, WORKERS + 1):
-        work = files.folder / f"worker-{number}"
-        work.mkdir(exist_ok=True)
-        worker = worker_arguments(host, f"spark://{host}:{master_port}", free_port(host), work)
-        pids[f"worker-{number}"] = _daemon(files, f"worker-{number}", worker, host)
-    return pids, ports
+    return {"master": _daemon(files, "master", master_arguments(host, master_port, ports["web"]), host)}, ports
+
+
+def _start_worker(files: ClusterFiles, host: str, name: str, master: str) -> tuple[int, int]:
+    """A worker bound to ``host``, registering with ``master``: its pid and its UI's port."""
+    work = files.folder / name
+    work.mkdir(exist_ok=True)
+    web_port = free_port(host)
+    return _daemon(files, name, worker_arguments(host, master, web_port, work), host), web_port
 
 
 def stop(settings: Settings) -> bool:

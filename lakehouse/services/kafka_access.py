@@ -46,7 +46,8 @@ def acl_grants(topic_names: dict[str, str]) -> list[tuple[str, str, str, str, st
     (before the prefix) and its full name."""
     grants = []
     for topic, name in topic_names.items():
-        for operation in ("WRITE", "DESCRIBE"):
+        # DESCRIBE_CONFIGS: a producer reads its topic's retention, and refuses what it would delete.
+        for operation in ("WRITE", "DESCRIBE", "DESCRIBE_CONFIGS"):
             grants.append((kafka_auth.producer(topic), "TOPIC", "LITERAL", name, operation))
         for operation in ("READ", "DESCRIBE"):
             grants.append((kafka_auth.READER, "TOPIC", "LITERAL", name, operation))

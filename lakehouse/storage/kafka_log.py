@@ -16,7 +16,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from lakehouse.dataflow.clocks import SPARK_STAMP
 from lakehouse.errors import LakehouseError
@@ -54,10 +54,11 @@ def create_topic(settings: Settings, topic: str, principal: str) -> None:
             ) from None
 
 
-def ensure_topic(settings: Settings, topic: str) -> None:
+def ensure_topic(settings: Settings, topic: str) -> timedelta | None:
     """The producer's topic, created when missing (by the producer itself on a broker without ACLs;
     on the broker of ``lakehouse kafka start``, its start creates the project's topics); refused in
-    one line when the producer may not write it."""
+    one line when the producer may not write it. Returns how long the topic keeps a record (None:
+    for ever): the topic's own retention, which whoever created it chose, not this client's setting."""
     from confluent_kafka import TopicCollection
     from confluent_kafka.admin import AclOperation, AdminClient
 
@@ -65,11 +66,32 @@ def ensure_topic(settings: Settings, topic: str) -> None:
     connected = kafka_auth.connect(AdminClient, settings, principal)
     if kafka_auth.topic_metadata(settings, principal, connected, name, "write") is None:
         create_topic(settings, topic, principal)
-        return
+        return parse_duration(settings.log_retention)
     described = connected[0].describe_topics(TopicCollection([name]), include_authorized_operations=True)[name]
     allowed = described.result(timeout=CLIENT_TIMEOUT_SECONDS).authorized_operations
     if allowed is not None and not {AclOperation.WRITE, AclOperation.ALL} & set(allowed):
         raise kafka_auth.not_authorized(settings, principal, "write", name)
+    return _topic_retention(connected[0], name, settings)
+
+
+def _topic_retention(admin, name: str, settings: Settings) -> timedelta | None:
+    """The topic's ``retention.ms`` on the broker (None: -1, for ever); this client's setting when
+    the broker will not say (a principal granted before producers could read their topic's
+    configuration: the broker's next start grants it)."""
+    from confluent_kafka import KafkaException
+    from confluent_kafka.admin import ConfigResource, ResourceType
+
+    resource = ConfigResource(ResourceType.TOPIC, name)
+    try:
+        configs = admin.describe_configs([resource])[resource].result(timeout=CLIENT_TIMEOUT_SECONDS)
+    except KafkaException:
+        return parse_duration(settings.log_retention)
+    retention_ms = int(configs["retention.ms"].value)
+    return None if retention_ms < 0 else timedelta(milliseconds=retention_ms)
+
+
+def _days(span: timedelta) -> str:
+    return f"{span.days} days" if span.days else f"{span.total_seconds() / 3600:g} hours"
 
 
 def _record_key(line: str, field: str) -> bytes | None:
@@ -92,9 +114,8 @@ class KafkaLogWriter:
     def __init__(self, settings: Settings, topic: str, key_field: str = "bridge_id"):
         from confluent_kafka import Producer
 
-        ensure_topic(settings, topic)
+        self.retention = ensure_topic(settings, topic)
         self.topic, self.key_field = settings.kafka_topic(topic), key_field
-        self.retention = parse_duration(settings.log_retention)
         self._errors: list[str] = []
         producing = {"enable.idempotence": True, "acks": "all", "linger.ms": 20}
         self._producer = kafka_auth.connect(Producer, settings, kafka_auth.producer(topic), **producing)[0]
@@ -105,12 +126,14 @@ class KafkaLogWriter:
 
     def append(self, records: list[tuple[datetime, str]], tag: str) -> None:
         """Send (receive time, line) records and wait until the broker has them all."""
+        # The broker acknowledges a record older than the topic's retention, then deletes it.
         oldest = min(arrival for arrival, _ in records)
-        if _millis(oldest) < (time.time() - self.retention.total_seconds()) * 1000:
+        if self.retention is not None and _millis(oldest) < (time.time() - self.retention.total_seconds()) * 1000:
             raise LakehouseError(
-                f"records received at {oldest:%Y-%m-%dT%H:%M:%S}Z are older than the topic's retention "
-                f"({self.retention.days} days): Kafka would delete them. Produce recent ones (--start now) or "
-                "raise LAKEHOUSE_LOG_RETENTION"
+                f"records received at {oldest:%Y-%m-%dT%H:%M:%S}Z are older than the topic {self.topic}'s "
+                f"retention ({_days(self.retention)}): Kafka would delete them. Produce recent ones (--start now), "
+                "or keep the topic longer (retention.ms; a topic the broker's start creates takes "
+                "LAKEHOUSE_LOG_RETENTION)"
             )
         for arrival, line in records:
             self._producer.produce(

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
-from lakehouse.settings import PROJECT_ROOT, Settings
+from lakehouse.settings import LOOPBACK, PROJECT_ROOT, Settings
 from lakehouse.storage.java import check_java, compiled_jar, maven_central_jar
 from lakehouse.vocabulary import JOBS_USER
 
@@ -244,6 +244,9 @@ def _configured_builder(builder, settings: Settings, app_name: str):
         # Executors on a cluster run the Python of this process (its venv, with the platform installed).
         .config("spark.pyspark.python", sys.executable)
     )
+    if settings.bind_address != LOOPBACK:
+        # Across hosts the executors on the workers' hosts call the driver back at its host's address.
+        builder = builder.config("spark.driver.host", settings.bind_address)
     for key, value in session_sql_confs(settings).items():
         builder = builder.config(key, value)
     from lakehouse.storage import commits, conditional_writes, object_store
@@ -317,6 +320,17 @@ def connect_session(settings: Settings):
     return spark
 
 
+def driver_address(settings: Settings) -> str | None:
+    """The address the driver binds to and executors reach it at: a host's own across hosts (its
+    LAKEHOUSE_BIND_ADDRESS), loopback for local Spark and a cluster on this machine, else Spark's
+    choice (None)."""
+    if settings.bind_address != LOOPBACK:
+        return settings.bind_address
+    if settings.spark_master.startswith(("local", f"spark://{LOOPBACK}:", "spark://localhost:")):
+        return LOOPBACK
+    return None
+
+
 def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: dict[str, str] | None = None):
     """A SparkSession with Delta, UTC time, small shuffles, and an in-memory catalog; ``confs`` adds
     to or overrides that configuration (the Spark service's endpoints and metastore, say).
@@ -332,9 +346,9 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
     if settings.spark_remote:
         return connect_session(settings)
     check_java()
-    # Local Spark, and a cluster on this machine, talk over loopback only.
-    if settings.spark_master.startswith(("local", "spark://127.0.0.1:", "spark://localhost:")):
-        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    local_ip = driver_address(settings)
+    if local_ip:
+        os.environ.setdefault("SPARK_LOCAL_IP", local_ip)
     from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 

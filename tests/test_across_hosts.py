@@ -1,0 +1,385 @@
+"""The whole loop across the deployment's hosts on this machine (``lakehouse hosts``, a network
+namespace per host), each process started as an operator starts it with ``lakehouse hosts run``:
+the S3 server on the storage host, the Kafka broker on the kafka host, the Spark master on the
+spark-master host and a worker on each worker host; the producer on the analyst host writes the
+generated log to Kafka; the stream's driver on the stream host runs on the cluster's executors (and
+is SIGKILLed after its first batch's MERGE, before its progress row, and restarted); a late record;
+a backfill from Kafka and a correction submitted to the cluster from the airflow host (where
+Airflow's tasks would submit them); the tables and checkpoints on S3 at storage:9000; the Spark
+service on the spark-service host (started while those jobs run), which the analyst host then
+queries over Spark Connect (``lakehouse sql``) and over JDBC (beeline). The tables, the audit and
+the serving view equal the embedded default's (local[2], file log) on the same events, row for
+row; every service listens on its host's address alone; ``down`` leaves nothing behind.
+
+The tests' session compares what the loop wrote: it reaches the storage host's bucket through the
+bridge (the machine's address on the subnet), and the broker at the kafka host's address."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import urllib.request
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from lakehouse.audit.reconcile import Auditor
+from lakehouse.dataflow.pipelines import get_pipeline
+from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.layers.batch import BatchLayer
+from lakehouse.layers.corrections import CorrectionRun
+from lakehouse.layers.speed import run_speed_layer
+from lakehouse.services import deployment
+from lakehouse.serving.sql import format_rows
+from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK
+from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
+from lakehouse.storage.kafka_log import KafkaLogWriter
+from lakehouse.storage.log import LogWriter
+from lakehouse.storage.object_store import saved_credentials
+from lakehouse.storage.ops_tables import arrow_at
+from lakehouse.vocabulary import DeployedService
+from tests.chaos import kill_after
+from tests.conftest import make_settings
+from tests.hosts import LAKEHOUSE, NEEDS_ROOT, answers, lakehouse, leftovers, on_host, own_deployment, running
+from tests.services import beeline_command
+from tests.test_kafka import RETENTION, rows
+
+pytestmark = [pytest.mark.services, pytest.mark.slow, *NEEDS_ROOT]
+
+PIPELINE = get_pipeline("toll_traffic")
+TABLES = pipeline_tables(PIPELINE)
+CONFIG = GeneratorConfig(
+    events=1500,
+    seed=11,
+    rate=6.0,
+    late_fraction=0.06,
+    late_delay="3m",
+    duplicate_fraction=0.04,
+    malformed_fraction=0.03,
+    events_per_file=250,
+)
+WINDOW_RANGE = ("2026-01-05T08:00:00Z", "2026-01-05T09:00:00Z")
+BUCKET = "across-hosts"
+SERVED_COLUMNS = ["window_start", "bridge_id", "vehicle_type", "vehicles", "revenue", "source"]
+SERVED = f"SELECT {', '.join(SERVED_COLUMNS)} FROM gold.toll_traffic ORDER BY 1, 2, 3"
+# The long-running services, each on its host as `lakehouse hosts run HOST -- ...` starts it, in two
+# rounds: the workers register with the master of the first.
+SERVICES = (
+    {"storage": ("s3", "start"), "kafka": ("kafka", "start"), "spark-master": ("cluster", "start", "--role", "master")},
+    {"worker-1": ("cluster", "start", "--role", "worker"), "worker-2": ("cluster", "start", "--role", "worker")},
+)
+
+
+def _instant(text: str):
+    from lakehouse.eventtime import parse_instant
+
+    return parse_instant(text, "time")
+
+
+def _straggler(start: datetime) -> str:
+    """A valid event in the range's first window (closed by the stream's watermark), received late."""
+    moment = f"{start + timedelta(seconds=30):%Y-%m-%dT%H:%M:%S}Z"
+    return json.dumps(
+        {"event_id": "straggler", "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-0", "vehicle_type": "car",
+         "axles": 2, "toll_amount": 6.0, "event_time": moment, "sent_at": moment}
+    )  # fmt: skip
+
+
+def _embedded_loop(spark, embedded, start, end):
+    """The loop's steps on the embedded default, in the tests' session; returns the audit taken
+    before the straggler arrived."""
+    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
+    audit = Auditor(spark, embedded, PIPELINE).reconcile(start, end, record=False)
+    LogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 30), "straggler", [_straggler(start)])
+    run_speed_layer(spark, embedded, PIPELINE, available_now=True)
+    BatchLayer(spark, embedded, PIPELINE).backfill(start, end, source="log")
+    CorrectionRun(spark, embedded, PIPELINE).run()
+    return audit
+
+
+def _cached_on_the_machine(settings) -> None:
+    """What the services and jobs download at their first start, fetched here: the hosts have no
+    route beyond their subnet."""
+    from lakehouse.services.kafka import broker_jars
+    from lakehouse.services.s3 import S3PROXY
+    from lakehouse.services.spark_service import delta_class_path
+    from lakehouse.storage.java import maven_central_jar
+
+    maven_central_jar(S3PROXY)
+    broker_jars()
+    delta_class_path(settings)  # the Spark service's; the jobs' JARs are the tests' session's
+
+
+def _started(env: dict[str, str], host: str, *arguments: str, **overrides: str) -> subprocess.Popen:
+    """`lakehouse hosts run HOST -- lakehouse ARGUMENTS`, started (``env`` sets the overrides)."""
+    settings = [f"{name}={value}" for name, value in overrides.items()]
+    command = [LAKEHOUSE, "hosts", "run", host, "--", "env", *settings, LAKEHOUSE, *arguments]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _finished(process: subprocess.Popen) -> str:
+    """The started command's output once it exited 0."""
+    out, err = process.communicate(timeout=600)
+    assert process.returncode == 0, f"{' '.join(process.args[3:])}: {out[-2000:]}{err[-3000:]}"
+    return out
+
+
+class Loop:
+    """The deployment's hosts and what runs on them: each host's home under ``root``, the settings
+    every job gets, and this process's view of the same services (by address: the machine's
+    ``/etc/hosts`` names no host)."""
+
+    def __init__(self, described: deployment.Deployment, env: dict[str, str], root: Path):
+        self.described, self.env, self.root = described, env, root
+        self.addresses = {host.name: str(host.address) for host in described.hosts}
+
+    def home(self, host: str) -> Path:
+        return self.root / host
+
+    def host_env(self, host: str, **extra: str) -> dict[str, str]:
+        return {**self.env, "LAKEHOUSE_HOME": str(self.home(host)), **extra}
+
+    def start_services(self) -> None:
+        """Each round's services at once, each as `lakehouse hosts run HOST -- lakehouse ...`."""
+        for services in SERVICES:
+            # The broker's start creates the topics, with its settings' retention: the log is January 2026's.
+            retention = {"LAKEHOUSE_LOG_RETENTION": RETENTION}
+            started = [_started(self.host_env(host), host, *command, **retention) for host, command in services.items()]
+            for process in started:
+                assert json.loads(_finished(process))["up"]
+
+    def job_settings(self) -> dict[str, str]:
+        """What every job and client of the loop is given besides what `hosts run` gives: the S3
+        server's keys, the tables and checkpoints in its bucket, the topics' retention."""
+        key, secret = saved_credentials(self.home("storage") / "s3")
+        return {
+            "AWS_ACCESS_KEY_ID": key,
+            "AWS_SECRET_ACCESS_KEY": secret,
+            "LAKEHOUSE_WAREHOUSE_URI": f"s3a://{BUCKET}/warehouse",
+            "LAKEHOUSE_CHECKPOINT_URI": f"s3a://{BUCKET}/checkpoints",
+            # Kafka deletes records older than the topic's retention, and the log is January 2026's.
+            "LAKEHOUSE_LOG_RETENTION": RETENTION,
+            "LAKEHOUSE_BACKFILL_MAX_RANGE": "31d",
+            "LAKEHOUSE_SHUFFLE_PARTITIONS": "2",
+            # Each client logs in to the broker as its role's principal, from the broker's own file.
+            "LAKEHOUSE_KAFKA_CREDENTIALS": str(self.home("kafka") / "kafka" / KAFKA_CREDENTIALS),
+        }
+
+    def start(self, host: str, *arguments: str, **overrides: str) -> subprocess.Popen:
+        """`lakehouse ARGUMENTS` started on the host as a job of the loop, with ``overrides`` of the
+        settings `hosts run` gives."""
+        env = self.host_env(host, **self.job_settings())
+        return _started(env, host, *arguments, **overrides)
+
+    def on(self, host: str, *arguments: str) -> str:
+        """`lakehouse ARGUMENTS` run on the host as a job of the loop; its output."""
+        return _finished(self.start(host, *arguments))
+
+    def analyst_login(self) -> dict[str, str]:
+        """An analyst of the Spark service on the spark-service host, added as an operator adds one
+        there; the variables `lakehouse sql` logs in with, and a password file for beeline (-w): in
+        the environment and a file, never a command line."""
+        added = _finished(_started(self.host_env("spark-service"), "spark-service", "users", "add", "analyst"))
+        password = self.root / "analyst.password"
+        password.touch(mode=0o600)
+        password.write_text(added.splitlines()[-1])
+        return {"LAKEHOUSE_SQL_USER": "analyst", "LAKEHOUSE_SQL_PASSWORD": password.read_text(), "file": str(password)}
+
+    def machine_settings(self):
+        """This process's settings for the loop's tables and log, by the hosts' addresses."""
+        return make_settings(
+            self.root / "machine",
+            **self.job_settings(),
+            LAKEHOUSE_S3_ENDPOINT=f"http://{self.addresses['storage']}:9000",
+            LAKEHOUSE_KAFKA_BOOTSTRAP=f"{self.addresses['kafka']}:9092",
+        )
+
+    def reach_the_bucket(self, spark) -> None:
+        """Point the tests' session at the storage host for the loop's bucket alone (s3a's per-bucket
+        options), its own S3 server keeping every other bucket."""
+        settings = self.machine_settings()
+        options = {"endpoint": settings.s3_endpoint, "access.key": settings.s3_access_key}
+        options["secret.key"] = settings.s3_secret_key
+        hadoop = spark.sparkContext._jsc.hadoopConfiguration()
+        for option, value in options.items():
+            hadoop.set(f"fs.s3a.bucket.{BUCKET}.{option}", value)
+
+
+def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_view(spark, tmp_path):
+    start, end = map(_instant, WINDOW_RANGE)
+    embedded = make_settings(tmp_path / "embedded")
+    written = generate(embedded, CONFIG)
+    embedded_audit = _embedded_loop(spark, embedded, start, end)
+    register_tables(spark, embedded)
+    expected = [tuple(row) for row in spark.sql(SERVED).collect()]
+    assert {row[-1] for row in expected} == {"batch"}  # the backfilled range is served by the batch layer
+    _cached_on_the_machine(embedded)
+    with own_deployment(tmp_path) as (described, env):
+        loop = Loop(described, env, tmp_path)
+        lakehouse(env, "hosts", "up")
+        loop.start_services()
+        loop.reach_the_bucket(spark)
+        on_hosts = loop.machine_settings()
+        service = _run_the_jobs(spark, loop, embedded_audit)
+        assert _query_from_the_analyst(loop, service) == format_rows(SERVED_COLUMNS, expected, "csv")
+        assert Auditor(spark, on_hosts, PIPELINE).reconcile(start, end, target="serving", record=False).ok
+        for table in (TABLES.bronze, TABLES.quarantine, TABLES.speed, TABLES.batch, TABLES.panes):
+            drop = {"source_file", "emitted_at"}
+            assert rows(spark, on_hosts, table, drop) == rows(spark, embedded, table, drop), table.qualified_name
+        _check_locators(spark, on_hosts, written.records + 1)
+        _check_bound_to_their_hosts(loop)
+        _check_every_app_ran_on_both_workers(loop)
+        pids = _service_pids(loop)
+        removed = json.loads(lakehouse(env, "hosts", "down").stdout.removeprefix("hosts down: removed "))
+        assert removed["processes"] >= len(pids) and removed["namespaces"] == len(described.hosts), removed
+        assert leftovers(described.prefix) == [] and not any(running(pid) for pid in pids)
+
+
+def _run_the_jobs(spark, loop: Loop, embedded_audit) -> subprocess.Popen:
+    """The producer on the analyst host; the stream on the stream host, killed after its first
+    batch's MERGE and restarted, a late record, the stream again; the backfill and the correction
+    from the airflow host. The Spark service starts on its host meanwhile: the starting `serve`."""
+    config = ("events", "seed", "rate", "late_fraction", "late_delay", "duplicate_fraction", "malformed_fraction")
+    options = [(f"--{name.replace('_', '-')}", str(getattr(CONFIG, name))) for name in config]
+    loop.on("analyst", "generate", "--sink", "kafka", *(part for option in options for part in option))
+    settings = loop.machine_settings()
+    # The kill: tests/test_kafka.py's reasoning holds (commit 1 of __speed is batch 0's MERGE).
+    stream_env = loop.host_env("stream", **loop.job_settings())
+    kill_after(settings, stream_env, TABLES.speed, 1, on=(LAKEHOUSE, "hosts", "run", "stream", "--"))
+    progress = arrow_at(STREAM_PROGRESS.uri(settings), settings=settings)
+    assert progress is None or progress.num_rows == 0, "the kill fell after the batch's progress row"
+    loop.on("stream", "stream", "--available-now")  # the restart replays that batch
+    # The service answers from its own driver: on the cluster it would hold every core (a standalone
+    # application takes all unless capped), and the jobs would wait. Exact answers: it starts before
+    # the jobs' last commits, which its SQL would otherwise see up to 2 s late.
+    service = loop.start("spark-service", "serve", LAKEHOUSE_SPARK_MASTER="local[2]", LAKEHOUSE_SQL_STALENESS="0s")
+    _check_kafka_audit(spark, settings, embedded_audit)
+    loop.on("stream", "stream", "--available-now")
+    loop.on("airflow", "backfill", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--source", "log")
+    loop.on("airflow", "correct")
+    return service
+
+
+def _query_from_the_analyst(loop: Loop, service: subprocess.Popen) -> str:
+    """The serving view from the analyst host, through the Spark service on the spark-service host
+    once it is up: over Spark Connect (`lakehouse sql`, sent to the service by `hosts run`'s
+    LAKEHOUSE_SQL_ROUTE) and over JDBC (beeline), the same rows; as CSV."""
+    assert json.loads(_finished(service))["up"]
+    login = loop.analyst_login()
+    analyst = {**loop.host_env("analyst", **loop.job_settings()), **login}
+    connect = _finished(_started(analyst, "analyst", "sql", SERVED, "--format", "csv"))
+    url = f"jdbc:hive2://spark-service:{loop.described.ports[DeployedService.SPARK_SERVICE]['thrift']}/default"
+    credentials = ("-n", login["LAKEHOUSE_SQL_USER"], "-w", login["file"])
+    jdbc = lakehouse(loop.env, "hosts", "run", "analyst", "--", *beeline_command(url, SERVED, *credentials)).stdout
+    assert _beeline_rows(jdbc) == connect.splitlines(), jdbc
+    return connect
+
+
+def _beeline_rows(out: str) -> list[str]:
+    """beeline's csv2 rows, header first, its timestamps as Python prints them (no ".0")."""
+    lines = (line.split("> ", 1)[1] if line.startswith("0: jdbc:") else line for line in out.splitlines())
+    return [re.sub(r"(\d\d:\d\d:\d\d)\.0\b", r"\1", line) for line in lines if line]
+
+
+def _check_kafka_audit(spark, settings, on_files) -> None:
+    """The audit pins the topic by its end offsets and explains every difference as on the file log;
+    a record the stream has not read yet is explained as such; the first pins read the same again."""
+    start, end = map(_instant, WINDOW_RANGE)
+    first = Auditor(spark, settings, PIPELINE).reconcile(start, end, record=False)
+    assert first.ok and first.matched > 0 and _verdicts(first) == _verdicts(on_files), first
+    assert first.pins["log_until"].startswith('kafka:{"0": ')
+    KafkaLogWriter(settings, PIPELINE.topic).append([(datetime(2026, 1, 5, 9, 30), _straggler(start))], "late")
+    later = Auditor(spark, settings, PIPELINE).reconcile(start, end, record=False)
+    assert later.ok and later.explained["not_yet_read"] == 1, later
+    again = Auditor(spark, settings, PIPELINE).reconcile(start, end, pins=first.pins, record=False)
+    assert _verdicts(again) == _verdicts(first)
+
+
+def _verdicts(audit) -> tuple:
+    return audit.windows_compared, audit.matched, audit.explained, audit.unexplained
+
+
+def _check_locators(spark, settings, records: int) -> None:
+    """Bronze and quarantine keep each record's locator, a partition and an offset instead of a file;
+    each batch records the last offset it read in each partition, and every record has a fate."""
+    for table in (TABLES.bronze, TABLES.quarantine):
+        located = spark.read.format("delta").load(table.uri(settings)).select("source_file").collect()
+        assert all(row[0].startswith("kafka:toll_traffic/partition=") for row in located)
+    progress = spark.read.format("delta").load(STREAM_PROGRESS.uri(settings)).collect()
+    fates = ("quarantined", "duplicates", "on_time", "late")
+    assert sum(row["input_rows"] for row in progress) == sum(row[f] for row in progress for f in fates) == records
+    units = [unit for row in progress for unit in row["source_files"]]
+    assert units and all(unit.startswith("kafka:toll_traffic/partition=") for unit in units)
+
+
+def _listening(loop: Loop, host: str) -> list[tuple[str, int | None]]:
+    """Each TCP socket listening on the host: its address (an IPv4 address mapped into IPv6, as Java
+    binds one, read as the IPv4 address) and the pid of its process."""
+    listening = []
+    for line in on_host(loop.described, host, "ss", "-ltnpH").stdout.splitlines():
+        address = re.sub(r"^\[(::ffff:)?|\]$", "", line.split()[3].rsplit(":", 1)[0])
+        pid = re.search(r"pid=(\d+)", line)
+        listening.append((address, int(pid.group(1)) if pid else None))
+    return listening
+
+
+def _service_processes(loop: Loop) -> set[int]:
+    """The Spark service's Python process and its children (its driver's JVM)."""
+    server = int((loop.home("spark-service") / "service" / "server.pid").read_text())
+    children = {int(stat.parent.name) for stat in Path("/proc").glob("[0-9]*/stat") if _parent(stat) == server}
+    return {server, *children}
+
+
+def _parent(stat: Path) -> int | None:
+    try:
+        return int(stat.read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _check_bound_to_their_hosts(loop: Loop) -> None:
+    """Every socket listening on a host is on its address, but the Spark service's driver's own, on
+    loopback, between its Python and its JVM (py4j); each port the description gives the services
+    the loop runs answers on the host's address and not on its loopback."""
+    service = _service_processes(loop)
+    for host in loop.described.hosts:
+        address, listening = loop.addresses[host.name], _listening(loop, host.name)
+        allowed = service if host.name == "spark-service" else set()
+        others = [(bound, pid) for bound, pid in listening if bound != address]
+        assert all(bound == LOOPBACK and pid in allowed for bound, pid in others), (host.name, listening)
+    for name in (*SERVICES[0], "spark-service"):
+        host = loop.described.host(name)
+        for port in loop.described.host_ports(host):
+            assert answers(loop.described, name, str(host.address), port), (name, port)
+            assert not answers(loop.described, name, LOOPBACK, port), (name, port)
+    assert all(_listening(loop, name) for name in ("spark-master", "worker-1", "worker-2", "spark-service"))
+
+
+def _check_every_app_ran_on_both_workers(loop: Loop) -> None:
+    """The master counts both workers, at their hosts' addresses; every job ran on executors of
+    both (one core each)."""
+    status = json.loads(
+        lakehouse(
+            loop.host_env("spark-master"), "hosts", "run", "spark-master", "--", LAKEHOUSE, "cluster", "status"
+        ).stdout
+    )
+    with urllib.request.urlopen(f"{status['web_ui']}/json/", timeout=10) as response:
+        state = json.loads(response.read())
+    assert sorted(worker["host"] for worker in state["workers"]) == [
+        loop.addresses["worker-1"],
+        loop.addresses["worker-2"],
+    ]
+    assert len(state["completedapps"]) >= 5 and all(app["cores"] == 2 for app in state["completedapps"])
+    assert state["activeapps"] == []
+
+
+def _service_pids(loop: Loop) -> list[int]:
+    """The pids of the services the loop started, from their homes' files."""
+    files = [("storage", "s3/s3proxy.pid"), ("storage", "dynamodb/dynamodb.pid"), ("kafka", "kafka/broker.pid")]
+    files.append(("spark-service", "service/server.pid"))
+    pids = [int((loop.home(host) / name).read_text()) for host, name in files]
+    for host in ("spark-master", "worker-1", "worker-2"):
+        pids += json.loads((loop.home(host) / "cluster" / "pids.json").read_text()).values()
+    return pids
