@@ -433,6 +433,48 @@ def test_connect_refuses_a_request_without_its_users_own_token_and_logs_each_ref
     assert _versions(settings) == versions
 
 
+# A client guessing one name's secret, as fast as the service answers it.
+GUESSES = 1000
+# Secrets checked before the service makes a name wait (lakehouse/serving/java/.../FailedLogins.java).
+FREE_FAILURES = 10
+
+
+def test_a_thousand_failed_logins_are_refused_unhashed_and_both_endpoints_answer_the_others_meanwhile(service):
+    """A name under a thousand wrong tokens on Connect: after its free failures, each try is refused
+    at once, without the slow hash (a thousand hashes would hold a core for minutes), with the wait
+    it must keep; meanwhile an analyst gets answers over JDBC and over Connect, and no table moves."""
+    env, settings, _ = service
+    url, _ = connect_client(env)
+    guessed = lakehouse(env, "users", "add", "guessed")
+    assert guessed.returncode == 0, guessed.stderr
+    versions, logged = _versions(settings), len(_query_log(settings))
+    guesses = [["guessed", f"guess-{number}", "SELECT 1"] for number in range(GUESSES)]
+    guessing = subprocess.Popen(
+        [sys.executable, "-m", "tests.connect_probes", "--statements", url],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=PROJECT,
+    )  # fmt: skip
+    guessing.stdin.write(json.dumps(guesses))
+    guessing.stdin.close()
+    jdbc = beeline(env, "SELECT count(*) AS windows FROM gold.toll_traffic__speed")
+    connect = lakehouse(env, "sql", "SELECT count(*) AS windows FROM gold.toll_traffic__speed", "--format", "csv")
+    told = json.loads(guessing.stdout.read() or "[]")
+    assert guessing.wait(timeout=600) == 0 and len(told) == GUESSES, told[-3:]
+
+    assert jdbc.returncode == 0 and connect.returncode == 0, (jdbc.stderr[-2000:], connect.stderr[-2000:])
+    assert csv_rows(jdbc)[1:] == connect.stdout.splitlines()[1:] != []
+    assert all("not authenticated: " in answer.get("error", "") for answer in told), told[:3]
+    # The service's own record of each refusal (a client may send more than one request a statement).
+    refused = [line for line in _query_log(settings)[logged:] if line["user_name"] == "guessed"]
+    assert len(refused) >= GUESSES and all(line["outcome"] == QueryOutcome.REFUSED for line in refused)
+    hashed = [line for line in refused if "unknown user or wrong password/token" in line["error"]]
+    held_back = [line for line in refused if "too many failed logins for user guessed in a row" in line["error"]]
+    assert refused[:FREE_FAILURES] == hashed[:FREE_FAILURES] and len(hashed) + len(held_back) == len(refused)
+    # Each wait lets one more secret be hashed once it is over: a few in the test's seconds, not a thousand.
+    assert len(hashed) <= FREE_FAILURES + 5, [line["started_at"] for line in hashed]
+    print(f"\n{len(refused)} refusals for {GUESSES} statements, {len(hashed)} of them hashed")
+    assert _versions(settings) == versions
+
+
 def _loopback_name() -> str | None:
     """A name of this machine that resolves to 127.0.0.1 (Debian's hosts file gives its host name so),
     through which a client reaches the service as it reaches one on another host; None without one."""

@@ -28,7 +28,7 @@ import javax.crypto.spec.SecretKeySpec;
  * <p>A slow hash costs a few hundred milliseconds by design, and a Connect client presents its token
  * with every request: a secret once verified is remembered for this run, as an HMAC under a key that
  * lives only in this JVM's memory, against the hash it matched (a new secret or a removed user no
- * longer matches).
+ * longer matches). Any other secret waits its turn in {@link FailedLogins} before it is hashed.
  */
 final class UsersFile implements CredentialCheck {
   private static final String SCHEME = "pbkdf2_sha256";
@@ -37,6 +37,7 @@ final class UsersFile implements CredentialCheck {
   private final Path path;
   private final byte[] memoryKey = new byte[32];
   private final Map<String, String> verified = new ConcurrentHashMap<>();
+  private final FailedLogins failures = new FailedLogins();
   private volatile FileTime readAt;
   private volatile Map<String, String[]> users = Map.of();
 
@@ -48,18 +49,19 @@ final class UsersFile implements CredentialCheck {
   @Override
   public String roleOf(String user, String secret) {
     String[] entry = current().get(user);
-    if (entry == null) {
+    String seen = remembered(user, secret);
+    if (entry != null && entry[1].equals(verified.get(seen))) {
+      failures.succeeded(user);
+      return entry[0];
+    }
+    failures.check(user);
+    if (entry == null || !matches(entry[1], secret)) {
+      failures.failed(user);
       return null;
     }
-    String role = entry[0], hash = entry[1];
-    String seen = remembered(user, secret);
-    if (!hash.equals(verified.get(seen))) {
-      if (!matches(hash, secret)) {
-        return null;
-      }
-      verified.put(seen, hash);
-    }
-    return role;
+    failures.succeeded(user);
+    verified.put(seen, entry[1]);
+    return entry[0];
   }
 
   /** Each user's role and hash, read again when the file's modification time moves. */
