@@ -6,12 +6,13 @@ so a test checks the files as well as the answers. ELSEWHERE is a Delta table th
 hold, LAKEHOUSE_TABLE the location of one it does: read by path, the first is refused, the second read.
 
 ``python -m tests.connect_probes --logins URL``: logins with the users and tokens read from standard input;
-``--statements URL``: statements, each run by its user, from standard input."""
+``--statements URL [--parallel N]``: statements, each run by its user, from standard input, N at a time."""
 
 from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 SPEED = "gold.toll_traffic__speed"
@@ -141,22 +142,32 @@ def logins(url: str, attempts: dict[str, list]) -> dict[str, str]:
     return {name: outcome(lambda attempt=attempt: read(*attempt)) for name, attempt in attempts.items()}
 
 
-def statements(url: str, runs: list[list]) -> list[dict]:
-    """Each statement run by its user (a name and a token), in order: its rows, or the error it got."""
+def statements(url: str, runs: list[list], parallel: int = 1) -> list[dict]:
+    """Each statement run by its user (a name and a token), in order, or ``parallel`` at a time: its
+    rows, or the error it got, in the order given. A user and token share one session."""
+    from concurrent.futures import ThreadPoolExecutor
+
     from pyspark.sql.connect.client import DefaultChannelBuilder
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 
-    sessions, answers = {}, []
-    for user, token, statement in runs:
-        if user not in sessions:
-            channel = DefaultChannelBuilder(url)
-            channel.set(DefaultChannelBuilder.PARAM_USER_ID, user)
-            channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
-            sessions[user] = ConnectSession.builder.channelBuilder(channel).create()
-        said = outcome(lambda s=sessions[user], q=statement: answers.append({"rows": _rows(s.sql(q).collect())}))
-        if said != "ran":
-            answers.append({"error": said})
-    return answers
+    sessions, opening = {}, threading.Lock()
+
+    def session(user: str, token: str):
+        with opening:
+            if (user, token) not in sessions:
+                channel = DefaultChannelBuilder(url)
+                channel.set(DefaultChannelBuilder.PARAM_USER_ID, user)
+                channel.set(DefaultChannelBuilder.PARAM_TOKEN, token)
+                sessions[user, token] = ConnectSession.builder.channelBuilder(channel).create()
+            return sessions[user, token]
+
+    def run(user: str, token: str, statement: str) -> dict:
+        answer = {}
+        said = outcome(lambda: answer.update(rows=_rows(session(user, token).sql(statement).collect())))
+        return answer if said == "ran" else {"error": said}
+
+    with ThreadPoolExecutor(max_workers=parallel) as pool:
+        return list(pool.map(lambda each: run(*each), runs))
 
 
 def _rows(rows) -> list[dict]:
@@ -171,7 +182,8 @@ def main() -> None:
         print(json.dumps(logins(sys.argv[2], json.load(sys.stdin))))
         return
     if sys.argv[1] == "--statements":
-        print(json.dumps(statements(sys.argv[2], json.load(sys.stdin))))
+        parallel = int(sys.argv[4]) if sys.argv[3:4] == ["--parallel"] else 1
+        print(json.dumps(statements(sys.argv[2], json.load(sys.stdin), parallel)))
         return
     url, probe, elsewhere, lakehouse_table = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4]
     spark = SparkSession.builder.remote(url).getOrCreate()

@@ -433,16 +433,18 @@ def test_connect_refuses_a_request_without_its_users_own_token_and_logs_each_ref
     assert _versions(settings) == versions
 
 
-# A client guessing one name's secret, as fast as the service answers it.
+# Clients guessing one name's secret, together, each as fast as the service answers it.
 GUESSES = 1000
+GUESSERS = 8
 # Secrets checked before the service makes a name wait (lakehouse/serving/java/.../FailedLogins.java).
 FREE_FAILURES = 10
 
 
 def test_a_thousand_failed_logins_are_refused_unhashed_and_both_endpoints_answer_the_others_meanwhile(service):
-    """A name under a thousand wrong tokens on Connect: after its free failures, each try is refused
-    at once, without the slow hash (a thousand hashes would hold a core for minutes), with the wait
-    it must keep; meanwhile an analyst gets answers over JDBC and over Connect, and no table moves."""
+    """A name under a thousand wrong tokens on Connect, 8 at a time: after its free failures, each try
+    is refused at once, without the slow hash (a thousand hashes would hold a core for minutes), with
+    the wait it must keep, and guessing in parallel buys no more hashes than guessing in turn;
+    meanwhile an analyst gets answers over JDBC and over Connect, and no table moves."""
     env, settings, _ = service
     url, _ = connect_client(env)
     guessed = lakehouse(env, "users", "add", "guessed")
@@ -450,7 +452,7 @@ def test_a_thousand_failed_logins_are_refused_unhashed_and_both_endpoints_answer
     versions, logged = _versions(settings), len(_query_log(settings))
     guesses = [["guessed", f"guess-{number}", "SELECT 1"] for number in range(GUESSES)]
     guessing = subprocess.Popen(
-        [sys.executable, "-m", "tests.connect_probes", "--statements", url],
+        [sys.executable, "-m", "tests.connect_probes", "--statements", url, "--parallel", str(GUESSERS)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=PROJECT,
     )  # fmt: skip
     guessing.stdin.write(json.dumps(guesses))
@@ -468,9 +470,10 @@ def test_a_thousand_failed_logins_are_refused_unhashed_and_both_endpoints_answer
     assert len(refused) >= GUESSES and all(line["outcome"] == QueryOutcome.REFUSED for line in refused)
     hashed = [line for line in refused if "unknown user or wrong password/token" in line["error"]]
     held_back = [line for line in refused if "too many failed logins for user guessed in a row" in line["error"]]
-    assert refused[:FREE_FAILURES] == hashed[:FREE_FAILURES] and len(hashed) + len(held_back) == len(refused)
-    # Each wait lets one more secret be hashed once it is over: a few in the test's seconds, not a thousand.
-    assert len(hashed) <= FREE_FAILURES + 5, [line["started_at"] for line in hashed]
+    assert len(hashed) + len(held_back) == len(refused)
+    # Each wait lets one more secret be hashed once it is over: a few in the test's seconds, not a
+    # thousand, and not one per guesser (hashes under way count before they fail).
+    assert FREE_FAILURES <= len(hashed) <= FREE_FAILURES + 5, [line["started_at"] for line in hashed]
     print(f"\n{len(refused)} refusals for {GUESSES} statements, {len(hashed)} of them hashed")
     assert _versions(settings) == versions
 

@@ -10,9 +10,13 @@ import java.util.concurrent.ConcurrentHashMap;
  * failures in a row, a name's next secret is not checked until a wait has passed, from 1 s doubling
  * to {@link #LONGEST_WAIT_MILLIS}; a try within the wait is refused at once, unhashed. A success
  * clears the name. Every name counts, known or not, so that the refusal says nothing of who exists.
- * A secret the service has already verified is not held back, and counts as a success (UsersFile
- * remembers it): an analyst already at work goes on while their name is under attack, and each of
- * their requests lets the guesser {@link #FREE} more hashes at most.
+ *
+ * <p>A hash is claimed before it starts ({@link #claim}) and settled when it ends ({@link #settled}),
+ * so guesses sent in parallel share the same allowance as guesses sent one after another: a hash
+ * under way counts as a failure until it is settled, and past the free failures only one runs at a
+ * time. A secret the service has already verified is not held back and clears the failures in a
+ * row ({@link #verifiedAgain}): an analyst already at work goes on while their name is under attack,
+ * and each of their requests lets the guesser {@link #FREE} more hashes at most.
  */
 final class FailedLogins {
   static final int FREE = 10;
@@ -20,43 +24,81 @@ final class FailedLogins {
   // Beyond this many names, those whose wait is over are forgotten: random names cannot fill the heap.
   private static final int MOST_NAMES = 10_000;
 
-  /** Per name: failures in a row, and when the last one was. */
-  private final Map<String, long[]> failures = new ConcurrentHashMap<>();
+  /** One name's failures in a row, the hashes under way for it, and when the last failure was. */
+  private static final class Tries {
+    long inARow;
+    int underWay;
+    long lastFailedAt;
+  }
 
-  /** Refuses, with the wait left, a name whose secret may not be checked yet. */
-  void check(String user) {
-    long[] seen = failures.get(user);
-    if (seen == null) {
-      return;
+  private final Map<String, Tries> tries = new ConcurrentHashMap<>();
+
+  /**
+   * Claims the right to hash one secret of {@code user}, or refuses with the wait left. Every claim
+   * must be settled, once.
+   */
+  void claim(String user) {
+    long now = System.currentTimeMillis();
+    if (tries.size() >= MOST_NAMES) {
+      tries.keySet().forEach(name -> tries.computeIfPresent(name, (key, seen) -> forgettable(seen, now) ? null : seen));
     }
-    long left;
-    synchronized (seen) {
-      left = seen[0] < FREE ? 0 : seen[1] + waitAfter(seen[0]) - System.currentTimeMillis();
-    }
-    if (left > 0) {
+    long[] left = {0};
+    tries.compute(user, (name, seen) -> {
+      Tries current = seen == null ? new Tries() : seen;
+      left[0] = waitLeft(current, now);
+      if (left[0] <= 0) {
+        current.underWay += 1;
+      }
+      return current;
+    });
+    if (left[0] > 0) {
       throw new LoginRefused(
-          "too many failed logins for user " + user + " in a row: the next is checked in " + ((left + 999) / 1000) + " s");
+          "too many failed logins for user " + user + " in a row: the next is checked in " + ((left[0] + 999) / 1000) + " s");
     }
   }
 
-  void failed(String user) {
-    if (failures.size() >= MOST_NAMES) {
-      long now = System.currentTimeMillis();
-      failures.values().removeIf(seen -> seen[1] + LONGEST_WAIT_MILLIS < now);
-    }
-    long[] seen = failures.computeIfAbsent(user, name -> new long[2]);
-    synchronized (seen) {
-      seen[0] += 1;
-      seen[1] = System.currentTimeMillis();
-    }
+  /** Ends a claim: the secret matched, or it did not (a hash that failed to run counts as not). */
+  void settled(String user, boolean matched) {
+    long now = System.currentTimeMillis();
+    tries.computeIfPresent(user, (name, seen) -> {
+      seen.underWay = Math.max(0, seen.underWay - 1);
+      if (matched) {
+        seen.inARow = 0;
+        return seen.underWay == 0 ? null : seen;
+      }
+      seen.inARow += 1;
+      seen.lastFailedAt = now;
+      return seen;
+    });
   }
 
-  void succeeded(String user) {
-    failures.remove(user);
+  /** A secret verified earlier came again: the user is who they say, so their failures in a row end. */
+  void verifiedAgain(String user) {
+    tries.computeIfPresent(user, (name, seen) -> {
+      seen.inARow = 0;
+      return seen.underWay == 0 ? null : seen;
+    });
+  }
+
+  /** Milliseconds before a secret of this name may be hashed; 0 or less when one may be now. */
+  private static long waitLeft(Tries seen, long now) {
+    long counted = seen.inARow + seen.underWay;
+    if (counted < FREE) {
+      return 0;
+    }
+    if (seen.underWay > 0) {
+      // The hash under way will fail or not; either way the next may start only after it.
+      return waitAfter(counted);
+    }
+    return seen.lastFailedAt + waitAfter(seen.inARow) - now;
+  }
+
+  private static boolean forgettable(Tries seen, long now) {
+    return seen.underWay == 0 && seen.lastFailedAt + LONGEST_WAIT_MILLIS < now;
   }
 
   private static long waitAfter(long inARow) {
-    long doublings = Math.min(inARow - FREE, 16);
+    long doublings = Math.min(Math.max(inARow - FREE, 0), 16);
     return Math.min(1000L << doublings, LONGEST_WAIT_MILLIS);
   }
 }

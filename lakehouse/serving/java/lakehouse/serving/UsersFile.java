@@ -51,15 +51,19 @@ final class UsersFile implements CredentialCheck {
     String[] entry = current().get(user);
     String seen = remembered(user, secret);
     if (entry != null && entry[1].equals(verified.get(seen))) {
-      failures.succeeded(user);
+      failures.verifiedAgain(user);
       return entry[0];
     }
-    failures.check(user);
-    if (entry == null || !matches(entry[1], secret)) {
-      failures.failed(user);
+    failures.claim(user);
+    boolean matched = false;
+    try {
+      matched = entry != null && matches(entry[1], secret);
+    } finally {
+      failures.settled(user, matched);
+    }
+    if (!matched) {
       return null;
     }
-    failures.succeeded(user);
     verified.put(seen, entry[1]);
     return entry[0];
   }
