@@ -73,8 +73,10 @@ def on_host(described: deployment.Deployment, host: str, *command: str) -> subpr
 
 
 def answers(described: deployment.Deployment, host: str, address: str, port: int) -> bool:
-    """Whether a TCP connection from the host to address:port is accepted."""
-    return on_host(described, host, "bash", "-c", f"exec 3<>/dev/tcp/{address}/{port}").returncode == 0
+    """Whether a TCP connection from the host to address:port is accepted within 2 s (a host cut off
+    answers nothing, not even a refusal)."""
+    connect = f"exec 3<>/dev/tcp/{address}/{port}"
+    return on_host(described, host, "timeout", "2", "bash", "-c", connect).returncode == 0
 
 
 def running(pid: int) -> bool:

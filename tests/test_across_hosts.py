@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 import subprocess
+import time
 import urllib.request
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -62,6 +63,8 @@ CONFIG = GeneratorConfig(
 )
 WINDOW_RANGE = ("2026-01-05T08:00:00Z", "2026-01-05T09:00:00Z")
 BUCKET = "across-hosts"
+# How long a worker is cut off the network while the backfill runs on it (issue: a minute).
+CUT_SECONDS = 60
 SERVED_COLUMNS = ["window_start", "bridge_id", "vehicle_type", "vehicles", "revenue", "source"]
 SERVED = f"SELECT {', '.join(SERVED_COLUMNS)} FROM gold.toll_traffic ORDER BY 1, 2, 3"
 # The long-running services, each on its host as `lakehouse hosts run HOST -- ...` starts it, in two
@@ -257,9 +260,43 @@ def _run_the_jobs(spark, loop: Loop, embedded_audit) -> subprocess.Popen:
     service = loop.start("spark-service", "serve", LAKEHOUSE_SPARK_MASTER="local[2]", LAKEHOUSE_SQL_STALENESS="0s")
     _check_kafka_audit(spark, settings, embedded_audit)
     loop.on("stream", "stream", "--available-now")
-    loop.on("airflow", "backfill", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--source", "log")
+    backfill = loop.start("airflow", "backfill", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--source=log")
+    _cut_a_worker_while(loop, backfill)
     loop.on("airflow", "correct")
     return service
+
+
+def _cut_a_worker_while(loop: Loop, job: subprocess.Popen) -> None:
+    """Once the job's application has an executor on worker-1, worker-1 is cut off the network for
+    CUT_SECONDS (`lakehouse hosts cut`); the job still ends well. Prints what the cut cost."""
+    began, deadline, master = time.monotonic(), time.monotonic() + 300, _master_web_ui(loop)
+    while time.monotonic() < deadline and job.poll() is None and not _running_on(master, loop.addresses["worker-1"]):
+        time.sleep(0.5)
+    assert job.poll() is None, "the job ended before it ran on worker-1"
+    cut_after = time.monotonic() - began
+    cut = json.loads(lakehouse(loop.env, "hosts", "cut", "worker-1", "--seconds", str(CUT_SECONDS), timeout=600).stdout)
+    _finished(job)
+    ended = time.monotonic() - began
+    lasted = cut["back_at"] - cut["cut_at"]
+    print(f"\nworker-1 cut {lasted:.0f} s from {cut_after:.0f} s into the job; the job ended at {ended:.0f} s")
+
+
+def _running_on(master: str, address: str) -> bool:
+    """Whether an application has cores on the worker at ``address``, by the master's account."""
+    return any(entry["host"] == address and entry["coresused"] > 0 for entry in _master_state(master)["workers"])
+
+
+def _master_web_ui(loop: Loop) -> str:
+    host = loop.host_env("spark-master")
+    return json.loads(lakehouse(host, "hosts", "run", "spark-master", "--", LAKEHOUSE, "cluster", "status").stdout)[
+        "web_ui"
+    ]
+
+
+def _master_state(master: str) -> dict:
+    """The Spark master's own account of its workers and applications (its web UI's JSON)."""
+    with urllib.request.urlopen(f"{master}/json/", timeout=10) as response:
+        return json.loads(response.read())
 
 
 def _query_from_the_analyst(loop: Loop, service: subprocess.Popen) -> str:
@@ -360,13 +397,8 @@ def _check_bound_to_their_hosts(loop: Loop) -> None:
 def _check_every_app_ran_on_both_workers(loop: Loop) -> None:
     """The master counts both workers, at their hosts' addresses; every job ran on executors of
     both (one core each)."""
-    status = json.loads(
-        lakehouse(
-            loop.host_env("spark-master"), "hosts", "run", "spark-master", "--", LAKEHOUSE, "cluster", "status"
-        ).stdout
-    )
-    with urllib.request.urlopen(f"{status['web_ui']}/json/", timeout=10) as response:
-        state = json.loads(response.read())
+    state = _master_state(_master_web_ui(loop))
+    print(json.dumps(state, indent=1))
     assert sorted(worker["host"] for worker in state["workers"]) == [
         loop.addresses["worker-1"],
         loop.addresses["worker-2"],

@@ -9,7 +9,9 @@ leaves alone a deployment made with ``lakehouse hosts up``, and another run of t
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 
 import pytest
 
@@ -75,6 +77,9 @@ def test_hosts_reach_each_other_by_name_the_s3_server_serves_across_them_and_dow
         assert not answers(described, "storage", "127.0.0.1", port)
     assert port_answers(9000, address)  # the machine reaches the hosts through the bridge's address
     _refused_on_the_machines_loopback(key, secret)
+    _cut_off_and_back(described, env, address)
+    again = json.loads(lakehouse(analyst, "hosts", "run", "analyst", "--", sys.executable, "-c", CLIENT).stdout)
+    assert again == served  # its server ran on through the cut
 
     pids = [
         int((tmp_path / "storage" / folder / f"{stem}.pid").read_text())
@@ -84,6 +89,21 @@ def test_hosts_reach_each_other_by_name_the_s3_server_serves_across_them_and_dow
     assert '"processes": 2' in removed and '"namespaces": 11' in removed, removed
     assert leftovers(described.prefix) == [] and not any(running(pid) for pid in pids)
     assert lakehouse(env, "hosts", "down").stdout.strip() == "no hosts were up"
+
+
+def _cut_off_and_back(described, env: dict[str, str], address: str) -> None:
+    """`hosts cut storage`: while it lasts, neither the analyst host nor the machine reaches the
+    storage host; then both reach it again."""
+    cut_storage = [LAKEHOUSE, "hosts", "cut", "storage", "--seconds", "8"]
+    cutting = subprocess.Popen(cut_storage, env=env, stdout=subprocess.PIPE)
+    reached, deadline = True, time.monotonic() + 5
+    while reached and time.monotonic() < deadline:
+        reached = answers(described, "analyst", address, 9000)  # 2 s when it reaches nothing
+    assert not reached and not port_answers(9000, address)
+    assert cutting.wait(timeout=30) == 0
+    cut = json.loads(cutting.stdout.read())
+    assert cut["host"] == "storage" and 8 <= cut["back_at"] - cut["cut_at"] < 10, cut
+    assert answers(described, "analyst", address, 9000) and port_answers(9000, address)
 
 
 def _refused_on_the_machines_loopback(key: str, secret: str) -> None:

@@ -14,6 +14,9 @@ from lakehouse.commands.base import Command, Unhealthy
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
+# A cut is a fault drill, not an outage: bounded, and undone by the same command.
+MOST_CUT_SECONDS = 3600
+
 if TYPE_CHECKING:
     from lakehouse.services.process import Service
 
@@ -120,8 +123,11 @@ def cmd_hosts(args, settings: Settings) -> None:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if args.action == "run":
         hosts.run(described, args.host, command)
+    if args.action == "cut":
+        print(json.dumps(hosts.cut(described, args.host, _cut_options().parse_args(command).seconds)))
+        return
     if args.host or command:
-        raise LakehouseError(f"`lakehouse hosts {args.action}` takes no host and no command; `run` does")
+        raise LakehouseError(f"`lakehouse hosts {args.action}` takes no host and no command; `run` and `cut` do")
     if args.action == "down":
         removed = hosts.down(described)
         print(f"hosts down: removed {json.dumps(removed)}" if any(removed.values()) else "no hosts were up")
@@ -134,10 +140,29 @@ def cmd_hosts(args, settings: Settings) -> None:
 
 def _hosts_options(parser) -> None:
     parser.add_argument(
-        "action", choices=["up", "status", "down", "run"], help="status exits 1 unless every host is up"
+        "action",
+        choices=["up", "status", "down", "run", "cut"],
+        help="status exits 1 unless every host is up; cut takes a host off the network for --seconds, then back",
     )
-    parser.add_argument("host", nargs="?", help="run: the host to run the command on")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="run: the command, after --")
+    parser.add_argument("host", nargs="?", help="run: the host to run the command on; cut: the host to cut off")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="run: the command, after --; cut: [--seconds N]")
+
+
+def _cut_options() -> argparse.ArgumentParser:
+    """What follows `hosts cut HOST` (the command's own parser leaves everything after the host to `run`)."""
+    parser = argparse.ArgumentParser(prog="lakehouse hosts cut HOST")
+    parser.add_argument("--seconds", type=_positive_seconds, default=60, help="how long the host is off (60)")
+    return parser
+
+
+def _positive_seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0
+    if not 0 < seconds <= MOST_CUT_SECONDS:
+        raise argparse.ArgumentTypeError(f"a number of seconds above 0 and at most {MOST_CUT_SECONDS}")
+    return seconds
 
 
 COMMANDS = (

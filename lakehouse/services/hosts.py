@@ -1,4 +1,4 @@
-"""The deployment's hosts on this machine (``lakehouse hosts up|status|down|run``): a network namespace
+"""The deployment's hosts on this machine (``lakehouse hosts up|status|down|run|cut``): a network namespace
 per host of docker/deployment.yaml, each with one end of a veth pair whose other end is on a bridge
 in the root namespace, its address on the deployment's subnet, ``lo`` up, and an ``/etc/hosts`` that
 names every host (``/etc/netns/<namespace>/hosts``, which ``ip netns exec`` mounts over
@@ -155,6 +155,27 @@ def _end_processes(namespace: str) -> int:
         if not pids:
             return count
     raise LakehouseError(f"processes {pids} in {namespace} outlived SIGKILL")
+
+
+def cut(deployment: Deployment, host_name: str | None, seconds: float) -> dict:
+    """Take the host off the network for ``seconds``, then put it back, as a pulled cable would: its
+    link goes down on the bridge's side, so nothing reaches the host and the host reaches nothing
+    (its processes run on, and its own loopback answers). The link comes back up even when the wait
+    is interrupted. What was done, and when."""
+    if not host_name:
+        raise LakehouseError("name the host to cut off: lakehouse hosts cut HOST [--seconds N]")
+    _require_root()
+    host = deployment.host(host_name)
+    link = deployment.link(host)
+    if link not in _links():
+        raise LakehouseError(f"host {host.name} is not up: `lakehouse hosts up` first")
+    began = time.time()
+    _ip("link", "set", link, "down")
+    try:
+        time.sleep(seconds)
+    finally:
+        _ip("link", "set", link, "up")
+    return {"host": host.name, "link": link, "cut_at": round(began, 3), "back_at": round(time.time(), 3)}
 
 
 def run(deployment: Deployment, host_name: str | None, command: list[str]) -> None:
