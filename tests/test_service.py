@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import socket
 import subprocess
@@ -395,6 +396,34 @@ def test_jdbc_refuses_a_login_without_the_users_own_password_and_logs_each_refus
     assert _refused_logins(refused, SqlEndpoint.JDBC) - {"", "anonymous"} == {ANALYST, "nobody", OPERATOR}
     assert all(line["endpoint"] == SqlEndpoint.JDBC and line["outcome"] == QueryOutcome.REFUSED for line in refused)
     assert _versions(settings) == versions
+
+
+def test_an_open_jdbc_session_ends_with_its_users_removal_and_the_refusal_is_logged(service, tmp_path):
+    """A JDBC connection opened before its user was removed runs nothing after: its next statement is
+    refused, in one line, and logged as refused (a Connect client logs in again with each request)."""
+    env, settings, _ = service
+    added = lakehouse(env, "users", "add", "leaving")
+    assert added.returncode == 0, added.stderr
+    url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    home = f"LAKEHOUSE_HOME={env['LAKEHOUSE_HOME']}"
+    remove = shlex.join(["env", home, sys.executable, "-m", "lakehouse.cli", "users", "remove", "leaving"])
+    script = tmp_path / "leaving.sql"
+    script.write_text(
+        f"!connect {url} leaving {added.stdout.splitlines()[-1]}\nSELECT 'before' AS said;\n"
+        f"!sh {remove}\nSELECT 'after' AS said;\n"
+    )
+    logged = len(_query_log(settings))
+
+    out = beeline(env, "", "--force=true", "-f", str(script), login=False)
+
+    rows = csv_rows(out)  # and the line `users remove` printed
+    assert rows[:2] == ["said", "before"] and "after" not in rows, out.stdout + out.stderr
+    assert "Error: not authenticated: user leaving was removed: the session ends" in out.stdout + out.stderr
+    lines = [line for line in _query_log(settings)[logged:] if line["user_name"] == "leaving"]
+    assert [(line["statement"], line["outcome"]) for line in lines] == [
+        ("SELECT 'before' AS said", QueryOutcome.OK),
+        ("SELECT 'after' AS said", QueryOutcome.REFUSED),
+    ]
 
 
 def test_connect_refuses_a_request_without_its_users_own_token_and_logs_each_refusal(service):

@@ -347,7 +347,11 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
         return connect_session(settings)
     check_java()
     local_ip = driver_address(settings)
-    if local_ip:
+    if local_ip and settings.bind_address != LOOPBACK:
+        # A host's address wins over one inherited from a parent process: the driver's UI and block
+        # manager bind to SPARK_LOCAL_IP, and on another address the host's peers cannot reach them.
+        os.environ["SPARK_LOCAL_IP"] = local_ip
+    elif local_ip:
         os.environ.setdefault("SPARK_LOCAL_IP", local_ip)
     from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession

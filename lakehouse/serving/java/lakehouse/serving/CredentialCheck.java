@@ -8,4 +8,7 @@ package lakehouse.serving;
 public interface CredentialCheck {
   /** The person's role when {@code secret} is {@code user}'s, or null when this check does not know them so. */
   String roleOf(String user, String secret);
+
+  /** The role {@code user} has now, or null when this check no longer knows them (removed). */
+  String currentRole(String user);
 }

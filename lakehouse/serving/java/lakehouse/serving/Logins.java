@@ -67,6 +67,25 @@ public final class Logins {
     return role;
   }
 
+  /**
+   * The role {@code user} has now, by the users file as it is now; a {@link LoginRefused} once they
+   * are removed. A session opened before its user was removed must not outlive the removal: the
+   * Thrift server asks here before each statement (a Connect client's every request logs in again).
+   */
+  static String stillAllowed(String user) {
+    if (user.equals(platformUser)) {
+      return PLATFORM;
+    }
+    for (CredentialCheck check : checks) {
+      String role = check.currentRole(user);
+      if (role != null) {
+        return remember(user, role);
+      }
+    }
+    ROLES.remove(user);
+    throw new LoginRefused("user " + user + " was removed: the session ends; log in with a user of `lakehouse users list`");
+  }
+
   /** The role {@code user} last logged in with, or null: a session's user logged in to have one. */
   static String loggedInRole(String user) {
     return user == null ? null : ROLES.get(user);

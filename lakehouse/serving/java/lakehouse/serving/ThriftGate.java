@@ -52,10 +52,21 @@ final class ThriftGate extends ThriftBinaryCLIService {
     return answer;
   }
 
+  /** A statement runs only while its session's user is still a user of the service. */
   @Override
   public TExecuteStatementResp ExecuteStatement(TExecuteStatementReq request) throws TException {
     long started = System.currentTimeMillis();
-    TExecuteStatementResp response = super.ExecuteStatement(request);
+    TExecuteStatementResp response;
+    try {
+      String user = queries.userOf(request.getSessionHandle());
+      if (user != null) { // else no session of this server: HiveServer2 refuses the statement itself
+        Logins.stillAllowed(user);
+      }
+      response = super.ExecuteStatement(request);
+    } catch (LoginRefused refused) {
+      response = new TExecuteStatementResp();
+      response.setStatus(HiveSQLException.toTStatus(refused));
+    }
     queries.executed(request, response, started);
     return response;
   }

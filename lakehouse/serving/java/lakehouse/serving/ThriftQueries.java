@@ -45,6 +45,11 @@ final class ThriftQueries {
     }
   }
 
+  /** The user a session was opened for, or null. */
+  String userOf(TSessionHandle session) {
+    return session == null ? null : users.get(session);
+  }
+
   void executed(TExecuteStatementReq request, TExecuteStatementResp response, long started) {
     String user = users.getOrDefault(request.getSessionHandle(), "");
     Running statement = new Running(user, request.getSessionHandle(), request.getStatement(), started);

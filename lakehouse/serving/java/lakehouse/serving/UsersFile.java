@@ -68,6 +68,12 @@ final class UsersFile implements CredentialCheck {
     return entry[0];
   }
 
+  @Override
+  public String currentRole(String user) {
+    String[] entry = current().get(user);
+    return entry == null ? null : entry[0];
+  }
+
   /** Each user's role and hash, read again when the file's modification time moves. */
   private Map<String, String[]> current() {
     try {
