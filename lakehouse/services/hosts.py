@@ -162,13 +162,10 @@ def cut(deployment: Deployment, host_name: str | None, seconds: float) -> dict:
     link goes down on the bridge's side, so nothing reaches the host and the host reaches nothing
     (its processes run on, and its own loopback answers). The link comes back up even when the wait
     is interrupted. What was done, and when."""
-    if not host_name:
-        raise LakehouseError("name the host to cut off: lakehouse hosts cut HOST [--seconds N]")
-    _require_root()
-    host = deployment.host(host_name)
+    host = _named_host(deployment, host_name, "name the host to cut off: lakehouse hosts cut HOST [--seconds N]")
     link = deployment.link(host)
     if link not in _links():
-        raise LakehouseError(f"host {host.name} is not up: `lakehouse hosts up` first")
+        raise _not_up(host)
     began = time.time()
     _ip("link", "set", link, "down")
     try:
@@ -181,12 +178,22 @@ def cut(deployment: Deployment, host_name: str | None, seconds: float) -> dict:
 def run(deployment: Deployment, host_name: str | None, command: list[str]) -> None:
     """Replace this process with ``command`` on the host: in its namespace, with its address to bind
     to and the services' addresses in its environment (it exits with the command's code)."""
-    if not host_name or not command:
-        raise LakehouseError("name a host and a command: lakehouse hosts run HOST -- COMMAND [ARGUMENT ...]")
-    _require_root()
-    host = deployment.host(host_name)
+    usage = "name a host and a command: lakehouse hosts run HOST -- COMMAND [ARGUMENT ...]"
+    host = _named_host(deployment, host_name if command else None, usage)
     namespace = deployment.namespace(host)
     if namespace not in _namespaces():
-        raise LakehouseError(f"host {host.name} is not up: `lakehouse hosts up` first")
+        raise _not_up(host)
     environment = {**os.environ, **deployment.host_environment(host)}
     os.execvpe("ip", ["ip", "netns", "exec", namespace, *command], environment)
+
+
+def _named_host(deployment: Deployment, host_name: str | None, usage: str) -> Host:
+    """The host a command names (``usage`` says how, when it names none), once root is checked."""
+    if not host_name:
+        raise LakehouseError(usage)
+    _require_root()
+    return deployment.host(host_name)
+
+
+def _not_up(host: Host) -> LakehouseError:
+    return LakehouseError(f"host {host.name} is not up: `lakehouse hosts up` first")
