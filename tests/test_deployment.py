@@ -240,7 +240,9 @@ def test_a_wrong_description_is_refused_naming_its_field(tmp_path, change, messa
     [
         (["hosts", "run"], "name a host and a command: lakehouse hosts run HOST -- COMMAND"),
         (["hosts", "run", "storage"], "name a host and a command"),
-        (["hosts", "up", "storage"], "`lakehouse hosts up` takes no host and no command; `run` does"),
+        (["hosts", "up", "storage"], "`lakehouse hosts up` takes no host and no command; `run` and `cut` do"),
+        (["hosts", "cut"], "name the host to cut off: lakehouse hosts cut HOST [--seconds N]"),
+        (["hosts", "cut", "nowhere"], "no host 'nowhere' in the deployment: one of storage, kafka"),
         (["hosts", "run", "nowhere", "--", "true"], "no host 'nowhere' in the deployment: one of storage, kafka"),
     ],
 )
