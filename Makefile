@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 # The Python packages alone: what lint and the JVM-free tests need.
 PACKAGES_STAMP := $(VENV)/.packages-installed
 
-.PHONY: setup demo test test-unit test-spark test-rest lint format bench bench-smoke chaos lock clean airflow airflow-stop \
+.PHONY: setup demo test test-unit test-spark test-rest test-long lint format bench bench-smoke chaos lock clean airflow airflow-stop \
 	system-deps test-airflow serve serve-stop kafka kafka-stop cluster cluster-stop s3 s3-stop prometheus prometheus-stop \
 	alertmanager alertmanager-stop
 
@@ -65,7 +65,12 @@ test-spark: setup
 # out longest first (tests/conftest.py), not by xdist's default of most tests first.
 # --durations: each CI run shows where its minutes go.
 test-rest: setup system-deps
-	$(VENV)/bin/python -m pytest -m "not unit" -n 3 --dist loadfile --no-loadscope-reorder --durations=15
+	$(VENV)/bin/python -m pytest -m "not unit and not long" -n 3 --dist loadfile --no-loadscope-reorder --durations=15
+
+# The loops that make chaos repeats at length, once each (the chaos loop's 2 chosen kills): out of
+# make test for CI's budget (docs/development.md, "CI budget").
+test-long: setup system-deps
+	$(VENV)/bin/python -m pytest -m long --durations=15
 
 # ruff (format and lint, 120 columns) and the import contracts in pyproject.toml.
 lint: $(PACKAGES_STAMP)

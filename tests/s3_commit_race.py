@@ -106,7 +106,15 @@ def race(table_uri: str, folder: Path, rounds: int, env: dict[str, str], writers
         with errors[w].open("w") as error:
             command_line = [*command, w, table_uri, str(folder), str(rounds), ",".join(writers)]
             drivers.append(subprocess.Popen(command_line, env=env, stdout=subprocess.PIPE, stderr=error, text=True))
-    outputs = [driver.communicate(timeout=60 + rounds * 30)[0] for driver in drivers]
+    try:
+        # A round's append takes seconds; a JVM's start on a loaded machine (three test workers on two
+        # cores) has taken over a minute, which the barrier waits out.
+        outputs = [driver.communicate(timeout=BARRIER_SECONDS + rounds * 60)[0] for driver in drivers]
+    except subprocess.TimeoutExpired:
+        for driver in drivers:
+            driver.kill()
+        tails = {w: errors[w].read_text()[-3000:] for w in writers}
+        raise AssertionError(f"the race did not end; each driver's standard error ends: {tails}") from None
     failed = [w for w, driver in zip(writers, drivers, strict=True) if driver.returncode != 0]
     if failed:
         raise AssertionError(

@@ -1,8 +1,8 @@
-"""The chaos loop in CI (``tests/chaos.py``): the stream, a backfill, a correction and maintenance at
-once on one pipeline, 2 SIGKILLs at chosen points (the stream in the middle of a batch's writes,
-maintenance in the middle of a VACUUM), then every table against a clean run of the same jobs one
-after the other. CI makes no other kill, for its time budget; with CHAOS_KILLS set (`make chaos`
-makes 100) the loop makes every chosen kill (after a batch's bronze write, after its quarantine
+"""The chaos loop, short (``tests/chaos.py``; ``make test-long``, not ``make test``, for CI's time
+budget): the stream, a backfill, a correction and maintenance at once on one pipeline, 2 SIGKILLs at
+chosen points (the stream in the middle of a batch's writes, maintenance in the middle of a VACUUM),
+then every table against a clean run of the same jobs one after the other. With CHAOS_KILLS set
+(`make chaos` makes 100) the loop makes every chosen kill (after a batch's bronze write, after its quarantine
 write, after its progress row, mid-VACUUM), then random ones, and a failure names the seed that
 replays them (CHAOS_SEED; docs/development.md)."""
 
@@ -92,6 +92,7 @@ def check_against_clean_run(spark, root: Path, log: dict[str, str]) -> dict:
 
 
 @pytest.mark.slow
+@pytest.mark.long
 def test_jobs_killed_while_running_at_once_end_with_the_clean_runs_tables(spark, tmp_path):
     seed = int(os.environ.get("CHAOS_SEED") or random.randrange(1 << 32))
     kills = os.environ.get("CHAOS_KILLS")
