@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -281,6 +282,39 @@ def test_a_wrong_or_unknown_password_gets_no_token_and_says_so(live):
             "POST", "/auth/token", {"username": username, "password": password}, auth=False
         )
         assert (status, json.loads(detail)["detail"]) == (401, "Invalid credentials"), (username, status, detail)
+
+
+# Wrong passwords sent to /auth/token for one name, by clients at once, as fast as Airflow answers.
+GUESSES, GUESSERS = 1000, 8
+
+
+def test_a_thousand_wrong_passwords_for_one_name_are_refused_mostly_unchecked_and_others_sign_in(live):
+    """After a name's free failures, /auth/token checks its next password only once a wait has
+    passed (lakehouse.ops.failed_logins): a try within the wait gets 429 and the wait left, unchecked.
+    Guessing from 8 clients at once buys no more checks than guessing in turn, the name's case buys
+    no new allowance, and meanwhile another user gets a token and the API answers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lakehouse.ops.failed_logins import FREE
+
+    client, _, _ = live
+
+    def guess(number: int) -> tuple[int, str]:
+        name = "Guessed" if number % 2 else "guessed"  # FAB matches names without regard to case
+        return client.status_of("POST", "/auth/token", {"username": name, "password": f"guess-{number}"}, auth=False)
+
+    with ThreadPoolExecutor(GUESSERS) as guessers:
+        answers = guessers.map(guess, range(GUESSES))
+        operator = client.as_user("operator")  # a token while the guessing goes on
+        assert operator.status_of("GET", "/api/v2/dags/lakehouse_backfill/dagRuns")[0] == 200
+        answers = list(answers)
+    checked = [detail for status, detail in answers if status == 401]
+    held_back = [json.loads(detail)["detail"] for status, detail in answers if status == 429]
+    assert len(checked) + len(held_back) == GUESSES, Counter(status for status, _ in answers)
+    assert FREE <= len(checked) <= FREE + 5, len(checked)
+    wait = re.compile(r"too many failed logins for user guessed in a row: the next is checked in \d+ s")
+    assert all(wait.fullmatch(detail) for detail in held_back), held_back[:3]
+    assert client.status_of("GET", "/api/v2/dags")[0] == 200
 
 
 def test_the_directory_shows_its_people_no_password_and_strangers_nothing(live):
