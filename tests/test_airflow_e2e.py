@@ -225,6 +225,26 @@ def directory_passwords() -> dict[str, str]:
     return json.loads((AIRFLOW_HOME / "directory_passwords.json").read_text())
 
 
+def test_airflows_processes_reach_their_database_over_tls_only(live):
+    """Airflow's database takes TCP connections over TLS only, and every connection Airflow's
+    processes hold (scheduler, api-server, dag-processor) is one."""
+    import psycopg
+
+    env_sh = (AIRFLOW_HOME / "env.sh").read_text()
+    url = re.search(r"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='([^']+)'", env_sh)[1]
+    assert url.endswith(f"sslmode=verify-full&sslrootcert={AIRFLOW_HOME}/tls/ca.crt"), url
+    conninfo = url.replace("postgresql+psycopg2://", "postgresql://")
+    with psycopg.connect(conninfo) as connection:
+        plain, encrypted = connection.execute(
+            "SELECT count(*) FILTER (WHERE NOT s.ssl), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a "
+            "JOIN pg_stat_ssl s USING (pid) WHERE a.usename = 'airflow' AND a.client_addr IS NOT NULL "
+            "AND a.pid <> pg_backend_pid()"
+        ).fetchone()
+    assert plain == 0 and encrypted >= 2, (plain, encrypted)
+    with pytest.raises(psycopg.OperationalError, match="no encryption"):
+        psycopg.connect(conninfo.split("?")[0] + "?sslmode=disable")
+
+
 def test_a_viewer_reads_runs_but_cannot_trigger_clear_or_mark_them_and_an_operator_can(live):
     client, _, _ = live
     viewer, operator = client.as_user("viewer"), client.as_user("operator")
