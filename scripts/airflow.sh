@@ -189,24 +189,16 @@ stop_directory() {
 
 # PostgreSQL takes TCP connections over TLS only (pg_hba's hostssl): the passwords and the rows of
 # Airflow's database and the metastore never cross a network in clear. A certificate authority made
-# once per AIRFLOW_HOME signs the server's certificate (for 127.0.0.1 and localhost); clients check
-# the server against it (sslmode=verify-full with TLS_CA as the root). Its key stays in tls/ (mode
-# 700) and signs nothing else; the server's key is in the cluster folder, readable by postgres only.
+# once per AIRFLOW_HOME (lakehouse.services.certificates, as Kafka's) signs the server's key and
+# certificate for 127.0.0.1 and its names; clients check the server against it (sslmode=verify-full
+# with TLS_CA as the root). The authority's key stays in tls/ (mode 700); the server's PEM is in the
+# cluster folder, readable by postgres only.
 TLS="$AIRFLOW_HOME/tls"
 TLS_CA="$TLS/ca.crt"
 ensure_postgres_certificate() {
-    [ -f "$PG_DATA/server.crt" ] && [ -f "$TLS_CA" ] && return
-    mkdir -p "$TLS"; chmod 700 "$TLS"
-    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=lakehouse local CA" \
-        -keyout "$TLS/ca.key" -out "$TLS_CA" 2>/dev/null
-    openssl req -newkey rsa:2048 -nodes -subj "/CN=127.0.0.1" \
-        -keyout "$PG_DATA/server.key" -out "$TLS/server.csr" 2>/dev/null
-    openssl x509 -req -in "$TLS/server.csr" -CA "$TLS_CA" -CAkey "$TLS/ca.key" -CAcreateserial -days 3650 \
-        -extfile <(printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n') \
-        -out "$PG_DATA/server.crt" 2>/dev/null
-    rm -f "$TLS/server.csr"
-    chmod 600 "$PG_DATA/server.key"; chmod 644 "$TLS_CA"
-    own_for_postgres "$PG_DATA/server.key" "$PG_DATA/server.crt"
+    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -m lakehouse.services.certificates \
+        "$TLS" "$PG_DATA/server.pem" 127.0.0.1
+    own_for_postgres "$PG_DATA/server.pem"
 }
 
 # Client URLs' TLS settings: the server must hold a certificate TLS_CA signed, for the host dialled.
@@ -233,6 +225,7 @@ start_postgres() {
     echo "local all all trust" >> "$PG_DATA/pg_hba.conf"
     ensure_postgres_certificate
     local options="-p $PG_PORT -k $PG_DATA -c listen_addresses=127.0.0.1 -c ssl=on"
+    options+=" -c ssl_cert_file=$PG_DATA/server.pem -c ssl_key_file=$PG_DATA/server.pem"
     if as_postgres "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1 \
         && [ "$(as_postgres "$bin/psql" -h "$PG_DATA" -p "$PG_PORT" -U postgres -d postgres -tAc 'SHOW ssl')" != on ]; then
         as_postgres "$bin/pg_ctl" -D "$PG_DATA" -w -m fast stop >/dev/null  # started before TLS: again with it

@@ -13,6 +13,7 @@ import dataclasses
 import datetime
 import ipaddress
 import os
+import sys
 from pathlib import Path
 
 from lakehouse.settings import AUTHORITY_CERTIFICATE
@@ -122,3 +123,20 @@ class Authority:
             .sign(signer, hashes.SHA256())
         )
         _write_private(pem, _pem_key(key) + certificate.public_bytes(serialization.Encoding.PEM))
+
+
+def main(arguments: list[str]) -> int:
+    """``python -m lakehouse.services.certificates AUTHORITY_FOLDER PEM ADDRESS``: the key and
+    certificate for ADDRESS in PEM (once), issued by the authority in AUTHORITY_FOLDER (made once);
+    scripts/airflow.sh gives PostgreSQL its certificate this way."""
+    if len(arguments) != 3:
+        print("usage: python -m lakehouse.services.certificates AUTHORITY_FOLDER PEM ADDRESS", file=sys.stderr)
+        return 2
+    folder, pem, address = arguments
+    if not Path(pem).is_file():
+        Authority(Path(folder)).issue(Path(pem), address)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
