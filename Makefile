@@ -94,16 +94,18 @@ bench: setup
 # tables and checkpoints on the project's S3 server (CHAOS_S3_KILLS kills; chaos-s3.json), and the
 # four jobs and a second backfill racing there with no kill, CHAOS_RACE_ROUNDS times
 # (chaos-race-s3.json). Then each JVM-free command 1,000 times through the CLI's exit, on local
-# tables and on tables in the project's S3 server (tests/test_exit_codes.py; CI runs 200 and 15).
+# tables and on tables in the project's S3 server (tests/test_exit_codes.py; CI runs 50 and 15).
 # Then two Spark drivers racing 100 commits each to one s3a:// table, and Spark against delta-rs,
 # through each of Spark's S3 log stores: conditional writes, DynamoDB, single-driver
 # (tests/s3_commit_race.py; COMMIT_RACE_ROUNDS, COMMIT_RACES; figures in test-artifacts/s3_commits.json).
-chaos: setup
+# Then the loop across hosts with every host fault it makes (HOST_FAULTS=all; CI makes the worker's cut).
+chaos: setup system-deps
 	$(VENV)/bin/python -m tests.chaos
 	CHAOS_STORE=s3 CHAOS_KILLS=$${CHAOS_S3_KILLS:-30} $(VENV)/bin/python -m tests.chaos
 	CHAOS_STORE=s3 CHAOS_RACE_ROUNDS=$${CHAOS_RACE_ROUNDS:-5} $(VENV)/bin/python -m tests.chaos
 	$(VENV)/bin/python -m tests.s3_commit_race
 	LAKEHOUSE_EXIT_RUNS=1000 LAKEHOUSE_EXIT_S3_RUNS=1000 $(VENV)/bin/python -m pytest -q tests/test_exit_codes.py
+	HOST_FAULTS=all $(VENV)/bin/python -m pytest -q -s tests/test_across_hosts.py
 
 # Every benchmark at a tiny size, one run each (CI runs the backfill suite's: tests/test_bench_smoke.py).
 bench-smoke: setup

@@ -80,6 +80,8 @@ _NAMED_VARIABLES = (
 )
 # The file in the broker's folder (Paths.kafka_dir) with its principals' passwords.
 KAFKA_CREDENTIALS = "credentials.json"
+# A TLS listener's authority (lakehouse.services.certificates): in this folder of its service's, this file.
+TLS_FOLDER, AUTHORITY_CERTIFICATE = "tls", "ca.crt"
 _SIZE = re.compile(r"^(\d+)\s*([kmg]?)b?$", re.IGNORECASE)
 
 
@@ -106,6 +108,7 @@ _STRIPPED_FIELDS = (
     "kafka_topic_prefix",
     "kafka_user",
     "kafka_credentials",
+    "kafka_ca",
     "s3_endpoint",
     "s3_commits",
     "s3_commit_table",
@@ -292,6 +295,9 @@ class Services:
     kafka_user: str = ""
     kafka_password: str = dataclasses.field(default="", repr=False)
     kafka_credentials: str = ""
+    # The certificate authority whose broker certificates a client with credentials trusts (TLS;
+    # empty: the one beside the credentials file, the broker's own, tls/ca.crt).
+    kafka_ca: str = ""
     # The master port of the standalone cluster `lakehouse cluster start` runs (0: any free one).
     cluster_port: int = 7077
     # The S3 API of s3a:// locations, its keys (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY; unset: those
@@ -347,6 +353,14 @@ class Services:
     def kafka_credentials_file(self) -> Path:
         """The Kafka principals' passwords: the setting's file, or this home's broker's."""
         return Path(self.kafka_credentials) if self.kafka_credentials else self.kafka_dir() / KAFKA_CREDENTIALS
+
+    def kafka_ca_file(self) -> Path:
+        """The authority a Kafka client checks the broker's certificate against."""
+        return (
+            Path(self.kafka_ca)
+            if self.kafka_ca
+            else self.kafka_credentials_file().parent / TLS_FOLDER / AUTHORITY_CERTIFICATE
+        )
 
 
 # Each group its own record, so that one reads as what it tunes; Settings has every field of each

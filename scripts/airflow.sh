@@ -97,7 +97,7 @@ metastore() {
     generate_secrets
     start_postgres
     ensure_metastore_database
-    echo "export LAKEHOUSE_METASTORE_URL='jdbc:postgresql://127.0.0.1:$PG_PORT/metastore'"
+    echo "export LAKEHOUSE_METASTORE_URL='jdbc:postgresql://127.0.0.1:$PG_PORT/metastore?$PG_TLS_QUERY'"
     echo "export LAKEHOUSE_METASTORE_USER=metastore"
     echo "export LAKEHOUSE_METASTORE_PASSWORD='$METASTORE_PASSWORD'"
 }
@@ -117,10 +117,10 @@ export AIRFLOW__CORE__LOAD_EXAMPLES=False
 export AIRFLOW__CORE__EXECUTOR=LocalExecutor
 export AIRFLOW__CORE__PARALLELISM=4
 export AIRFLOW__CORE__FERNET_KEY='$FERNET_KEY'
-export AIRFLOW__CORE__AUTH_MANAGER=airflow.providers.fab.auth_manager.fab_auth_manager.FabAuthManager
+export AIRFLOW__CORE__AUTH_MANAGER=lakehouse.ops.airflow_auth_manager.ThrottledFabAuthManager
 export AIRFLOW__FAB__CONFIG_FILE='$AIRFLOW_HOME/webserver_config.py'
 export AIRFLOW__CORE__EXECUTION_API_SERVER_URL='http://127.0.0.1:$PORT/execution/'
-export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow'
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow?$PG_TLS_QUERY'
 export AIRFLOW__API__HOST=127.0.0.1
 export AIRFLOW__API__PORT=$PORT
 export AIRFLOW__API__BASE_URL='http://127.0.0.1:$PORT'
@@ -187,6 +187,23 @@ stop_directory() {
     kill -KILL "$pid" 2>/dev/null || true
 }
 
+# PostgreSQL takes TCP connections over TLS only (pg_hba's hostssl): the passwords and the rows of
+# Airflow's database and the metastore never cross a network in clear. A certificate authority made
+# once per AIRFLOW_HOME (lakehouse.services.certificates, as Kafka's) signs the server's key and
+# certificate for 127.0.0.1 and its names; clients check the server against it (sslmode=verify-full
+# with TLS_CA as the root). The authority's key stays in tls/ (mode 700); the server's PEM is in the
+# cluster folder, readable by postgres only.
+TLS="$AIRFLOW_HOME/tls"
+TLS_CA="$TLS/ca.crt"
+ensure_postgres_certificate() {
+    PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -m lakehouse.services.certificates \
+        "$TLS" "$PG_DATA/server.pem" 127.0.0.1
+    own_for_postgres "$PG_DATA/server.pem"
+}
+
+# Client URLs' TLS settings: the server must hold a certificate TLS_CA signed, for the host dialled.
+PG_TLS_QUERY="sslmode=verify-full&sslrootcert=$TLS_CA"
+
 start_postgres() {
     ensure_postgres_installed
     local bin; bin="$(pg_bin)"
@@ -200,14 +217,21 @@ start_postgres() {
         own_for_postgres "$pwfile"
         as_postgres "$bin/initdb" -D "$PG_DATA" -U postgres --auth=scram-sha-256 --pwfile="$pwfile" >/dev/null
         rm -f "$pwfile"
-        echo "host all all 127.0.0.1/32 scram-sha-256" > "$PG_DATA/pg_hba.conf"
-        # The socket lives in the cluster folder (mode 700): only its owner can reach it.
-        echo "local all all trust" >> "$PG_DATA/pg_hba.conf"
         NEW_CLUSTER=1
     fi
+    # Rewritten at each start: a cluster made before TLS takes TCP connections over TLS from now on.
+    echo "hostssl all all 127.0.0.1/32 scram-sha-256" > "$PG_DATA/pg_hba.conf"
+    # The socket lives in the cluster folder (mode 700): only its owner can reach it.
+    echo "local all all trust" >> "$PG_DATA/pg_hba.conf"
+    ensure_postgres_certificate
+    local options="-p $PG_PORT -k $PG_DATA -c listen_addresses=127.0.0.1 -c ssl=on"
+    options+=" -c ssl_cert_file=$PG_DATA/server.pem -c ssl_key_file=$PG_DATA/server.pem"
+    if as_postgres "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1 \
+        && [ "$(as_postgres "$bin/psql" -h "$PG_DATA" -p "$PG_PORT" -U postgres -d postgres -tAc 'SHOW ssl')" != on ]; then
+        as_postgres "$bin/pg_ctl" -D "$PG_DATA" -w -m fast stop >/dev/null  # started before TLS: again with it
+    fi
     if ! as_postgres "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1; then
-        as_postgres "$bin/pg_ctl" -D "$PG_DATA" -w -l "$PG_DATA/server.log" \
-            -o "-p $PG_PORT -k $PG_DATA -c listen_addresses=127.0.0.1" start >/dev/null
+        as_postgres "$bin/pg_ctl" -D "$PG_DATA" -w -l "$PG_DATA/server.log" -o "$options" start >/dev/null
     fi
     if [ "${NEW_CLUSTER:-0}" = 1 ]; then
         source "$SECRETS"

@@ -17,7 +17,9 @@ bridge (the machine's address on the subnet), and the broker at the kafka host's
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import time
 import urllib.request
@@ -65,6 +67,8 @@ WINDOW_RANGE = ("2026-01-05T08:00:00Z", "2026-01-05T09:00:00Z")
 BUCKET = "across-hosts"
 # How long a worker is cut off the network while the backfill runs on it (issue: a minute).
 CUT_SECONDS = 60
+# CI makes one host fault, the worker's cut; `make chaos` sets HOST_FAULTS=all for every one.
+ALL_HOST_FAULTS = os.environ.get("HOST_FAULTS") == "all"
 SERVED_COLUMNS = ["window_start", "bridge_id", "vehicle_type", "vehicles", "revenue", "source"]
 SERVED = f"SELECT {', '.join(SERVED_COLUMNS)} FROM gold.toll_traffic ORDER BY 1, 2, 3"
 # The long-running services, each on its host as `lakehouse hosts run HOST -- ...` starts it, in two
@@ -253,7 +257,10 @@ def _run_the_jobs(spark, loop: Loop, embedded_audit) -> subprocess.Popen:
     kill_after(settings, stream_env, TABLES.speed, 1, on=(LAKEHOUSE, "hosts", "run", "stream", "--"))
     progress = arrow_at(STREAM_PROGRESS.uri(settings), settings=settings)
     assert progress is None or progress.num_rows == 0, "the kill fell after the batch's progress row"
-    loop.on("stream", "stream", "--available-now")  # the restart replays that batch
+    restarted = loop.start("stream", "stream", "--available-now")  # it replays that batch
+    if ALL_HOST_FAULTS:
+        _restart_kafka_while(loop, restarted)
+    _finished(restarted)
     # The service answers from its own driver: on the cluster it would hold every core (a standalone
     # application takes all unless capped), and the jobs would wait. Exact answers: it starts before
     # the jobs' last commits, which its SQL would otherwise see up to 2 s late.
@@ -284,6 +291,25 @@ def _cut_a_worker_while(loop: Loop, job: subprocess.Popen, driver_host: str) -> 
     print(
         f"\nworker-1 cut for {CUT_SECONDS} s while the job ran on it; the job ended {ended:.0f} s after the cut began"
     )
+
+
+def _restart_kafka_while(loop: Loop, job: subprocess.Popen) -> None:
+    """Once the job's application runs on the cluster, the kafka host restarts: its broker is
+    SIGKILLed, as a host's power cut ends it, and started again from its own storage; the job still
+    ends well. Prints how long the broker was down and when the job ended."""
+    deadline, master = time.monotonic() + 300, _master_web_ui(loop)
+    while time.monotonic() < deadline and job.poll() is None and not _master_state(master)["activeapps"]:
+        time.sleep(0.2)
+    assert job.poll() is None, "the job ended before its application ran"
+    broker = int((loop.home("kafka") / "kafka" / "broker.pid").read_text())
+    os.kill(broker, signal.SIGKILL)
+    killed_at = time.monotonic()
+    started = _started(loop.host_env("kafka"), "kafka", "kafka", "start", LAKEHOUSE_LOG_RETENTION=RETENTION)
+    assert json.loads(_finished(started))["up"]
+    down = time.monotonic() - killed_at
+    _finished(job)
+    ended = time.monotonic() - killed_at
+    print(f"\nthe broker was down {down:.0f} s while the stream read; the stream ended {ended:.0f} s after the kill")
 
 
 def _tasks_ran_on(loop: Loop, driver_host: str, worker: str) -> bool:

@@ -18,6 +18,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -224,6 +225,26 @@ def directory_passwords() -> dict[str, str]:
     return json.loads((AIRFLOW_HOME / "directory_passwords.json").read_text())
 
 
+def test_airflows_processes_reach_their_database_over_tls_only(live):
+    """Airflow's database takes TCP connections over TLS only, and every connection Airflow's
+    processes hold (scheduler, api-server, dag-processor) is one."""
+    import psycopg
+
+    env_sh = (AIRFLOW_HOME / "env.sh").read_text()
+    url = re.search(r"AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='([^']+)'", env_sh)[1]
+    assert url.endswith(f"sslmode=verify-full&sslrootcert={AIRFLOW_HOME}/tls/ca.crt"), url
+    conninfo = url.replace("postgresql+psycopg2://", "postgresql://")
+    with psycopg.connect(conninfo) as connection:
+        plain, encrypted = connection.execute(
+            "SELECT count(*) FILTER (WHERE NOT s.ssl), count(*) FILTER (WHERE s.ssl) FROM pg_stat_activity a "
+            "JOIN pg_stat_ssl s USING (pid) WHERE a.usename = 'airflow' AND a.client_addr IS NOT NULL "
+            "AND a.pid <> pg_backend_pid()"
+        ).fetchone()
+    assert plain == 0 and encrypted >= 2, (plain, encrypted)
+    with pytest.raises(psycopg.OperationalError, match="no encryption"):
+        psycopg.connect(conninfo.split("?")[0] + "?sslmode=disable")
+
+
 def test_a_viewer_reads_runs_but_cannot_trigger_clear_or_mark_them_and_an_operator_can(live):
     client, _, _ = live
     viewer, operator = client.as_user("viewer"), client.as_user("operator")
@@ -281,6 +302,39 @@ def test_a_wrong_or_unknown_password_gets_no_token_and_says_so(live):
             "POST", "/auth/token", {"username": username, "password": password}, auth=False
         )
         assert (status, json.loads(detail)["detail"]) == (401, "Invalid credentials"), (username, status, detail)
+
+
+# Wrong passwords sent to /auth/token for one name, by clients at once, as fast as Airflow answers.
+GUESSES, GUESSERS = 1000, 8
+
+
+def test_a_thousand_wrong_passwords_for_one_name_are_refused_mostly_unchecked_and_others_sign_in(live):
+    """After a name's free failures, /auth/token checks its next password only once a wait has
+    passed (lakehouse.ops.failed_logins): a try within the wait gets 429 and the wait left, unchecked.
+    Guessing from 8 clients at once buys no more checks than guessing in turn, the name's case buys
+    no new allowance, and meanwhile another user gets a token and the API answers."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from lakehouse.ops.failed_logins import FREE
+
+    client, _, _ = live
+
+    def guess(number: int) -> tuple[int, str]:
+        name = "Guessed" if number % 2 else "guessed"  # FAB matches names without regard to case
+        return client.status_of("POST", "/auth/token", {"username": name, "password": f"guess-{number}"}, auth=False)
+
+    with ThreadPoolExecutor(GUESSERS) as guessers:
+        answers = guessers.map(guess, range(GUESSES))
+        operator = client.as_user("operator")  # a token while the guessing goes on
+        assert operator.status_of("GET", "/api/v2/dags/lakehouse_backfill/dagRuns")[0] == 200
+        answers = list(answers)
+    checked = [detail for status, detail in answers if status == 401]
+    held_back = [json.loads(detail)["detail"] for status, detail in answers if status == 429]
+    assert len(checked) + len(held_back) == GUESSES, Counter(status for status, _ in answers)
+    assert FREE <= len(checked) <= FREE + 5, len(checked)
+    wait = re.compile(r"too many failed logins for user guessed in a row: the next is checked in \d+ s")
+    assert all(wait.fullmatch(detail) for detail in held_back), held_back[:3]
+    assert client.status_of("GET", "/api/v2/dags")[0] == 200
 
 
 def test_the_directory_shows_its_people_no_password_and_strangers_nothing(live):

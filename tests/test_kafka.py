@@ -295,6 +295,24 @@ def test_a_client_without_credentials_or_with_a_wrong_password_is_refused_in_one
     assert _records_held(settings, "acl.toll_traffic") == held
 
 
+def test_clients_reach_the_broker_over_tls_only_and_trust_its_authority_alone(broker, tmp_path: Path):
+    """The client listener is TLS: a client that trusts other authorities (the system's) stops in one
+    line naming LAKEHOUSE_KAFKA_CA, and one that logs in in clear, with the right password, gets no
+    answer at all."""
+    settings = kafka_settings(tmp_path / "home", broker, "acl.")
+    env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path / "home"), **kafka_env(broker, "acl.")}
+    held = _records_held(settings, "acl.toll_traffic")
+    elsewhere = _ingest(env, "toll_traffic", LAKEHOUSE_KAFKA_CA="/etc/ssl/certs/ca-certificates.crt")
+    assert elsewhere.returncode == 2 and elsewhere.stderr.count("\n") == 1, elsewhere.stderr
+    assert elsewhere.stderr.startswith(f"lakehouse: error: Kafka at {broker}: TLS failed (")
+    assert "signed by the authority in /etc/ssl/certs/ca-certificates.crt (LAKEHOUSE_KAFKA_CA)" in elsewhere.stderr
+    in_clear = {**kafka_auth.client_config(settings, kafka_auth.ADMIN), "security.protocol": "SASL_PLAINTEXT"}
+    del in_clear["ssl.ca.location"]
+    with pytest.raises(KafkaException):
+        AdminClient(in_clear).list_topics(timeout=10)
+    assert _records_held(settings, "acl.toll_traffic") == held
+
+
 def _offsets_before(settings, moment: datetime, topic: str = "") -> list:
     """Each partition's first offset received at or after ``moment`` (its end when none is), in the
     pipeline's topic or ``topic``."""

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
@@ -744,14 +745,32 @@ def test_without_the_write_token_a_job_through_the_service_writes_nothing(servic
     assert not (local_path(home.warehouse_uri) / "gold").exists()
 
 
-def _metastore_tables(env) -> dict[str, int]:
+def _metastore(env, **tls: str):
+    """A connection to the metastore's database as the service makes it: its JDBC URL's host, port,
+    database and TLS settings (``tls`` overrides the latter), its user and password."""
     import psycopg
 
-    url = env["LAKEHOUSE_METASTORE_URL"].removeprefix("jdbc:postgresql://")
-    host_port, database = url.split("/")
-    host, port = host_port.split(":")
+    url = urllib.parse.urlsplit(env["LAKEHOUSE_METASTORE_URL"].removeprefix("jdbc:"))
     login = {"user": env["LAKEHOUSE_METASTORE_USER"], "password": env["LAKEHOUSE_METASTORE_PASSWORD"]}
-    with psycopg.connect(host=host, port=int(port), dbname=database, **login) as connection:
+    settings = dict(urllib.parse.parse_qsl(url.query)) | tls
+    return psycopg.connect(host=url.hostname, port=url.port, dbname=url.path.strip("/"), **login, **settings)
+
+
+def test_the_metastore_takes_connections_over_tls_only_from_a_server_its_certificate_authority_signed(service):
+    import psycopg
+
+    env, _, _ = service
+    assert "sslmode=verify-full" in env["LAKEHOUSE_METASTORE_URL"]
+    with _metastore(env) as connection:
+        assert connection.execute("SELECT ssl FROM pg_stat_ssl WHERE pid = pg_backend_pid()").fetchone() == (True,)
+    with pytest.raises(psycopg.OperationalError, match="no pg_hba.conf entry .* no encryption"):
+        _metastore(env, sslmode="disable")
+    with pytest.raises(psycopg.OperationalError, match="certificate verify failed"):
+        _metastore(env, sslrootcert="/etc/ssl/certs/ca-certificates.crt")  # a server no CA of the system signed
+
+
+def _metastore_tables(env) -> dict[str, int]:
+    with _metastore(env) as connection:
         rows = connection.execute(
             'SELECT d."NAME", t."TBL_NAME", t."TBL_ID" FROM "TBLS" t JOIN "DBS" d ON d."DB_ID" = t."DB_ID" '
             "WHERE t.\"TBL_TYPE\" = 'EXTERNAL_TABLE'"

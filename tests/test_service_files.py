@@ -150,7 +150,7 @@ def test_a_kafka_broker_set_up_on_one_address_is_found_there_and_refuses_to_star
     files.folder.mkdir(parents=True)
     files.write_configuration(ELSEWHERE, 9092, 9093)
     properties = dict(line.split("=", 1) for line in files.properties.read_text().splitlines())
-    assert properties["listeners"] == f"SASL_PLAINTEXT://{ELSEWHERE}:9092,CONTROLLER://{ELSEWHERE}:9093"
+    assert properties["listeners"] == f"SASL_SSL://{ELSEWHERE}:9092,CONTROLLER://{ELSEWHERE}:9093"
     assert properties["controller.quorum.bootstrap.servers"] == f"{ELSEWHERE}:9093"
     with pytest.raises(LakehouseError, match=f"set up on {ELSEWHERE}: set LAKEHOUSE_BIND_ADDRESS={ELSEWHERE}$"):
         kafka.start(settings)
@@ -161,7 +161,11 @@ def test_the_kafka_broker_authenticates_every_client_and_grants_nothing_by_defau
     files.folder.mkdir()
     files.write_configuration("127.0.0.1", 9092, 9093)
     properties = dict(line.split("=", 1) for line in files.properties.read_text().splitlines())
-    assert properties["listener.security.protocol.map"] == "SASL_PLAINTEXT:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT"
+    assert properties["listener.security.protocol.map"] == "SASL_SSL:SASL_SSL,CONTROLLER:SASL_PLAINTEXT"
+    # Clients log in over TLS, to the key and certificate the home's authority issued the broker.
+    assert (properties["ssl.keystore.type"], properties["ssl.truststore.type"]) == ("PEM", "PEM")
+    assert properties["ssl.keystore.location"] == str(files.folder / "tls" / "broker.pem")
+    assert properties["ssl.truststore.location"] == str(files.folder / "tls" / "ca.crt")
     assert properties["sasl.enabled.mechanisms"] == "SCRAM-SHA-512"
     assert properties["authorizer.class.name"] == "org.apache.kafka.metadata.authorizer.StandardAuthorizer"
     assert (properties["allow.everyone.if.no.acl.found"], properties["super.users"]) == (
@@ -199,8 +203,21 @@ def test_a_client_takes_its_roles_principal_from_the_credentials_file_or_the_one
     assert kafka_auth.identity(settings, kafka_auth.producer("tolls")) == (kafka_auth.producer("tolls"), "p")
     as_reader = settings.replace(kafka_user=kafka_auth.READER)
     assert kafka_auth.identity(as_reader, kafka_auth.producer("tolls")) == (kafka_auth.READER, "r")
+    with pytest.raises(
+        LakehouseError, match=r"^no certificate authority for Kafka's TLS at .*tls/ca.crt: set LAKEHOUSE_KAFKA_CA"
+    ):
+        kafka_auth.spark_options(settings)
+    authority = tmp_path / "tls" / "ca.crt"  # beside the credentials file, as the broker's home has it
+    authority.parent.mkdir()
+    authority.write_text("a certificate")
     options = kafka_auth.spark_options(settings)
     assert options["kafka.sasl.jaas.config"].endswith(f'username="{kafka_auth.READER}" password="r";')
+    assert (options["kafka.security.protocol"], options["kafka.ssl.truststore.location"]) == (
+        "SASL_SSL",
+        str(authority),
+    )
+    elsewhere = settings.replace(kafka_ca=str(tmp_path / "ca.pem"))
+    assert elsewhere.kafka_ca_file() == tmp_path / "ca.pem"
     assert options["groupIdPrefix"].startswith(kafka_auth.GROUP_PREFIX)
     assert kafka_auth.identity(_settings(tmp_path), kafka_auth.READER) is None  # no file: no authentication
     assert "sasl.username" not in kafka_auth.client_config(_settings(tmp_path), kafka_auth.READER)

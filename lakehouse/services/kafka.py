@@ -17,8 +17,9 @@ from pathlib import Path
 
 from lakehouse.errors import LakehouseError
 from lakehouse.services import kafka_access
+from lakehouse.services.certificates import Authority
 from lakehouse.services.process import Detached, free_port, port_answers, read_json, refuse_taken, write_json
-from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK, PROJECT_ROOT, Settings
+from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK, PROJECT_ROOT, TLS_FOLDER, Settings
 from lakehouse.storage import kafka_auth
 
 KAFKA_VERSION = "4.1.1"
@@ -27,8 +28,9 @@ START_SECONDS = 120
 STOP_SECONDS = 30
 # Small on purpose: the broker shares two cores and the memory with Spark's JVMs.
 BROKER_HEAP = "-Xms128m -Xmx512m"
-# The listener clients reach, named after its protocol: SASL without TLS.
-CLIENT_LISTENER = "SASL_PLAINTEXT"
+# The listener clients reach, named after its protocol: SASL logins over TLS. The controller's
+# listener stays without TLS: only the broker itself, in the same process, connects to it.
+CLIENT_LISTENER = kafka_auth.PROTOCOL
 
 
 def broker_jars() -> list[str]:
@@ -107,6 +109,23 @@ class BrokerFiles:
         """The admin's password: generated once with the other principals' (lakehouse.storage.kafka_auth)."""
         return kafka_access.ensure_passwords(self.credentials, [kafka_auth.ADMIN])[kafka_auth.ADMIN]
 
+    @property
+    def authority(self) -> Authority:
+        return Authority(self.folder / TLS_FOLDER)
+
+    def tls(self, host: str) -> dict[str, str]:
+        """The client listener's key and certificate (issued for ``host`` and its names by the home's
+        authority, once), and the authority the broker's own connections to it check."""
+        pem = self.authority.folder / "broker.pem"
+        if not pem.is_file():
+            self.authority.issue(pem, host)
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": str(pem),
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": str(self.authority.certificate),
+        }
+
     def write_configuration(self, host: str, port: int, controller_port: int) -> None:
         data = self.folder / "data"
         lines = {
@@ -116,9 +135,10 @@ class BrokerFiles:
             "listeners": f"{CLIENT_LISTENER}://{host}:{port},CONTROLLER://{host}:{controller_port}",
             "advertised.listeners": f"{CLIENT_LISTENER}://{host}:{port}",
             "controller.listener.names": "CONTROLLER",
-            "listener.security.protocol.map": f"{CLIENT_LISTENER}:SASL_PLAINTEXT,CONTROLLER:SASL_PLAINTEXT",
+            "listener.security.protocol.map": f"{CLIENT_LISTENER}:{kafka_auth.PROTOCOL},CONTROLLER:SASL_PLAINTEXT",
             "inter.broker.listener.name": CLIENT_LISTENER,
             **_security(self.admin_password()),
+            **self.tls(host),
             "log.dirs": str(data),
             # One broker: every internal topic has one replica.
             "offsets.topic.replication.factor": "1",
@@ -219,6 +239,8 @@ def start(settings: Settings, wait_seconds: float = START_SECONDS) -> dict:
     if files.ports() is None or not (files.folder / "data" / "meta.properties").is_file():
         _format_storage(files, settings, jars)
     port, host = files.ports()["port"], files.host()
+    # Written again at each start: a home set up before TLS takes its clients over TLS from now on.
+    files.write_configuration(host, port, files.ports()["controller_port"])
     if settings.kafka_port and settings.kafka_port != port:
         raise LakehouseError(f"this home's broker was set up on port {port}: set LAKEHOUSE_KAFKA_PORT={port}")
     for taken in (port, files.ports()["controller_port"]):

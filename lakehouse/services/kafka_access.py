@@ -83,12 +83,14 @@ def _wait(futures, what: str) -> None:
 def grant(settings: Settings, bootstrap: str) -> dict:
     """The principals' credentials, ACLs and topics on the broker at ``bootstrap``, as its admin;
     idempotent. Returns what a client needs: the variables that point it at the broker and its
-    credentials file, and each role's principal."""
+    credentials file (the broker's certificate authority beside it), and each role's principal."""
     from confluent_kafka.admin import AdminClient, ScramCredentialInfo, ScramMechanism, UserScramCredentialUpsertion
 
     topics, credentials = project_topics(settings), settings.kafka_dir() / KAFKA_CREDENTIALS
     passwords = ensure_passwords(credentials, principals(topics))
-    as_admin = settings.replace(kafka_bootstrap=bootstrap, kafka_user="", kafka_password="", kafka_credentials="")
+    as_admin = settings.replace(
+        kafka_bootstrap=bootstrap, kafka_user="", kafka_password="", kafka_credentials="", kafka_ca=""
+    )
     admin = AdminClient(kafka_auth.client_config(as_admin, kafka_auth.ADMIN))
     scram = ScramCredentialInfo(ScramMechanism.SCRAM_SHA_512, SCRAM_ITERATIONS)
     upserts = [UserScramCredentialUpsertion(name, scram, passwords[name].encode()) for name in principals(topics)]
@@ -97,8 +99,10 @@ def grant(settings: Settings, bootstrap: str) -> dict:
     _wait(admin.create_acls([_acl_binding(*grant) for grant in acl_grants(names)]), "grant the ACLs")
     for topic in topics:
         create_topic(as_admin, topic, kafka_auth.ADMIN)
+    # The authority beside the credentials file is the one a client given that file trusts.
     return {
         "credentials": str(credentials),
+        "authority": str(as_admin.kafka_ca_file()),
         "variables": {"LAKEHOUSE_KAFKA_BOOTSTRAP": bootstrap, "LAKEHOUSE_KAFKA_CREDENTIALS": str(credentials)},
         "reader": kafka_auth.READER,
         "producers": {names[topic]: kafka_auth.producer(topic) for topic in topics},

@@ -8,7 +8,9 @@ stream, backfills, the archive and the audit). A client takes its principal from
 ``LAKEHOUSE_KAFKA_USER`` (its password from ``LAKEHOUSE_KAFKA_PASSWORD``, else from the credentials
 file) or, unset, the principal of its role from the credentials file
 (``LAKEHOUSE_KAFKA_CREDENTIALS``, by default the home's broker's); with neither, it connects without
-authentication, to a broker that asks for none.
+authentication, to a broker that asks for none. A client with credentials connects over TLS and
+checks the broker's certificate against the broker's authority (``LAKEHOUSE_KAFKA_CA``, by default
+``tls/ca.crt`` beside the credentials file), and the name it dials against the certificate's.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 
 MECHANISM = "SCRAM-SHA-512"
+# A client with credentials logs in over TLS: its password and the records never cross a network in clear.
+PROTOCOL = "SASL_SSL"
 ADMIN = "lakehouse-admin"
 READER = "lakehouse-reader"
 # Every consumer group of the platform starts with it (the reader's ACL on groups is this prefix):
@@ -80,12 +84,24 @@ def client_config(settings: Settings, principal: str) -> dict:
     if found:
         user, password = found
         config |= {
-            "security.protocol": "SASL_PLAINTEXT",
+            "security.protocol": PROTOCOL,
+            "ssl.ca.location": str(authority(settings)),
             "sasl.mechanism": MECHANISM,
             "sasl.username": user,
             "sasl.password": password,
         }
     return config
+
+
+def authority(settings: Settings) -> Path:
+    """The certificate authority a client with credentials checks the broker against."""
+    found = settings.kafka_ca_file()
+    if not found.is_file():
+        raise LakehouseError(
+            f"no certificate authority for Kafka's TLS at {found}: set LAKEHOUSE_KAFKA_CA to the file "
+            "`lakehouse kafka start` prints"
+        )
+    return found
 
 
 def connect(client_class, settings: Settings, principal: str, **config):
@@ -110,6 +126,13 @@ def refusal(settings: Settings, principal: str, errors: list) -> LakehouseError 
         return LakehouseError(
             f"Kafka at {settings.kafka_bootstrap} refused {_who(settings, principal)}: authentication failed "
             "(a wrong password, or no such user)"
+        )
+    if "_SSL" in codes:
+        failed = next(error for error in errors if error.name() == "_SSL")
+        return LakehouseError(
+            f"Kafka at {settings.kafka_bootstrap}: TLS failed ({failed.str().split(': ')[-1]}): the broker's "
+            f"certificate must be signed by the authority in {settings.kafka_ca_file()} (LAKEHOUSE_KAFKA_CA) and name "
+            "the host dialled"
         )
     if codes & {"_TRANSPORT", "_ALL_BROKERS_DOWN"} and identity(settings, principal) is None:
         return LakehouseError(
@@ -180,7 +203,9 @@ def spark_options(settings: Settings) -> dict[str, str]:
     found = identity(settings, READER)
     if found:
         options |= {
-            "kafka.security.protocol": "SASL_PLAINTEXT",
+            "kafka.security.protocol": PROTOCOL,
+            "kafka.ssl.truststore.type": "PEM",
+            "kafka.ssl.truststore.location": str(authority(settings)),
             "kafka.sasl.mechanism": MECHANISM,
             "kafka.sasl.jaas.config": jaas(*found),
         }
