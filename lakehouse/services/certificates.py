@@ -99,7 +99,8 @@ class Authority:
         self.certificate.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
 
     def issue(self, pem: Path, address: str) -> None:
-        """Write the server's key and certificate to ``pem`` (mode 600): for ``address`` and its names."""
+        """Write the server's key and certificate to ``pem`` (mode 600): for ``address`` (or a host's
+        name) and its names."""
         from cryptography import x509
         from cryptography.hazmat.primitives import hashes, serialization
         from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
@@ -108,8 +109,11 @@ class Authority:
         signer = serialization.load_pem_private_key((self.folder / AUTHORITY_KEY).read_bytes(), None)
         issuer = x509.load_pem_x509_certificate(self.certificate.read_bytes())
         key, now = _private_key(), datetime.datetime.now(datetime.UTC)
-        alternatives = [x509.IPAddress(ipaddress.ip_address(address))]
-        alternatives += [x509.DNSName(name) for name in names_of(address)]
+        try:
+            alternatives: list = [x509.IPAddress(ipaddress.ip_address(address))]
+        except ValueError:  # a listener given by its host's name
+            alternatives = [x509.DNSName(address)]
+        alternatives += [x509.DNSName(name) for name in names_of(address) if name != address]
         certificate = (
             x509.CertificateBuilder()
             .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, address)]))
