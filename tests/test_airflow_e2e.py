@@ -331,6 +331,7 @@ def test_a_thousand_wrong_passwords_for_one_name_are_refused_mostly_unchecked_an
     checked = [detail for status, detail in answers if status == 401]
     held_back = [json.loads(detail)["detail"] for status, detail in answers if status == 429]
     assert len(checked) + len(held_back) == GUESSES, Counter(status for status, _ in answers)
+    print(f"\nof {GUESSES} wrong passwords, {len(checked)} checked, {len(held_back)} refused unchecked")
     assert FREE <= len(checked) <= FREE + 5, len(checked)
     wait = re.compile(r"too many failed logins for user guessed in a row: the next is checked in \d+ s")
     assert all(wait.fullmatch(detail) for detail in held_back), held_back[:3]
