@@ -35,8 +35,9 @@ from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.services import deployment
+from lakehouse.services.spark_service import ServiceState, jdbc_url
 from lakehouse.serving.sql import format_rows
-from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK
+from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK, Settings
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
 from lakehouse.storage.log import LogWriter
@@ -350,7 +351,8 @@ def _query_from_the_analyst(loop: Loop, service: subprocess.Popen) -> str:
     login = loop.analyst_login()
     analyst = {**loop.host_env("analyst", **loop.job_settings()), **login}
     connect = _finished(_started(analyst, "analyst", "sql", SERVED, "--format", "csv"))
-    url = f"jdbc:hive2://spark-service:{loop.described.ports[DeployedService.SPARK_SERVICE]['thrift']}/default"
+    trust_store = ServiceState.of(Settings.from_env(loop.host_env("spark-service"))).authority.trust_store
+    url = jdbc_url("spark-service", loop.described.ports[DeployedService.SPARK_SERVICE]["thrift"], trust_store)
     credentials = ("-n", login["LAKEHOUSE_SQL_USER"], "-w", login["file"])
     jdbc = lakehouse(loop.env, "hosts", "run", "analyst", "--", *beeline_command(url, SERVED, *credentials)).stdout
     assert _beeline_rows(jdbc) == connect.splitlines(), jdbc

@@ -101,7 +101,8 @@ def test_a_spark_service_up_on_the_bind_address_is_up_there_and_named_there(tmp_
         files.write_ready(os.getpid(), [])
         report = status(settings)
     assert report["up"] and report["connect"] == f"sc://{ELSEWHERE}:{ports[0]}"
-    assert report["jdbc"] == f"jdbc:hive2://{ELSEWHERE}:{ports[1]}/default"
+    trust_store = files.authority.trust_store
+    assert report["jdbc"] == f"jdbc:hive2://{ELSEWHERE}:{ports[1]}/default;ssl=true;sslTrustStore={trust_store}"
 
 
 def test_the_cluster_daemons_bind_to_the_bind_address(tmp_path):
