@@ -278,10 +278,8 @@ def _cut_a_worker_while(loop: Loop, job: subprocess.Popen, driver_host: str) -> 
     """Once the job's driver (on ``driver_host``) has run a task on its executor on worker-1,
     worker-1 is cut off the network for CUT_SECONDS (`lakehouse hosts cut`), and the job still ends
     well. Prints when the job ended, from the cut's start."""
-    deadline, worker = time.monotonic() + 300, loop.addresses["worker-1"]
-    while time.monotonic() < deadline and job.poll() is None and not _tasks_ran_on(loop, driver_host, worker):
-        time.sleep(0.2)
-    assert job.poll() is None, "the job ended before it ran a task on worker-1"
+    worker = loop.addresses["worker-1"]
+    _await_while_it_runs(job, lambda: _tasks_ran_on(loop, driver_host, worker), "ran a task on worker-1")
     cutting = subprocess.Popen(
         [LAKEHOUSE, "hosts", "cut", "worker-1", "--seconds", str(CUT_SECONDS)], env=loop.env, stdout=subprocess.PIPE
     )
@@ -298,10 +296,8 @@ def _restart_kafka_while(loop: Loop, job: subprocess.Popen) -> None:
     """Once the job's application runs on the cluster, the kafka host restarts: its broker is
     SIGKILLed, as a host's power cut ends it, and started again from its own storage; the job still
     ends well. Prints how long the broker was down and when the job ended."""
-    deadline, master = time.monotonic() + 300, _master_web_ui(loop)
-    while time.monotonic() < deadline and job.poll() is None and not _master_state(master)["activeapps"]:
-        time.sleep(0.2)
-    assert job.poll() is None, "the job ended before its application ran"
+    master = _master_web_ui(loop)
+    _await_while_it_runs(job, lambda: _master_state(master)["activeapps"], "its application ran")
     broker = int((loop.home("kafka") / "kafka" / "broker.pid").read_text())
     os.kill(broker, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -311,6 +307,15 @@ def _restart_kafka_while(loop: Loop, job: subprocess.Popen) -> None:
     _finished(job)
     ended = time.monotonic() - killed_at
     print(f"\nthe broker was down {down:.0f} s while the stream read; the stream ended {ended:.0f} s after the kill")
+
+
+def _await_while_it_runs(job: subprocess.Popen, happened, what: str, seconds: float = 300) -> None:
+    """Wait, at most ``seconds``, until ``happened()`` while ``job`` still runs: a fault is made on a
+    job at work, never on one that has ended."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and job.poll() is None and not happened():
+        time.sleep(0.2)
+    assert job.poll() is None, f"the job ended before it {what}"
 
 
 def _tasks_ran_on(loop: Loop, driver_host: str, worker: str) -> bool:
