@@ -35,8 +35,9 @@ from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.services import deployment
+from lakehouse.services.spark_service import ServiceState, jdbc_url
 from lakehouse.serving.sql import format_rows
-from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK
+from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK, Settings
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
 from lakehouse.storage.kafka_log import KafkaLogWriter
 from lakehouse.storage.log import LogWriter
@@ -230,7 +231,10 @@ def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_vi
         loop.reach_the_bucket(spark)
         on_hosts = loop.machine_settings()
         service = _run_the_jobs(spark, loop, embedded_audit)
-        assert _query_from_the_analyst(loop, service) == format_rows(SERVED_COLUMNS, expected, "csv")
+        analyst = {**loop.host_env("analyst", **loop.job_settings()), **loop.analyst_login()}
+        assert _query_from_the_analyst(loop, service, analyst) == format_rows(SERVED_COLUMNS, expected, "csv")
+        if ALL_HOST_FAULTS:
+            _restart_the_service_host(loop, analyst, format_rows(SERVED_COLUMNS, expected, "csv"))
         assert Auditor(spark, on_hosts, PIPELINE).reconcile(start, end, target="serving", record=False).ok
         for table in (TABLES.bronze, TABLES.quarantine, TABLES.speed, TABLES.batch, TABLES.panes):
             drop = {"source_file", "emitted_at"}
@@ -242,6 +246,12 @@ def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_vi
         removed = json.loads(lakehouse(env, "hosts", "down").stdout.removeprefix("hosts down: removed "))
         assert removed["processes"] >= len(pids) and removed["namespaces"] == len(described.hosts), removed
         assert leftovers(described.prefix) == [] and not any(running(pid) for pid in pids)
+
+
+# The service answers from its own driver: on the cluster it would hold every core (a standalone
+# application takes all unless capped), and the jobs would wait. Exact answers: it starts before the
+# jobs' last commits, which its SQL would otherwise see up to 2 s late.
+SERVICE_SETTINGS = {"LAKEHOUSE_SPARK_MASTER": "local[2]", "LAKEHOUSE_SQL_STALENESS": "0s"}
 
 
 def _run_the_jobs(spark, loop: Loop, embedded_audit) -> subprocess.Popen:
@@ -261,10 +271,7 @@ def _run_the_jobs(spark, loop: Loop, embedded_audit) -> subprocess.Popen:
     if ALL_HOST_FAULTS:
         _restart_kafka_while(loop, restarted)
     _finished(restarted)
-    # The service answers from its own driver: on the cluster it would hold every core (a standalone
-    # application takes all unless capped), and the jobs would wait. Exact answers: it starts before
-    # the jobs' last commits, which its SQL would otherwise see up to 2 s late.
-    service = loop.start("spark-service", "serve", LAKEHOUSE_SPARK_MASTER="local[2]", LAKEHOUSE_SQL_STALENESS="0s")
+    service = loop.start("spark-service", "serve", **SERVICE_SETTINGS)
     _check_kafka_audit(spark, settings, embedded_audit)
     loop.on("stream", "stream", "--available-now")
     backfill = loop.start("airflow", "backfill", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--source=log")
@@ -277,10 +284,8 @@ def _cut_a_worker_while(loop: Loop, job: subprocess.Popen, driver_host: str) -> 
     """Once the job's driver (on ``driver_host``) has run a task on its executor on worker-1,
     worker-1 is cut off the network for CUT_SECONDS (`lakehouse hosts cut`), and the job still ends
     well. Prints when the job ended, from the cut's start."""
-    deadline, worker = time.monotonic() + 300, loop.addresses["worker-1"]
-    while time.monotonic() < deadline and job.poll() is None and not _tasks_ran_on(loop, driver_host, worker):
-        time.sleep(0.2)
-    assert job.poll() is None, "the job ended before it ran a task on worker-1"
+    worker = loop.addresses["worker-1"]
+    _await_while_it_runs(job, lambda: _tasks_ran_on(loop, driver_host, worker), "ran a task on worker-1")
     cutting = subprocess.Popen(
         [LAKEHOUSE, "hosts", "cut", "worker-1", "--seconds", str(CUT_SECONDS)], env=loop.env, stdout=subprocess.PIPE
     )
@@ -297,10 +302,8 @@ def _restart_kafka_while(loop: Loop, job: subprocess.Popen) -> None:
     """Once the job's application runs on the cluster, the kafka host restarts: its broker is
     SIGKILLed, as a host's power cut ends it, and started again from its own storage; the job still
     ends well. Prints how long the broker was down and when the job ended."""
-    deadline, master = time.monotonic() + 300, _master_web_ui(loop)
-    while time.monotonic() < deadline and job.poll() is None and not _master_state(master)["activeapps"]:
-        time.sleep(0.2)
-    assert job.poll() is None, "the job ended before its application ran"
+    master = _master_web_ui(loop)
+    _await_while_it_runs(job, lambda: _master_state(master)["activeapps"], "its application ran")
     broker = int((loop.home("kafka") / "kafka" / "broker.pid").read_text())
     os.kill(broker, signal.SIGKILL)
     killed_at = time.monotonic()
@@ -310,6 +313,15 @@ def _restart_kafka_while(loop: Loop, job: subprocess.Popen) -> None:
     _finished(job)
     ended = time.monotonic() - killed_at
     print(f"\nthe broker was down {down:.0f} s while the stream read; the stream ended {ended:.0f} s after the kill")
+
+
+def _await_while_it_runs(job: subprocess.Popen, happened, what: str, seconds: float = 300) -> None:
+    """Wait, at most ``seconds``, until ``happened()`` while ``job`` still runs: a fault is made on a
+    job at work, never on one that has ended."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and job.poll() is None and not happened():
+        time.sleep(0.2)
+    assert job.poll() is None, f"the job ended before it {what}"
 
 
 def _tasks_ran_on(loop: Loop, driver_host: str, worker: str) -> bool:
@@ -342,19 +354,38 @@ def _master_state(master: str) -> dict:
         return json.loads(response.read())
 
 
-def _query_from_the_analyst(loop: Loop, service: subprocess.Popen) -> str:
+def _query_from_the_analyst(loop: Loop, service: subprocess.Popen, analyst: dict[str, str]) -> str:
     """The serving view from the analyst host, through the Spark service on the spark-service host
     once it is up: over Spark Connect (`lakehouse sql`, sent to the service by `hosts run`'s
-    LAKEHOUSE_SQL_ROUTE) and over JDBC (beeline), the same rows; as CSV."""
+    LAKEHOUSE_SQL_ROUTE) and over JDBC (beeline, over TLS), the same rows; as CSV."""
     assert json.loads(_finished(service))["up"]
-    login = loop.analyst_login()
-    analyst = {**loop.host_env("analyst", **loop.job_settings()), **login}
     connect = _finished(_started(analyst, "analyst", "sql", SERVED, "--format", "csv"))
-    url = f"jdbc:hive2://spark-service:{loop.described.ports[DeployedService.SPARK_SERVICE]['thrift']}/default"
-    credentials = ("-n", login["LAKEHOUSE_SQL_USER"], "-w", login["file"])
+    trust_store = ServiceState.of(Settings.from_env(loop.host_env("spark-service"))).authority.trust_store
+    url = jdbc_url("spark-service", loop.described.ports[DeployedService.SPARK_SERVICE]["thrift"], trust_store)
+    credentials = ("-n", analyst["LAKEHOUSE_SQL_USER"], "-w", analyst["file"])
     jdbc = lakehouse(loop.env, "hosts", "run", "analyst", "--", *beeline_command(url, SERVED, *credentials)).stdout
     assert _beeline_rows(jdbc) == connect.splitlines(), jdbc
     return connect
+
+
+def _restart_the_service_host(loop: Loop, analyst: dict[str, str], answer: str) -> None:
+    """The spark-service host restarts: the service's processes are SIGKILLed, as a power cut ends
+    them, and the host's boot starts the service again as the loop first did. The analyst asking
+    meanwhile gets one line; once it is up, the same answer, with nothing done by hand on either
+    side. Prints the line and how long the service was gone."""
+    files = ServiceState.of(Settings.from_env(loop.host_env("spark-service")))
+    os.killpg(int(files.process.pid_file.read_text()), signal.SIGKILL)
+    killed_at = time.monotonic()
+    asked = _started(analyst, "analyst", "sql", SERVED, "--format", "csv")
+    out, err = asked.communicate(timeout=300)
+    said = [line for line in err.splitlines() if line.strip()]
+    assert asked.returncode != 0 and not out and len(said) == 1, err[-3000:]
+    assert said[0].startswith("lakehouse: error: the Spark service does not answer"), said
+    assert json.loads(_finished(loop.start("spark-service", "serve", **SERVICE_SETTINGS)))["up"]
+    gone = time.monotonic() - killed_at
+    assert _finished(_started(analyst, "analyst", "sql", SERVED, "--format", "csv")) == answer
+    print(f"\nthe spark-service host restarted; meanwhile the analyst read: {said[0]}")
+    print(f"it answered again {gone:.0f} s after the kill")
 
 
 def _beeline_rows(out: str) -> list[str]:

@@ -7,7 +7,7 @@ import ssl
 
 from cryptography import x509
 
-from lakehouse.services.certificates import AUTHORITY_KEY, Authority, names_of
+from lakehouse.services.certificates import AUTHORITY_KEY, Authority, java_key_store, names_of
 
 
 def test_the_authority_issues_a_certificate_for_the_address_and_its_names_that_tls_clients_accept(tmp_path):
@@ -42,3 +42,22 @@ def test_the_authority_is_made_once_and_signs_every_later_certificate(tmp_path):
     assert authority.certificate.read_bytes() == first
     signer = x509.load_pem_x509_certificate(first)
     x509.load_pem_x509_certificate((tmp_path / "b.pem").read_bytes()).verify_directly_issued_by(signer)
+
+
+def test_java_servers_get_the_pair_as_a_pkcs12_key_store_and_clients_the_authority_as_a_trust_store(tmp_path):
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    authority = Authority(tmp_path / "tls")
+    pem, store = tmp_path / "server.pem", tmp_path / "server.p12"
+    authority.issue(pem, "127.0.0.1")
+    java_key_store(pem, store, "the password")
+    authority.write_trust_store()
+
+    held = pkcs12.load_pkcs12(store.read_bytes(), b"the password")
+    assert held.cert.certificate == x509.load_pem_x509_certificate(pem.read_bytes()) and held.key is not None
+    assert oct(store.stat().st_mode & 0o777) == "0o600"
+    trusted = pkcs12.load_pkcs12(authority.trust_store.read_bytes(), None)  # no password: nothing secret in it
+    assert held.key is not None and trusted.key is None
+    assert [entry.certificate for entry in trusted.additional_certs] == [
+        x509.load_pem_x509_certificate(authority.certificate.read_bytes())
+    ]

@@ -26,7 +26,9 @@ from lakehouse.eventtime import parse_duration
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.location import local_path
-from lakehouse.settings import Settings
+from lakehouse.services.certificates import Authority
+from lakehouse.services.spark_service import ServiceState, jdbc_url
+from lakehouse.settings import LOOPBACK, Settings
 from lakehouse.storage.catalog import CORRECTIONS, DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
 from lakehouse.storage.ops_tables import read_rows
 from lakehouse.vocabulary import JOBS_USER, QueryOutcome, Role, SqlEndpoint
@@ -119,6 +121,12 @@ def connect_client(env) -> tuple[str, dict[str, str]]:
     return f"sc://localhost:{env['LAKEHOUSE_CONNECT_PORT']}", {**env, **login}
 
 
+def jdbc(env) -> str:
+    """The service's JDBC URL on this machine: over TLS, trusting the authority in its home alone."""
+    trust_store = ServiceState.of(Settings.from_env(env)).authority.trust_store
+    return jdbc_url(LOOPBACK, int(env["LAKEHOUSE_THRIFT_PORT"]), trust_store)
+
+
 def connect_line(env, url: str) -> str:
     """beeline's !connect as the analyst, for a script file (a password there is in no command line)."""
     return f"!connect {url} {env['LAKEHOUSE_SQL_USER']} {env['LAKEHOUSE_SQL_PASSWORD']}"
@@ -133,7 +141,7 @@ def lakehouse(env, *args, timeout=180) -> subprocess.CompletedProcess:
 def beeline(env, statement: str, *options: str, login: bool = True) -> subprocess.CompletedProcess:
     """A fresh JDBC client on this machine, logged in as the analyst, its password read from a file
     (-w), not the command line."""
-    url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    url = jdbc(env)
     credentials = ["-n", env["LAKEHOUSE_SQL_USER"], "-w", env["TEST_PASSWORD_FILE"]] if login else []
     command = beeline_command(url, statement, *credentials, *options)
     return subprocess.run(command, capture_output=True, text=True, timeout=120)
@@ -152,7 +160,7 @@ def test_status_reports_both_endpoints_and_the_metastore(service):
     report = json.loads(out.stdout)
     assert out.returncode == 0 and report["up"] is True
     assert report["connect"] == f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"
-    assert report["jdbc"] == f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    assert report["jdbc"] == jdbc(env)
     assert report["catalog"] == "metastore"
 
 
@@ -343,7 +351,7 @@ def test_a_jdbc_client_reads_a_delta_table_by_path_only_when_the_lakehouse_holds
 
 def test_a_jdbc_url_sets_only_the_settings_a_read_only_session_may_set(service, tmp_path):
     env, _, _ = service
-    url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    url = jdbc(env)
     plugin = "spark.sql.catalog.evil=org.apache.spark.sql.delta.catalog.DeltaCatalog"
     script = tmp_path / "connections.sql"
     # A URL's hive confs follow ?, its hive variables #: the Thrift server would set both in the session.
@@ -377,7 +385,7 @@ def _refused_logins(lines: list[dict], endpoint: str) -> set[str]:
 
 def test_jdbc_refuses_a_login_without_the_users_own_password_and_logs_each_refusal(service, tmp_path):
     env, settings, _ = service
-    url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    url = jdbc(env)
     analysts = env["LAKEHOUSE_SQL_PASSWORD"]
     versions, logged = _versions(settings), len(_query_log(settings))
     script = tmp_path / "logins.sql"
@@ -405,7 +413,7 @@ def test_an_open_jdbc_session_ends_with_its_users_removal_and_the_refusal_is_log
     env, settings, _ = service
     added = lakehouse(env, "users", "add", "leaving")
     assert added.returncode == 0, added.stderr
-    url = f"jdbc:hive2://127.0.0.1:{env['LAKEHOUSE_THRIFT_PORT']}/default"
+    url = jdbc(env)
     home = f"LAKEHOUSE_HOME={env['LAKEHOUSE_HOME']}"
     remove = shlex.join(["env", home, sys.executable, "-m", "lakehouse.cli", "users", "remove", "leaving"])
     script = tmp_path / "leaving.sql"
@@ -767,6 +775,34 @@ def test_the_metastore_takes_connections_over_tls_only_from_a_server_its_certifi
         _metastore(env, sslmode="disable")
     with pytest.raises(psycopg.OperationalError, match="certificate verify failed"):
         _metastore(env, sslrootcert="/etc/ssl/certs/ca-certificates.crt")  # a server no CA of the system signed
+
+
+def test_jdbc_takes_connections_over_tls_only_from_a_server_its_certificate_authority_signed(service, tmp_path):
+    import ssl
+
+    env, settings, _ = service
+    port, versions, logged = int(env["LAKEHOUSE_THRIFT_PORT"]), _versions(settings), len(_query_log(settings))
+    authority = ServiceState.of(settings).authority
+    trusting = ssl.create_default_context(cafile=authority.certificate)
+    with socket.create_connection((LOOPBACK, port)) as raw, trusting.wrap_socket(raw, server_hostname=LOOPBACK) as tls:
+        assert tls.version() in {"TLSv1.2", "TLSv1.3"}  # the certificate names the address, signed by the authority
+    elsewhere = Authority(tmp_path / "elsewhere")
+    elsewhere.write_trust_store()
+    login = ("-n", env["LAKEHOUSE_SQL_USER"], "-w", env["TEST_PASSWORD_FILE"])
+    plain = beeline_command(f"jdbc:hive2://{LOOPBACK}:{port}/default", "SELECT 1 AS one", *login)
+    foreign = beeline_command(jdbc_url(LOOPBACK, port, elsewhere.trust_store), "SELECT 1 AS one", *login)
+
+    refused = [subprocess.run(command, capture_output=True, text=True, timeout=120) for command in (plain, foreign)]
+
+    print(*(out.stdout[-600:] + out.stderr[-600:] for out in refused), sep="\n")
+    assert not any(csv_rows(out) for out in refused)
+    said = [out.stdout + out.stderr for out in refused]
+    assert all("Could not open client transport" in text for text in said), said
+    assert "SSLHandshakeException: PKIX path validation failed" in said[1], said[1]
+    assert csv_rows(beeline(env, "SELECT 1 AS one")) == ["one", "1"]  # over TLS, trusting the service's authority
+    # Neither reached a login: each ended at the handshake, before a password was sent.
+    assert not [line for line in _query_log(settings)[logged:] if line["outcome"] == QueryOutcome.REFUSED]
+    assert _versions(settings) == versions
 
 
 def _metastore_tables(env) -> dict[str, int]:

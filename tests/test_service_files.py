@@ -101,7 +101,8 @@ def test_a_spark_service_up_on_the_bind_address_is_up_there_and_named_there(tmp_
         files.write_ready(os.getpid(), [])
         report = status(settings)
     assert report["up"] and report["connect"] == f"sc://{ELSEWHERE}:{ports[0]}"
-    assert report["jdbc"] == f"jdbc:hive2://{ELSEWHERE}:{ports[1]}/default"
+    trust_store = files.authority.trust_store
+    assert report["jdbc"] == f"jdbc:hive2://{ELSEWHERE}:{ports[1]}/default;ssl=true;sslTrustStore={trust_store}"
 
 
 def test_the_cluster_daemons_bind_to_the_bind_address(tmp_path):
@@ -312,6 +313,30 @@ def test_lakehouse_sql_through_a_service_asks_for_a_user_and_password_before_con
 
     with pytest.raises(LakehouseError, match="set LAKEHOUSE_SQL_USER and LAKEHOUSE_SQL_PASSWORD"):
         _sql_session(settings)
+
+
+def test_lakehouse_sql_to_a_service_that_does_not_answer_ends_in_one_line_naming_the_address(tmp_path):
+    """What an analyst meets while the service's host restarts: no ten minutes of silent retries,
+    no stack, one line with the address tried."""
+    import subprocess
+    import sys
+
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]  # bound, never listening: refused
+        env = {**os.environ, "LAKEHOUSE_HOME": str(tmp_path), "LAKEHOUSE_SQL_ROUTE": f"sc://127.0.0.1:{port}"}
+        env |= {"LAKEHOUSE_SQL_USER": "alice", "LAKEHOUSE_SQL_PASSWORD": "s3cret"}
+        out = subprocess.run(
+            [sys.executable, "-m", "lakehouse.cli", "sql", "SELECT 1"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.count("\n") == 1 and "the Spark service does not answer" in out.stderr, out.stderr
+    assert f"127.0.0.1:{port}" in out.stderr and "Connection refused" in out.stderr
 
 
 def test_a_connect_login_sends_its_token_as_call_credentials_on_loopback_and_as_a_header_elsewhere():

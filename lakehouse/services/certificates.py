@@ -4,7 +4,9 @@ trust that authority alone (they check the name they dial, as TLS does by defaul
 
 The authority's key never leaves its folder (mode 700) and signs nothing but the service's
 certificate; its certificate is what a client is given (``AUTHORITY_CERTIFICATE``). The server's key and
-certificate go to one PEM file, the form Kafka's PEM key store reads.
+certificate go to one PEM file, the form Kafka's PEM key store reads; Java servers that read only
+key stores (the Thrift server's HiveServer2) get them as PKCS12, and Java clients the authority as a
+PKCS12 trust store (``TRUST_STORE``).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from pathlib import Path
 from lakehouse.settings import AUTHORITY_CERTIFICATE
 
 AUTHORITY_KEY = "ca.key"
+TRUST_STORE = "truststore.p12"
 VALID_DAYS = 3650
 
 
@@ -98,6 +101,26 @@ class Authority:
         _write_private(self.folder / AUTHORITY_KEY, _pem_key(key))
         self.certificate.write_bytes(certificate.public_bytes(serialization.Encoding.PEM))
 
+    @property
+    def trust_store(self) -> Path:
+        return self.folder / TRUST_STORE
+
+    def write_trust_store(self) -> None:
+        """The authority's certificate as a Java trust store: PKCS12 with no password, as it holds
+        nothing secret (Java's JKS key stores read PKCS12 files, with or without one)."""
+        from cryptography import x509
+        from cryptography.hazmat.primitives import serialization
+        from cryptography.hazmat.primitives.serialization import pkcs12
+
+        self.ensure()
+        authority = pkcs12.PKCS12Certificate(
+            x509.load_pem_x509_certificate(self.certificate.read_bytes()), b"lakehouse"
+        )
+        stored = pkcs12.serialize_java_truststore([authority], serialization.NoEncryption())
+        partial = self.trust_store.with_suffix(f".{os.getpid()}.partial")
+        partial.write_bytes(stored)
+        partial.replace(self.trust_store)  # a client reading it meanwhile reads the old one or the new
+
     def issue(self, pem: Path, address: str) -> None:
         """Write the server's key and certificate to ``pem`` (mode 600): for ``address`` (or a host's
         name) and its names."""
@@ -127,6 +150,20 @@ class Authority:
             .sign(signer, hashes.SHA256())
         )
         _write_private(pem, _pem_key(key) + certificate.public_bytes(serialization.Encoding.PEM))
+
+
+def java_key_store(pem: Path, store: Path, password: str) -> None:
+    """The key and certificate of ``pem`` as a PKCS12 key store at ``store`` (mode 600), under
+    ``password``."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.serialization import pkcs12
+
+    content = pem.read_bytes()
+    key = serialization.load_pem_private_key(content, None)
+    certificate = x509.load_pem_x509_certificate(content[content.index(b"-----BEGIN CERTIFICATE") :])
+    encryption = serialization.BestAvailableEncryption(password.encode())
+    _write_private(store, pkcs12.serialize_key_and_certificates(b"server", key, certificate, None, encryption))
 
 
 def main(arguments: list[str]) -> int:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 from lakehouse.errors import LakehouseError
+from lakehouse.services.certificates import Authority
 from lakehouse.services.process import (
     Detached,
     free_port,
@@ -23,7 +24,7 @@ from lakehouse.services.process import (
     wait_until_up,
     write_json,
 )
-from lakehouse.settings import LOOPBACK, Settings
+from lakehouse.settings import LOOPBACK, TLS_FOLDER, Settings
 from lakehouse.vocabulary import SqlRoute
 
 METASTORE_DRIVER = "org.postgresql:postgresql:42.7.14"
@@ -73,6 +74,11 @@ class ServiceState:
     def log(self) -> Path:
         return self.folder / "server.log"
 
+    @property
+    def authority(self) -> Authority:
+        """The authority that signs the Thrift endpoint's certificate; JDBC clients trust it alone."""
+        return Authority(self.folder / TLS_FOLDER)
+
     def write_ready(self, pid: int, tables: list[str]) -> None:
         ports = {"connect_port": self.connect_port, "thrift_port": self.thrift_port}
         state = {"pid": pid, "host": self.host, **ports, "tables": tables}
@@ -86,11 +92,17 @@ class ServiceState:
             (self.folder / name).unlink(missing_ok=True)
 
 
-def endpoints(state: dict) -> dict[str, str]:
+def jdbc_url(host: str, port: int, trust_store: Path) -> str:
+    """The Thrift endpoint's JDBC URL: over TLS, the server's certificate checked against the trust
+    store (the service's authority) and its name against ``host``, as the Hive JDBC driver does."""
+    return f"jdbc:hive2://{host}:{port}/default;ssl=true;sslTrustStore={trust_store}"
+
+
+def endpoints(state: dict, trust_store: Path) -> dict[str, str]:
     host = state.get("host", LOOPBACK)  # a state written before the address was a setting: loopback
     return {
         "connect": f"sc://{host}:{state['connect_port']}",
-        "jdbc": f"jdbc:hive2://{host}:{state['thrift_port']}/default",
+        "jdbc": jdbc_url(host, state["thrift_port"], trust_store),
     }
 
 
@@ -105,7 +117,7 @@ def status(settings: Settings) -> dict:
         )
     )
     if report["up"]:
-        report |= endpoints(ready) | {"tables": len(ready["tables"])}
+        report |= endpoints(ready, files.authority.trust_store) | {"tables": len(ready["tables"])}
         report["catalog"] = "metastore" if settings.metastore_url else "in memory"
     return report
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from xml.sax.saxutils import escape
 
 from lakehouse.eventtime import parse_duration
+from lakehouse.services.certificates import java_key_store
 from lakehouse.services.spark_service import ServiceState, delta_class_path, metastore_driver_jar
 from lakehouse.serving.batch_cache import BatchCache
 from lakehouse.serving.query_log import query_log_dir, register_query_log
@@ -237,6 +238,19 @@ def _new_write_token(settings: Settings) -> str:
     return token
 
 
+def thrift_key_store(settings: Settings) -> tuple[str, str]:
+    """The Thrift endpoint's key store and its password, made anew at each start: a certificate for
+    the service's address (and that address's names) from the service home's authority, beside the
+    trust store JDBC clients are given. The password is random and lives in this process alone."""
+    authority = ServiceState.of(settings).authority
+    pem = authority.folder / "thrift.pem"
+    authority.issue(pem, settings.bind_address)
+    authority.write_trust_store()
+    store, password = authority.folder / "thrift.p12", secrets.token_urlsafe(24)
+    java_key_store(pem, store, password)
+    return str(store), password
+
+
 def serve(settings: Settings) -> None:
     """Start both endpoints, say so in the state file, and keep the catalog current until SIGTERM."""
     from lakehouse.storage.spark import build_spark_session
@@ -257,8 +271,8 @@ def serve(settings: Settings) -> None:
     registrar = Registrar(spark, settings)
     kept = set(registrar.registered)
     added = registrar.register_new()
-    # Spark's Thrift server, whose sessions open only with the settings a read-only session may have.
-    thrift = spark._jvm.lakehouse.serving.ReadOnlyThriftServer.start(spark._jsparkSession)
+    # Spark's Thrift server, over TLS, whose sessions open only with the settings a read-only session may have.
+    thrift = spark._jvm.lakehouse.serving.ReadOnlyThriftServer.start(spark._jsparkSession, *thrift_key_store(settings))
     stopping = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopping.set())
     signal.signal(signal.SIGINT, lambda *_: stopping.set())

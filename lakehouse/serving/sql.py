@@ -6,6 +6,7 @@ import contextlib
 import csv
 import io
 import json
+import re
 from datetime import date, datetime
 from decimal import Decimal
 
@@ -109,7 +110,22 @@ def _sql_error(error: Exception) -> Exception:
     refused = refusal(error)
     if refused is not None:
         return refused
+    unanswered = _unanswered(error)
+    if unanswered is not None:
+        return unanswered
     if isinstance(error, (PySparkException, Py4JJavaError)):  # analysis, parse and runtime errors alike
         text = str(error).strip()
         return LakehouseError(f"SQL error: {text.splitlines()[0] if text else type(error).__name__}")
     return error
+
+
+def _unanswered(error: Exception) -> LakehouseError | None:
+    """The one line for a Spark service that did not answer (gRPC's UNAVAILABLE: down, restarting,
+    or unreachable), naming the address the client tried; None for any other error."""
+    from pyspark.errors.exceptions.connect import SparkConnectGrpcException
+
+    if not isinstance(error, SparkConnectGrpcException) or error.getGrpcStatusCode().name != "UNAVAILABLE":
+        return None
+    details = re.search(r'details = "([^"]*)"', str(error))
+    said = details.group(1) if details else str(error).strip().splitlines()[0]
+    return LakehouseError(f"the Spark service does not answer ({said}): it is down or restarting; try again shortly")

@@ -277,7 +277,7 @@ def connect_builder(url: str, user: str, token: str):
 
     On loopback the token goes as the client's call credentials; to another host, where the client
     would insist on TLS the service does not have, as the same ``authorization`` header on a plain
-    channel: in clear on that network, as a JDBC client's password is (docs/operations.md)."""
+    channel: in clear on that network, which Spark's Connect server cannot encrypt (docs/operations.md)."""
     from pyspark.sql.connect.client import DefaultChannelBuilder
     from pyspark.sql.connect.session import SparkSession as ConnectSession
 

@@ -34,18 +34,26 @@ import org.apache.spark.sql.hive.thriftserver.HiveThriftServer2$;
  * #start} is Spark's HiveThriftServer2.startWithSparkSession(session, false), with the endpoint
  * replaced by a {@link ThriftGate} between init and start, before the port is open. (Spark's session
  * manager cannot be the one replaced: it sets its own fields by reflection on its superclass.)
+ *
+ * <p>The endpoint speaks TLS only, with the key store the driver made at its start: a client's
+ * password and rows never cross the network in clear.
  */
 public final class ReadOnlyThriftServer {
   private ReadOnlyThriftServer() {}
 
-  /** The Thrift server of {@code session}'s JVM, started, its sessions judged as they open. */
-  public static HiveThriftServer2 start(SparkSession session) throws ReflectiveOperationException {
+  /**
+   * The Thrift server of {@code session}'s JVM, started, its sessions judged as they open, its
+   * connections over TLS with the key and certificate of the PKCS12 {@code keyStore}.
+   */
+  public static HiveThriftServer2 start(SparkSession session, String keyStore, String keyStorePassword)
+      throws ReflectiveOperationException {
     HiveThriftServer2$ servers = HiveThriftServer2$.MODULE$;
     servers.systemExitOnError().set(false);
     HiveClientImpl hive =
         HiveUtils$.MODULE$.newClientForExecution(session.sparkContext().conf(), session.sessionState().newHadoopConf());
     ServerUtils.cleanUpScratchDir(hive.conf());
     authenticate(hive.conf());
+    encrypt(hive.conf(), keyStore, keyStorePassword);
     HiveThriftServer2 server = new HiveThriftServer2(session);
     server.init(hive.conf());
     gateEndpoint(server, hive.conf());
@@ -67,6 +75,16 @@ public final class ReadOnlyThriftServer {
     System.setProperty(HiveConf.ConfVars.HIVE_SERVER2_CUSTOM_AUTHENTICATION_CLASS.varname, provider);
     conf.setVar(HiveConf.ConfVars.HIVE_SERVER2_CUSTOM_AUTHENTICATION_CLASS, provider);
     conf.setVar(HiveConf.ConfVars.HIVE_SERVER2_AUTHENTICATION, "CUSTOM");
+  }
+
+  /**
+   * TLS on the binary endpoint (HiveServer2 opens an SSL server socket). The key store's password
+   * is set in this JVM's conf only: it is in no command line and no file.
+   */
+  private static void encrypt(HiveConf conf, String keyStore, String keyStorePassword) {
+    conf.setBoolVar(HiveConf.ConfVars.HIVE_SERVER2_USE_SSL, true);
+    conf.setVar(HiveConf.ConfVars.HIVE_SERVER2_SSL_KEYSTORE_PATH, keyStore);
+    conf.setVar(HiveConf.ConfVars.HIVE_SERVER2_SSL_KEYSTORE_PASSWORD, keyStorePassword);
   }
 
   /** Put a {@link ThriftGate} where the server (inited, not started) keeps its Thrift endpoint. */
