@@ -19,6 +19,7 @@ from lakehouse.services.kafka import KAFKA_VERSION, BrokerFiles, new_cluster_id
 from lakehouse.settings import PROJECT_ROOT, Settings, environment_variables
 from lakehouse.storage import commits
 from lakehouse.vocabulary import DeployedService, S3Commits
+from tests.conftest import make_settings
 
 COMPOSE_FILE = PROJECT_ROOT / "docker" / "compose.yaml"
 COMPOSE = yaml.safe_load(COMPOSE_FILE.read_text())
@@ -186,9 +187,39 @@ def test_the_described_ports_are_those_the_services_start_on_by_default():
         DeployedService.PROMETHEUS: {"web": defaults.prometheus_port},
         DeployedService.ALERTMANAGER: {"web": defaults.alertmanager_port},
     }
-    assert {service: dict(ports) for service, ports in DEPLOYMENT.ports.items() if ports} == started_on
+    # The one port whose one-machine default is any free one: the stream's metrics endpoint, told its
+    # described port on its host (and Prometheus told where to find it, below).
+    assert defaults.metrics_port == "0" and set(DEPLOYMENT.ports[DeployedService.SPEED_LAYER]) == {"metrics"}
+    described = {service: dict(ports) for service, ports in DEPLOYMENT.ports.items() if ports}
+    assert {service: ports for service, ports in described.items() if service != DeployedService.SPEED_LAYER} == started_on
     assert set(DEPLOYMENT.ports) == set(DeployedService)
     assert defaults.bind_address == "127.0.0.1"  # one machine: every service on loopback
+
+
+def test_the_monitor_hosts_prometheus_scrapes_the_stream_at_its_described_port_in_both_deployments(tmp_path):
+    """`lakehouse prometheus start` on the monitor host, told by `hosts run`, and compose's Prometheus
+    (docker/prometheus.yml) scrape the stream where the description puts its endpoint, and compose's
+    stream serves it there."""
+    from lakehouse.services import prometheus
+
+    port = DEPLOYMENT.ports[DeployedService.SPEED_LAYER]["metrics"]
+    monitor = DEPLOYMENT.host_environment(DEPLOYMENT.host("monitor"))
+    config = yaml.safe_load(prometheus.config_text(make_settings(tmp_path, **monitor), tmp_path / "alerts.yml"))
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs[prometheus.STREAM_JOB]["static_configs"] == [{"targets": [f"stream:{port}"]}]
+    assert "static_configs" not in jobs["spark_service"] and "static_configs" not in prometheus_job_on(tmp_path)
+    composed = yaml.safe_load((PROJECT_ROOT / "docker" / "prometheus.yml").read_text())["scrape_configs"]
+    stream_job = next(job for job in composed if job["job_name"] == prometheus.STREAM_JOB)
+    assert stream_job["static_configs"] == [{"targets": [f"stream:{port}"]}] and stream_job["honor_labels"]
+    assert SERVICES["stream"]["environment"]["LAKEHOUSE_METRICS_PORT"] == str(port)
+
+
+def prometheus_job_on(home: Path) -> dict:
+    """The stream job of one machine's Prometheus: the streams its home's files name, no others."""
+    from lakehouse.services import prometheus
+
+    config = yaml.safe_load(prometheus.config_text(make_settings(home), home / "alerts.yml"))
+    return next(job for job in config["scrape_configs"] if job["job_name"] == prometheus.STREAM_JOB)
 
 
 def test_each_host_is_told_its_address_to_bind_to_and_the_services_by_name():
@@ -198,9 +229,12 @@ def test_each_host_is_told_its_address_to_bind_to_and_the_services_by_name():
         "LAKEHOUSE_KAFKA_BOOTSTRAP": "kafka:9092",
         "LAKEHOUSE_SPARK_MASTER": "spark://spark-master:7077",
         "LAKEHOUSE_SQL_ROUTE": "sc://spark-service:15002",
+        "LAKEHOUSE_PROMETHEUS_STREAM_TARGETS": "stream:9464",
         "LAKEHOUSE_BIND_ADDRESS": "10.77.0.2",
     }
     Settings.from_env(DEPLOYMENT.host_environment(storage))  # values the settings accept
+    stream = DEPLOYMENT.host_environment(DEPLOYMENT.host("stream"))
+    assert Settings.from_env(stream).metrics_port_number() == 9464
     lines = DEPLOYMENT.hosts_file(storage, "box").splitlines()
     assert "10.77.0.2\tstorage box" in lines and "10.77.0.12\tanalyst" in lines and "127.0.0.1\tlocalhost" in lines
     names = [DEPLOYMENT.namespace(h) for h in DEPLOYMENT.hosts] + [DEPLOYMENT.link(h) for h in DEPLOYMENT.hosts]
@@ -241,7 +275,9 @@ def test_a_wrong_description_is_refused_naming_its_field(tmp_path, change, messa
         (["hosts", "run"], "name a host and a command: lakehouse hosts run HOST -- COMMAND"),
         (["hosts", "run", "storage"], "name a host and a command"),
         (["hosts", "up", "storage"], "`lakehouse hosts up` takes no host and no command; `run` and `cut` do"),
-        (["hosts", "cut"], "name the host to cut off: lakehouse hosts cut HOST [--seconds N]"),
+        (["hosts", "cut"], "name the host to cut off: lakehouse hosts cut HOST [--from OTHER] [--seconds N]"),
+        (["hosts", "cut", "stream", "--from", "stream"], "a host is not cut from itself: name another host than stream"),
+        (["hosts", "cut", "stream", "--from", "strage"], "no host 'strage' in the deployment: one of storage, kafka"),
         (["hosts", "cut", "nowhere"], "no host 'nowhere' in the deployment: one of storage, kafka"),
         (["hosts", "run", "nowhere", "--", "true"], "no host 'nowhere' in the deployment: one of storage, kafka"),
     ],

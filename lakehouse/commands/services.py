@@ -124,7 +124,8 @@ def cmd_hosts(args, settings: Settings) -> None:
     if args.action == "run":
         hosts.run(described, args.host, command)
     if args.action == "cut":
-        print(json.dumps(hosts.cut(described, args.host, _cut_options().parse_args(command).seconds)))
+        options = _cut_options().parse_args(command)
+        print(json.dumps(hosts.cut(described, args.host, options.seconds, options.apart_from)))
         return
     if args.host or command:
         raise LakehouseError(f"`lakehouse hosts {args.action}` takes no host and no command; `run` and `cut` do")
@@ -145,13 +146,16 @@ def _hosts_options(parser) -> None:
         help="status exits 1 unless every host is up; cut takes a host off the network for --seconds, then back",
     )
     parser.add_argument("host", nargs="?", help="run: the host to run the command on; cut: the host to cut off")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="run: the command, after --; cut: [--seconds N]")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="run: the command, after --; cut: [--from OTHER] [--seconds N]")
 
 
 def _cut_options() -> argparse.ArgumentParser:
     """What follows `hosts cut HOST` (the command's own parser leaves everything after the host to `run`)."""
     parser = argparse.ArgumentParser(prog="lakehouse hosts cut HOST")
     parser.add_argument("--seconds", type=_positive_seconds, default=60, help="how long the host is off (60)")
+    parser.add_argument(
+        "--from", dest="apart_from", metavar="OTHER", help="cut only the path between HOST and OTHER (both drop it)"
+    )
     return parser
 
 

@@ -24,7 +24,12 @@ CLIENT_SETTINGS = {
     DeployedService.KAFKA: ("LAKEHOUSE_KAFKA_BOOTSTRAP", "{host}:{broker}"),
     DeployedService.SPARK_MASTER: ("LAKEHOUSE_SPARK_MASTER", "spark://{host}:{master}"),
     DeployedService.SPARK_SERVICE: ("LAKEHOUSE_SQL_ROUTE", "sc://{host}:{connect}"),
+    # Prometheus, on another host than the stream, does not see the address the stream writes in its home.
+    DeployedService.SPEED_LAYER: ("LAKEHOUSE_PROMETHEUS_STREAM_TARGETS", "{host}:{metrics}"),
 }
+# The settings that give a host's own service its described port, where the one-machine default is
+# another: a stream's metrics endpoint takes any free port on one machine, a known one across hosts.
+OWN_PORT_SETTINGS = {DeployedService.SPEED_LAYER: ("LAKEHOUSE_METRICS_PORT", "metrics")}
 _NAME = re.compile(r"^[a-z][a-z0-9-]*$")
 
 
@@ -95,7 +100,12 @@ class Deployment:
     def host_environment(self, host: Host) -> dict[str, str]:
         """What ``lakehouse hosts run`` sets for a command on ``host``: the clients' settings, and the
         address its services bind to."""
-        return self.client_environment() | {"LAKEHOUSE_BIND_ADDRESS": str(host.address)}
+        own = {
+            variable: str(self.ports[service][port])
+            for service, (variable, port) in OWN_PORT_SETTINGS.items()
+            if service in host.services
+        }
+        return self.client_environment() | own | {"LAKEHOUSE_BIND_ADDRESS": str(host.address)}
 
     def compose_services(self) -> dict[str, tuple[Host, DeployedService]]:
         """docker/compose.yaml's long-running containers, by name: a host's first service takes the

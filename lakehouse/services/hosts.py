@@ -33,6 +33,8 @@ NETNS_FILES = Path("/etc/netns")
 INTERFACE = "eth0"
 STOP_SECONDS = 10
 KILL_SECONDS = 5
+# A locally administered hardware address no link of the deployment has: frames to it reach no one.
+NOWHERE = "02:00:00:00:00:01"
 
 
 def _ip(*arguments: str) -> str:
@@ -157,22 +159,51 @@ def _end_processes(namespace: str) -> int:
     raise LakehouseError(f"processes {pids} in {namespace} outlived SIGKILL")
 
 
-def cut(deployment: Deployment, host_name: str | None, seconds: float) -> dict:
+def cut(deployment: Deployment, host_name: str | None, seconds: float, apart_from: str | None = None) -> dict:
     """Take the host off the network for ``seconds``, then put it back, as a pulled cable would: its
     link goes down on the bridge's side, so nothing reaches the host and the host reaches nothing
-    (its processes run on, and its own loopback answers). The link comes back up even when the wait
-    is interrupted. What was done, and when."""
-    host = _named_host(deployment, host_name, "name the host to cut off: lakehouse hosts cut HOST [--seconds N]")
+    (its processes run on, and its own loopback answers). With ``apart_from``, only the path between
+    the two hosts is lost, as a broken route or firewall rule would lose it: each drops every packet
+    it sends the other, in silence, and both reach every other host. The link comes back (or the
+    packets flow again) even when the wait is interrupted. What was done, and when."""
+    usage = "name the host to cut off: lakehouse hosts cut HOST [--from OTHER] [--seconds N]"
+    host = _named_host(deployment, host_name, usage)
+    other = None if apart_from is None else deployment.host(apart_from)
+    if other == host:
+        raise LakehouseError(f"a host is not cut from itself: name another host than {host.name} after --from")
     link = deployment.link(host)
     if link not in _links():
         raise _not_up(host)
+    pair = [host] if other is None else [host, other]
     began = time.time()
-    _ip("link", "set", link, "down")
-    try:
+    with _path_lost(deployment, pair):
         time.sleep(seconds)
+    cut = {"host": host.name, "link": link, "cut_at": round(began, 3), "back_at": round(time.time(), 3)}
+    return cut if apart_from is None else {**cut, "from": apart_from}
+
+
+@contextlib.contextmanager
+def _path_lost(deployment: Deployment, pair: list[Host]):
+    """One host's link down for as long as the block runs; or, for two hosts, each one's packets to
+    the other sent to a hardware address no link has (a permanent neighbour entry), which the bridge
+    delivers to no one: lost in silence, as on a broken path, with no refusal that would tell the
+    sender. Deleting the entries lets each find the other again (ARP)."""
+    if len(pair) == 1:
+        _ip("link", "set", deployment.link(pair[0]), "down")
+        try:
+            yield
+        finally:
+            _ip("link", "set", deployment.link(pair[0]), "up")
+        return
+    lost = [(deployment.namespace(host), str(other.address)) for host, other in (pair, pair[::-1])]
+    try:
+        for namespace, address in lost:
+            _ip("-n", namespace, "neigh", "replace", address, "lladdr", NOWHERE, "dev", INTERFACE, "nud", "permanent")
+        yield
     finally:
-        _ip("link", "set", link, "up")
-    return {"host": host.name, "link": link, "cut_at": round(began, 3), "back_at": round(time.time(), 3)}
+        for namespace, address in lost:
+            with contextlib.suppress(LakehouseError):  # never made: the first replace failed
+                _ip("-n", namespace, "neigh", "del", address, "dev", INTERFACE)
 
 
 def run(deployment: Deployment, host_name: str | None, command: list[str]) -> None:

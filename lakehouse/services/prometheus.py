@@ -27,7 +27,8 @@ RULES = PROJECT_ROOT / "monitoring" / "alerts.yml"
 START_SECONDS = 30
 STOP_SECONDS = 10
 # The jobs Prometheus scrapes, by the files under <home>/metrics/ that name their targets.
-SCRAPE_JOBS = {"lakehouse_stream": "*.json", "spark_service": "spark/*.json", "airflow": "airflow/*.json"}
+STREAM_JOB = "lakehouse_stream"
+SCRAPE_JOBS = {STREAM_JOB: "*.json", "spark_service": "spark/*.json", "airflow": "airflow/*.json"}
 
 
 def rules_text(rules: str, alert_for: str) -> str:
@@ -67,11 +68,18 @@ def config_text(settings: Settings, rules_file: Path) -> str:
                 "honor_labels": True,
                 "metrics_path": SPARK_METRICS_PATH if job == "spark_service" else "/metrics",
                 "file_sd_configs": [{"files": [str(metrics / pattern)], "refresh_interval": "30s"}],
+                **_static_targets(settings, job),
             }
             for job, pattern in SCRAPE_JOBS.items()
         ],
     }
     return yaml.safe_dump(config, sort_keys=False)
+
+
+def _static_targets(settings: Settings, job: str) -> dict:
+    """The streams on other hosts, named in the settings rather than by files in the home."""
+    targets = [target.strip() for target in settings.prometheus_stream_targets.split(",") if target.strip()]
+    return {"static_configs": [{"targets": targets}]} if job == STREAM_JOB and targets else {}
 
 
 class ServerFiles(ServerFolder):
