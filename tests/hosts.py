@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from lakehouse.services import deployment, hosts
+from lakehouse.services.process import pid_alive
 from lakehouse.settings import PROJECT_ROOT
 
 LAKEHOUSE = str(Path(sys.executable).with_name("lakehouse"))
@@ -81,10 +82,7 @@ def answers(described: deployment.Deployment, host: str, address: str, port: int
 
 def running(pid: int) -> bool:
     """Whether the process is there and not a zombie (ended, its exit status not yet collected)."""
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+    return pid_alive(pid)
 
 
 def leftovers(prefix: str) -> list[str]:

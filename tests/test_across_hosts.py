@@ -9,13 +9,18 @@ Airflow's tasks would submit them); the tables and checkpoints on S3 at storage:
 service on the spark-service host (started while those jobs run), which the analyst host then
 queries over Spark Connect (``lakehouse sql``) and over JDBC (beeline). The tables, the audit and
 the serving view equal the embedded default's (local[2], file log) on the same events, row for
-row; every service listens on its host's address alone; ``down`` leaves nothing behind.
+row; every service listens on its host's address alone; ``down`` leaves nothing behind. In `make
+chaos` (HOST_FAULTS=all) the kafka host restarts while the stream reads; the stream host is cut from
+the storage host for 30 s while the stream runs, and the stall alert goes from Prometheus and the
+Alertmanager on the monitor host to a webhook receiver on the machine; the spark-service host
+restarts while the analyst asks.
 
 The tests' session compares what the loop wrote: it reaches the storage host's bucket through the
 bridge (the machine's address on the subnet), and the broker at the kafka host's address."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -49,6 +54,7 @@ from tests.conftest import make_settings
 from tests.hosts import LAKEHOUSE, NEEDS_ROOT, answers, lakehouse, leftovers, on_host, own_deployment, running
 from tests.services import beeline_command
 from tests.test_kafka import RETENTION, rows
+from tests.test_metrics import prometheus_api, stall_notification, until, webhook_receiver
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, *NEEDS_ROOT]
 
@@ -70,6 +76,20 @@ BUCKET = "across-hosts"
 CUT_SECONDS = 60
 # CI makes one host fault, the worker's cut; `make chaos` sets HOST_FAULTS=all for every one.
 ALL_HOST_FAULTS = os.environ.get("HOST_FAULTS") == "all"
+# How long the stream host is cut from the storage host while the stream runs (issue: 30 s), and the
+# record that arrives meanwhile.
+STALL_SECONDS = 30
+STALLED = "straggler-2"
+# The late records the loop adds to the generated log: the straggler, and the stalled one in `make chaos`.
+ADDED_RECORDS = 2 if ALL_HOST_FAULTS else 1
+# The stall drill's stream, Prometheus and Alertmanager at a pace it sees within seconds.
+WATCHED_PACE = {
+    "LAKEHOUSE_TRIGGER_INTERVAL": "1s",
+    "LAKEHOUSE_PROMETHEUS_SCRAPE_INTERVAL": "1s",
+    "LAKEHOUSE_ALERT_FOR": "2s",
+    "LAKEHOUSE_ALERT_GROUP_WAIT": "1s",
+    "LAKEHOUSE_ALERT_GROUP_INTERVAL": "1s",
+}
 SERVED_COLUMNS = ["window_start", "bridge_id", "vehicle_type", "vehicles", "revenue", "source"]
 SERVED = f"SELECT {', '.join(SERVED_COLUMNS)} FROM gold.toll_traffic ORDER BY 1, 2, 3"
 # The long-running services, each on its host as `lakehouse hosts run HOST -- ...` starts it, in two
@@ -86,11 +106,11 @@ def _instant(text: str):
     return parse_instant(text, "time")
 
 
-def _straggler(start: datetime) -> str:
+def _straggler(start: datetime, event_id: str = "straggler") -> str:
     """A valid event in the range's first window (closed by the stream's watermark), received late."""
     moment = f"{start + timedelta(seconds=30):%Y-%m-%dT%H:%M:%S}Z"
     return json.dumps(
-        {"event_id": "straggler", "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-0", "vehicle_type": "car",
+        {"event_id": event_id, "bridge_id": "bridge-00", "booth_id": "bridge-00-booth-0", "vehicle_type": "car",
          "axles": 2, "toll_amount": 6.0, "event_time": moment, "sent_at": moment}
     )  # fmt: skip
 
@@ -102,6 +122,9 @@ def _embedded_loop(spark, embedded, start, end):
     audit = Auditor(spark, embedded, PIPELINE).reconcile(start, end, record=False)
     LogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 30), "straggler", [_straggler(start)])
     run_speed_layer(spark, embedded, PIPELINE, available_now=True)
+    if ALL_HOST_FAULTS:  # the record that arrives while the stream host is cut from storage
+        LogWriter(embedded, PIPELINE.topic).write(datetime(2026, 1, 5, 9, 31), STALLED, [_straggler(start, STALLED)])
+        run_speed_layer(spark, embedded, PIPELINE, available_now=True)
     BatchLayer(spark, embedded, PIPELINE).backfill(start, end, source="log")
     CorrectionRun(spark, embedded, PIPELINE).run()
     return audit
@@ -124,7 +147,9 @@ def _started(env: dict[str, str], host: str, *arguments: str, **overrides: str) 
     """`lakehouse hosts run HOST -- lakehouse ARGUMENTS`, started (``env`` sets the overrides)."""
     settings = [f"{name}={value}" for name, value in overrides.items()]
     command = [LAKEHOUSE, "hosts", "run", host, "--", "env", *settings, LAKEHOUSE, *arguments]
-    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # A session of its own, as a host's process has: a drill ends it whole (killpg), Spark's JVM included.
+    pipes = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE}
+    return subprocess.Popen(command, env=env, **pipes, text=True, start_new_session=True)
 
 
 def _finished(process: subprocess.Popen) -> str:
@@ -230,7 +255,7 @@ def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_vi
         loop.start_services()
         loop.reach_the_bucket(spark)
         on_hosts = loop.machine_settings()
-        service = _run_the_jobs(spark, loop, embedded_audit)
+        service = _run_the_jobs(spark, loop, embedded_audit, written.records)
         analyst = {**loop.host_env("analyst", **loop.job_settings()), **loop.analyst_login()}
         assert _query_from_the_analyst(loop, service, analyst) == format_rows(SERVED_COLUMNS, expected, "csv")
         if ALL_HOST_FAULTS:
@@ -239,7 +264,7 @@ def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_vi
         for table in (TABLES.bronze, TABLES.quarantine, TABLES.speed, TABLES.batch, TABLES.panes):
             drop = {"source_file", "emitted_at"}
             assert rows(spark, on_hosts, table, drop) == rows(spark, embedded, table, drop), table.qualified_name
-        _check_locators(spark, on_hosts, written.records + 1)
+        _check_locators(spark, on_hosts, written.records + ADDED_RECORDS)
         _check_bound_to_their_hosts(loop)
         _check_every_app_ran_on_both_workers(loop)
         pids = _service_pids(loop)
@@ -254,9 +279,9 @@ def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_vi
 SERVICE_SETTINGS = {"LAKEHOUSE_SPARK_MASTER": "local[2]", "LAKEHOUSE_SQL_STALENESS": "0s"}
 
 
-def _run_the_jobs(spark, loop: Loop, embedded_audit) -> subprocess.Popen:
-    """The producer on the analyst host; the stream on the stream host, killed after its first
-    batch's MERGE and restarted, a late record, the stream again; the backfill and the correction
+def _run_the_jobs(spark, loop: Loop, embedded_audit, records: int) -> subprocess.Popen:
+    """The producer on the analyst host (``records`` records); the stream on the stream host, killed
+    after its first batch's MERGE and restarted, a late record, the stream again; the backfill and the correction
     from the airflow host. The Spark service starts on its host meanwhile: the starting `serve`."""
     config = ("events", "seed", "rate", "late_fraction", "late_delay", "duplicate_fraction", "malformed_fraction")
     options = [(f"--{name.replace('_', '-')}", str(getattr(CONFIG, name))) for name in config]
@@ -273,7 +298,10 @@ def _run_the_jobs(spark, loop: Loop, embedded_audit) -> subprocess.Popen:
     _finished(restarted)
     service = loop.start("spark-service", "serve", **SERVICE_SETTINGS)
     _check_kafka_audit(spark, settings, embedded_audit)
-    loop.on("stream", "stream", "--available-now")
+    if ALL_HOST_FAULTS:
+        _stall_the_stream_from_storage(loop, settings, records)
+    else:
+        loop.on("stream", "stream", "--available-now")
     backfill = loop.start("airflow", "backfill", "--start", WINDOW_RANGE[0], "--end", WINDOW_RANGE[1], "--source=log")
     _cut_a_worker_while(loop, backfill, "airflow")
     loop.on("airflow", "correct")
@@ -307,12 +335,82 @@ def _restart_kafka_while(loop: Loop, job: subprocess.Popen) -> None:
     broker = int((loop.home("kafka") / "kafka" / "broker.pid").read_text())
     os.kill(broker, signal.SIGKILL)
     killed_at = time.monotonic()
+    until(lambda: not running(broker), 30, "the broker's end")  # a host boots once its processes are gone
     started = _started(loop.host_env("kafka"), "kafka", "kafka", "start", LAKEHOUSE_LOG_RETENTION=RETENTION)
     assert json.loads(_finished(started))["up"]
     down = time.monotonic() - killed_at
     _finished(job)
     ended = time.monotonic() - killed_at
     print(f"\nthe broker was down {down:.0f} s while the stream read; the stream ended {ended:.0f} s after the kill")
+
+
+def _stall_the_stream_from_storage(loop: Loop, settings: Settings, records: int) -> None:
+    """The stream runs, watched by Prometheus and the Alertmanager on the monitor host, which send to
+    a webhook receiver on the machine; once it has read the straggler, the stream host is cut from
+    the storage host for STALL_SECONDS (`lakehouse hosts cut stream --from storage`) and a record
+    arrives meanwhile. The stall alert reaches the receiver during the cut; after it, the stream
+    reads the record by itself and the alert resolves. The stream is then SIGKILLed, as every
+    stream of the loop ends (the table comparison proves nothing lost or doubled). Prints when."""
+    with webhook_receiver(str(loop.described.machine)) as (url, notifications):
+        monitor = loop.host_env("monitor", LAKEHOUSE_ALERT_WEBHOOK_URL=url, **WATCHED_PACE)
+        for server in ("alertmanager", "prometheus"):
+            assert json.loads(_finished(_started(monitor, "monitor", server, "start")))["up"]
+        prometheus = f"http://{loop.addresses['monitor']}:{loop.described.ports[DeployedService.PROMETHEUS]['web']}"
+        stream = loop.start("stream", "stream", **WATCHED_PACE)
+        try:
+            until(lambda: _read(settings) == records + 1, 300, "the straggler read", stream)
+            until(lambda: _stream_target_up(prometheus), 60, "Prometheus scraping the stream", stream)
+            _stall_and_resume(loop, settings, stream, notifications, records)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(stream.pid, signal.SIGKILL)
+            stream.wait()
+
+
+def _stall_and_resume(
+    loop: Loop, settings: Settings, stream: subprocess.Popen, notifications: list[dict], records: int
+) -> None:
+    """The drill's cut, the record sent meanwhile, and what the receiver and the tables see."""
+    target = {"instance": loop.described.client_environment()["LAKEHOUSE_PROMETHEUS_STREAM_TARGETS"]}
+    cut = [LAKEHOUSE, "hosts", "cut", "stream", "--from", "storage", "--seconds", str(STALL_SECONDS)]
+    cutting = subprocess.Popen(cut, env=loop.env, stdout=subprocess.PIPE)
+    until(lambda: _path_lost(loop, "stream", "storage"), 30, "the cut in place")
+    cut_at = time.monotonic()
+    start = _instant(WINDOW_RANGE[0])
+    KafkaLogWriter(settings, PIPELINE.topic).append([(datetime(2026, 1, 5, 9, 31), _straggler(start, STALLED))], "late")
+    fired = until(lambda: stall_notification(notifications, "firing", **target), STALL_SECONDS, "the stall alert")
+    alerted = time.monotonic() - cut_at
+    assert _read(settings) == records + 1, "the stream read the record while cut from storage"
+    assert cutting.wait(timeout=STALL_SECONDS + 60) == 0
+    back_at = time.monotonic()
+    until(lambda: _read(settings) == records + 2, 300, "the stalled record read", stream)
+    resumed = time.monotonic() - back_at
+    resolved = until(lambda: stall_notification(notifications, "resolved", **target), 120, "the alert resolved")
+    assert resolved["fingerprint"] == fired["fingerprint"]
+    print(
+        f"\nthe stream host cut from storage for {STALL_SECONDS} s: the stall alert reached the receiver "
+        f"{alerted:.0f} s into the cut; the stream read the record {resumed:.0f} s after the cut and the alert "
+        f"resolved {time.monotonic() - back_at:.0f} s after it"
+    )
+
+
+def _path_lost(loop: Loop, host: str, other: str) -> bool:
+    """Whether ``host`` sends its packets for ``other`` nowhere (`hosts cut --from`'s neighbour entry)."""
+    namespace = loop.described.namespace(loop.described.host(host))
+    shown = subprocess.run(["ip", "-n", namespace, "neigh", "show", loop.addresses[other]], capture_output=True)
+    return b"PERMANENT" in shown.stdout
+
+
+def _read(settings: Settings) -> int:
+    """How many records the stream's batches have read, by its progress table."""
+    progress = arrow_at(STREAM_PROGRESS.uri(settings), settings=settings)
+    return 0 if progress is None else sum(progress.column("input_rows").to_pylist())
+
+
+def _stream_target_up(prometheus: str) -> bool:
+    """Whether Prometheus's last scrape of the stream's endpoint succeeded."""
+    scraped = prometheus_api(prometheus, "query", query='up{job="lakehouse_stream"}')["result"]
+    return [series["value"][1] for series in scraped] == ["1"]
 
 
 def _await_while_it_runs(job: subprocess.Popen, happened, what: str, seconds: float = 300) -> None:
@@ -476,7 +574,8 @@ def _check_every_app_ran_on_both_workers(loop: Loop) -> None:
         loop.addresses["worker-1"],
         loop.addresses["worker-2"],
     ]
-    assert len(state["completedapps"]) >= 5 and all(app["cores"] == 2 for app in state["completedapps"])
+    cores = {app["id"]: (app["name"], app["cores"], app["state"]) for app in state["completedapps"]}
+    assert len(cores) >= 5 and all(app["cores"] == 2 for app in state["completedapps"]), cores
     assert state["activeapps"] == []
 
 

@@ -343,7 +343,7 @@ def until(condition, seconds: float, what: str, process: subprocess.Popen | None
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         if process is not None and process.poll() is not None:
-            pytest.fail(f"the stream ended while waiting for {what}: {process.stderr.read().decode()[-2000:]}")
+            pytest.fail(f"the stream ended while waiting for {what}: {process.stderr.read()[-2000:]}")
         value = condition()
         if value:
             return value
@@ -359,7 +359,8 @@ def stall_alert(url: str) -> str | None:
 
 def start_stream(env: dict[str, str]) -> subprocess.Popen:
     command = [sys.executable, "-m", "lakehouse.cli", "stream"]
-    return subprocess.Popen(command, env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    pipes = {"stdout": subprocess.DEVNULL, "stderr": subprocess.PIPE}
+    return subprocess.Popen(command, env=env, start_new_session=True, **pipes, text=True)
 
 
 def stop_stream(stream: subprocess.Popen) -> None:
@@ -370,10 +371,10 @@ def stop_stream(stream: subprocess.Popen) -> None:
     stream.wait()
 
 
-@pytest.fixture
-def webhook():
-    """A webhook receiver on loopback, as a team's chat or pager offers one: its URL, and the JSON
-    body of every POST it received."""
+@contextlib.contextmanager
+def webhook_receiver(address: str = "127.0.0.1"):
+    """A webhook receiver on ``address``, as a team's chat or pager offers one: its URL, and the
+    JSON body of every POST it received."""
     bodies: list[dict] = []
 
     class Receiver(BaseHTTPRequestHandler):
@@ -385,17 +386,25 @@ def webhook():
         def log_message(self, *args):  # not on the test's output
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Receiver)
+    server = ThreadingHTTPServer((address, 0), Receiver)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        yield f"http://127.0.0.1:{server.server_port}/alerts", bodies
+        yield f"http://{address}:{server.server_port}/alerts", bodies
     finally:
         server.shutdown()
         server.server_close()
 
 
-def stall_notification(bodies: list[dict], status: str) -> dict | None:
-    """The pipeline's stall alert as a notification with ``status`` (firing, resolved) carried it, if one came."""
+@pytest.fixture
+def webhook():
+    with webhook_receiver() as received:
+        yield received
+
+
+def stall_notification(bodies: list[dict], status: str, **labels: str) -> dict | None:
+    """The stall alert with ``labels`` (the pipeline's by default) as a notification with ``status``
+    (firing, resolved) carried it, if one came."""
+    labels = labels or {"pipeline": PIPELINE}
     return next(
         (
             alert
@@ -404,7 +413,7 @@ def stall_notification(bodies: list[dict], status: str) -> dict | None:
             for alert in body["alerts"]
             if alert["status"] == status
             and alert["labels"]["alertname"] == "LakehouseStreamStalled"
-            and alert["labels"].get("pipeline") == PIPELINE
+            and labels.items() <= alert["labels"].items()
         ),
         None,
     )

@@ -5,7 +5,9 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import time
 import xml.etree.ElementTree as ET
+from pathlib import Path
 
 import pytest
 
@@ -43,6 +45,29 @@ def test_sql_runs_embedded_when_no_service_is_up_or_the_route_says_so(tmp_path):
     assert connect_url(_settings(tmp_path)) is None
     assert connect_url(_settings(tmp_path, LAKEHOUSE_SQL_ROUTE="embedded")) is None
     assert connect_url(_settings(tmp_path, LAKEHOUSE_SQL_ROUTE="sc://db:15002")) == "sc://db:15002"
+
+
+def test_a_service_that_ended_is_not_running_before_its_exit_status_is_collected(tmp_path):
+    """A SIGKILLed service is a zombie until whichever process inherited it reaps it, which may take
+    seconds: a start after a host's crash must not be refused meanwhile."""
+    import subprocess
+
+    from lakehouse.services.process import Detached, pid_alive
+
+    child = subprocess.Popen(["sleep", "60"])
+    files = Detached("sleeper", tmp_path / "sleeper.pid", tmp_path / "sleeper.log")
+    files.pid_file.write_text(str(child.pid))
+    assert pid_alive(child.pid)
+    child.kill()
+    deadline = time.monotonic() + 10
+    while Path(f"/proc/{child.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+        assert time.monotonic() < deadline, "the child did not end"
+        time.sleep(0.05)
+    try:
+        assert not pid_alive(child.pid)  # ended, not yet reaped: this process has not waited for it
+        files.refuse_if_running("lakehouse sleeper stop")
+    finally:
+        child.wait()
 
 
 def test_a_state_file_left_by_a_dead_service_does_not_count_as_up(tmp_path):

@@ -146,7 +146,8 @@ def _hosts_options(parser) -> None:
         help="status exits 1 unless every host is up; cut takes a host off the network for --seconds, then back",
     )
     parser.add_argument("host", nargs="?", help="run: the host to run the command on; cut: the host to cut off")
-    parser.add_argument("command", nargs=argparse.REMAINDER, help="run: the command, after --; cut: [--from OTHER] [--seconds N]")
+    options = "run: the command, after --; cut: [--from OTHER] [--seconds N]"
+    parser.add_argument("command", nargs=argparse.REMAINDER, help=options)
 
 
 def _cut_options() -> argparse.ArgumentParser:

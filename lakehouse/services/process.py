@@ -125,6 +125,9 @@ def detach(command: list[str], log: Path, env: dict[str, str] | None = None) -> 
 
 
 def pid_alive(pid: int | None) -> bool:
+    """Whether the process is there and has not ended: a zombie (ended, its exit status not yet
+    collected by whichever process inherited it) is no running service, and a start must not wait
+    for its reaping."""
     if not pid:
         return False
     try:
@@ -133,6 +136,8 @@ def pid_alive(pid: int | None) -> bool:
         return False
     except PermissionError:
         return True
+    with contextlib.suppress(OSError, IndexError):
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
     return True
 
 
