@@ -568,15 +568,21 @@ def _check_bound_to_their_hosts(loop: Loop) -> None:
 
 def _check_every_app_ran_on_both_workers(loop: Loop) -> None:
     """The master counts both workers, at their hosts' addresses; every job ran on executors of
-    both (one core each)."""
+    both (one core each) to its end, but the backfill that worker-1's cut fell on: when the cut
+    outlasted the master's worker timeout (60 s, heartbeats every 15 s), the master took worker-1's
+    executor away and the job ended on worker-2's core (it had run on worker-1's before the cut).
+    Prints which."""
     state = _master_state(_master_web_ui(loop))
     assert sorted(worker["host"] for worker in state["workers"]) == [
         loop.addresses["worker-1"],
         loop.addresses["worker-2"],
     ]
-    cores = {app["id"]: (app["name"], app["cores"], app["state"]) for app in state["completedapps"]}
-    assert len(cores) >= 5 and all(app["cores"] == 2 for app in state["completedapps"]), cores
+    cores = {app["id"]: (app["name"], app["cores"]) for app in state["completedapps"]}
+    cut = [app["cores"] for app in state["completedapps"] if app["name"] == f"backfill-{PIPELINE.name}"]
+    others = [app["cores"] for app in state["completedapps"] if app["name"] != f"backfill-{PIPELINE.name}"]
+    assert len(cut) == 1 and cut[0] in (1, 2) and len(others) >= 4 and set(others) == {2}, cores
     assert state["activeapps"] == []
+    print(f"\nthe backfill under the cut ended with {cut[0]} of its 2 executors' cores")
 
 
 def _service_pids(loop: Loop) -> list[int]:
