@@ -165,7 +165,14 @@ def cut(deployment: Deployment, host_name: str | None, seconds: float, apart_fro
     (its processes run on, and its own loopback answers). With ``apart_from``, only the path between
     the two hosts is lost, as a broken route or firewall rule would lose it: each drops every packet
     it sends the other, in silence, and both reach every other host. The link comes back (or the
-    packets flow again) even when the wait is interrupted. What was done, and when."""
+    packets flow again) even when the wait is interrupted. What was done, and when.
+
+    Args:
+        deployment: the hosts.
+        host_name: the host to cut off (None: the usage is the error).
+        seconds: how long.
+        apart_from: another host: only the path between the two is lost.
+    """
     usage = "name the host to cut off: lakehouse hosts cut HOST [--from OTHER] [--seconds N]"
     host = _named_host(deployment, host_name, usage)
     other = None if apart_from is None else deployment.host(apart_from)
