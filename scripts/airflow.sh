@@ -13,7 +13,12 @@
 #   scheduler's health check), AIRFLOW_STATSD_PORT (8125, UDP: Airflow's metrics) and
 #   AIRFLOW_METRICS_PORT (9102: the same metrics for Prometheus), LAKEHOUSE_HOME,
 #   LAKEHOUSE_SPARK_CONN: the spark_default connection as JSON (default local[2]; e.g.
-#   '{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}' for a cluster).
+#   '{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}' for a cluster; without it,
+#   LAKEHOUSE_SPARK_MASTER's cluster when that names one).
+# Across hosts (docs/operations.md, "Deployment across hosts"): LAKEHOUSE_BIND_ADDRESS, which
+#   `lakehouse hosts run` sets, is the address PostgreSQL and the api-server listen on and are
+#   reached at (default 127.0.0.1); AIRFLOW_DATABASE_URL names a database elsewhere, as `metastore`
+#   on the metastore host prints it, and then `start` starts no PostgreSQL of its own.
 # Sign-in (the FAB auth manager; docs/airflow.md, "Who may do what"): AIRFLOW_LOGIN=database (default:
 #   the users this script creates in Airflow's database) or directory (LDAP: AIRFLOW_LDAP_URI, and
 #   AIRFLOW_LDAP_BASE_DN with people under ou=people and groups under ou=groups; without
@@ -30,6 +35,8 @@ PG_PORT="${AIRFLOW_PG_PORT:-54329}"
 HEALTH_PORT="${AIRFLOW_HEALTH_PORT:-8974}"
 STATSD_PORT="${AIRFLOW_STATSD_PORT:-8125}"
 METRICS_PORT="${AIRFLOW_METRICS_PORT:-9102}"
+BIND="${LAKEHOUSE_BIND_ADDRESS:-127.0.0.1}"
+DATABASE_URL="${AIRFLOW_DATABASE_URL:-}"
 PG_DATA="$AIRFLOW_HOME/postgres"
 RUN="$AIRFLOW_HOME/run"
 LOGS="$AIRFLOW_HOME/process-logs"
@@ -97,16 +104,36 @@ metastore() {
     generate_secrets
     start_postgres
     ensure_metastore_database
-    echo "export LAKEHOUSE_METASTORE_URL='jdbc:postgresql://127.0.0.1:$PG_PORT/metastore?$PG_TLS_QUERY'"
+    echo "export LAKEHOUSE_METASTORE_URL='jdbc:postgresql://$BIND:$PG_PORT/metastore?$PG_TLS_QUERY'"
     echo "export LAKEHOUSE_METASTORE_USER=metastore"
     echo "export LAKEHOUSE_METASTORE_PASSWORD='$METASTORE_PASSWORD'"
+    # Airflow's database in the same cluster, for an Airflow on another host (start's AIRFLOW_DATABASE_URL).
+    echo "export AIRFLOW_DATABASE_URL='$(local_database_url)'"
+}
+
+local_database_url() {
+    # shellcheck disable=SC1090
+    source "$SECRETS"
+    echo "postgresql+psycopg2://airflow:$PG_PASSWORD@$BIND:$PG_PORT/airflow?$PG_TLS_QUERY"
+}
+
+# The spark_default connection: LAKEHOUSE_SPARK_CONN, else the cluster LAKEHOUSE_SPARK_MASTER names
+# (spark://HOST:PORT, as `lakehouse hosts run` gives every host), else local[2].
+spark_connection() {
+    local master="${LAKEHOUSE_SPARK_MASTER:-}"
+    if [ -n "${LAKEHOUSE_SPARK_CONN:-}" ]; then
+        echo "$LAKEHOUSE_SPARK_CONN"
+    elif [[ "$master" =~ ^(spark://[^:/]+):([0-9]+)$ ]]; then
+        echo "{\"conn_type\": \"spark\", \"host\": \"${BASH_REMATCH[1]}\", \"port\": ${BASH_REMATCH[2]}}"
+    else
+        echo '{"conn_type": "spark", "host": "local[2]"}'
+    fi
 }
 
 write_env() {
     # shellcheck disable=SC1090
     source "$SECRETS"
-    local default_conn='{"conn_type": "spark", "host": "local[2]"}'
-    SPARK_CONN="${LAKEHOUSE_SPARK_CONN:-$default_conn}"
+    SPARK_CONN="$(spark_connection)"
     cat > "$AIRFLOW_HOME/env.sh" <<EOF
 export AIRFLOW_HOME='$AIRFLOW_HOME'
 export PATH='$VENV/bin':"\$PATH"
@@ -119,11 +146,11 @@ export AIRFLOW__CORE__PARALLELISM=4
 export AIRFLOW__CORE__FERNET_KEY='$FERNET_KEY'
 export AIRFLOW__CORE__AUTH_MANAGER=lakehouse.ops.airflow_auth_manager.ThrottledFabAuthManager
 export AIRFLOW__FAB__CONFIG_FILE='$AIRFLOW_HOME/webserver_config.py'
-export AIRFLOW__CORE__EXECUTION_API_SERVER_URL='http://127.0.0.1:$PORT/execution/'
-export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='postgresql+psycopg2://airflow:$PG_PASSWORD@127.0.0.1:$PG_PORT/airflow?$PG_TLS_QUERY'
-export AIRFLOW__API__HOST=127.0.0.1
+export AIRFLOW__CORE__EXECUTION_API_SERVER_URL='http://$BIND:$PORT/execution/'
+export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='${DATABASE_URL:-$(local_database_url)}'
+export AIRFLOW__API__HOST=$BIND
 export AIRFLOW__API__PORT=$PORT
-export AIRFLOW__API__BASE_URL='http://127.0.0.1:$PORT'
+export AIRFLOW__API__BASE_URL='http://$BIND:$PORT'
 export AIRFLOW__API__SECRET_KEY='$API_SECRET_KEY'
 export AIRFLOW__API_AUTH__JWT_SECRET='$JWT_SECRET'
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=15
@@ -190,14 +217,14 @@ stop_directory() {
 # PostgreSQL takes TCP connections over TLS only (pg_hba's hostssl): the passwords and the rows of
 # Airflow's database and the metastore never cross a network in clear. A certificate authority made
 # once per AIRFLOW_HOME (lakehouse.services.certificates, as Kafka's) signs the server's key and
-# certificate for 127.0.0.1 and its names; clients check the server against it (sslmode=verify-full
-# with TLS_CA as the root). The authority's key stays in tls/ (mode 700); the server's PEM is in the
+# certificate for the address it listens on (BIND) and that address's names; clients check the
+# server against it (sslmode=verify-full with TLS_CA as the root). The authority's key stays in tls/ (mode 700); the server's PEM is in the
 # cluster folder, readable by postgres only.
 TLS="$AIRFLOW_HOME/tls"
 TLS_CA="$TLS/ca.crt"
 ensure_postgres_certificate() {
     PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" "$VENV/bin/python" -m lakehouse.services.certificates \
-        "$TLS" "$PG_DATA/server.pem" 127.0.0.1
+        "$TLS" "$PG_DATA/server.pem" "$BIND"
     own_for_postgres "$PG_DATA/server.pem"
 }
 
@@ -220,11 +247,14 @@ start_postgres() {
         NEW_CLUSTER=1
     fi
     # Rewritten at each start: a cluster made before TLS takes TCP connections over TLS from now on.
-    echo "hostssl all all 127.0.0.1/32 scram-sha-256" > "$PG_DATA/pg_hba.conf"
+    # From this host alone on one machine; across hosts, from the hosts' subnet (samenet).
+    local peers="127.0.0.1/32"
+    [ "$BIND" = 127.0.0.1 ] || peers=samenet
+    echo "hostssl all all $peers scram-sha-256" > "$PG_DATA/pg_hba.conf"
     # The socket lives in the cluster folder (mode 700): only its owner can reach it.
     echo "local all all trust" >> "$PG_DATA/pg_hba.conf"
     ensure_postgres_certificate
-    local options="-p $PG_PORT -k $PG_DATA -c listen_addresses=127.0.0.1 -c ssl=on"
+    local options="-p $PG_PORT -k $PG_DATA -c listen_addresses=$BIND -c ssl=on"
     options+=" -c ssl_cert_file=$PG_DATA/server.pem -c ssl_key_file=$PG_DATA/server.pem"
     if as_postgres "$bin/pg_ctl" -D "$PG_DATA" status >/dev/null 2>&1 \
         && [ "$(as_postgres "$bin/psql" -h "$PG_DATA" -p "$PG_PORT" -U postgres -d postgres -tAc 'SHOW ssl')" != on ]; then
@@ -272,13 +302,16 @@ start_statsd_exporter() {
     echo $! > "$RUN/statsd-exporter.pid"
 }
 
+# The scheduler serves no task logs (--skip-serve-logs): its tasks run on this host (LocalExecutor),
+# where the api-server reads their log files, and Airflow's log server would listen on every address.
 start_scheduler() {
-    SUPERVISE_LIVENESS="curl -fsS --max-time 10 http://127.0.0.1:$HEALTH_PORT/health" start_process scheduler scheduler
+    SUPERVISE_LIVENESS="curl -fsS --max-time 10 http://127.0.0.1:$HEALTH_PORT/health" \
+        start_process scheduler scheduler --skip-serve-logs
 }
 
 wait_for_api() {
     for _ in $(seq 1 180); do
-        if curl -fsS --max-time 5 "http://127.0.0.1:$PORT/api/v2/monitor/health" >/dev/null 2>&1; then
+        if curl -fsS --max-time 5 "http://$BIND:$PORT/api/v2/monitor/health" >/dev/null 2>&1; then
             return 0
         fi
         # An api-server that cannot start (a port taken, say) would only be started again and again.
@@ -297,7 +330,7 @@ start() {
     mkdir -p "$RUN" "$LOGS"
     generate_secrets
     write_env
-    start_postgres
+    [ -n "$DATABASE_URL" ] || start_postgres
     # shellcheck disable=SC1091
     source "$AIRFLOW_HOME/env.sh"
     # The platform's users' passwords: generated once, kept in a file of mode 600, printed once.
@@ -320,7 +353,7 @@ start() {
     if ! kill -0 "$(cat "$RUN/statsd-exporter.pid")" 2>/dev/null; then
         tail -n 20 "$LOGS/statsd-exporter.log"; echo "the StatsD exporter exited" >&2; stop >/dev/null; exit 1
     fi
-    echo "Airflow is up: http://127.0.0.1:$PORT  (sign-in: $LOGIN${LDAP_URI:+ at $LDAP_URI}; users admin, operator, viewer; logs in $LOGS)"
+    echo "Airflow is up: http://$BIND:$PORT  (sign-in: $LOGIN${LDAP_URI:+ at $LDAP_URI}; users admin, operator, viewer; logs in $LOGS)"
     grep -v '^$' <<< "$generated" || true  # nothing generated: nothing to show
 }
 

@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
@@ -89,7 +90,9 @@ class Store(NamedTuple):
 LOCAL = Store({}, RUNS)
 
 
-def run_loop(folder: Path, settings: Settings, name: str, argv: list[str], store: Store = LOCAL) -> dict:
+def run_loop(
+    folder: Path, settings: Settings, name: str, argv: list[str], store: Store = LOCAL, launcher: Sequence[str] = ()
+) -> dict:
     """How the ``store.runs`` runs of ``lakehouse <argv>`` ended (tests/exit_loop.py): ``{"exit 0": 200}``.
 
     Args:
@@ -98,11 +101,12 @@ def run_loop(folder: Path, settings: Settings, name: str, argv: list[str], store
         name: the loop's name.
         argv: the command's arguments; ``{i}`` in one is the run's number.
         store: the variables set for the runs, and how many.
+        launcher: what runs the loop, e.g. ``lakehouse hosts run HOST --`` (none: this machine).
     """
     spec = folder / f"{name}.json"
     spec.write_text(json.dumps({"name": name, "argv": argv, "env": store.env}))
     finished = subprocess.run(
-        [sys.executable, "-m", "tests.exit_loop", str(spec), str(store.runs)],
+        [*launcher, sys.executable, "-m", "tests.exit_loop", str(spec), str(store.runs)],
         env={**os.environ, "LAKEHOUSE_HOME": settings.home, "PYTHONPATH": str(PROJECT)},
         cwd=PROJECT,
         capture_output=True,

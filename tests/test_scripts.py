@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,8 +11,9 @@ from pathlib import Path
 from tests.airflow_env import PROJECT
 
 
-def run_script(root: Path, *args: str) -> subprocess.CompletedProcess:
-    scrubbed = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root")}
+def run_script(root: Path, *args: str, **variables: str) -> subprocess.CompletedProcess:
+    """The script run from ``root`` with PATH, HOME and ``variables`` as its whole environment."""
+    scrubbed = {"PATH": os.environ["PATH"], "HOME": os.environ.get("HOME", "/root"), **variables}
     return subprocess.run(
         ["env", "-i", *(f"{k}={v}" for k, v in scrubbed.items()), "bash", *args],
         cwd=root,
@@ -41,6 +43,38 @@ def test_airflow_env_without_any_lakehouse_variable_writes_the_environment(tmp_p
     assert env.returncode == 0, env.stderr
     assert f"export AIRFLOW__CORE__DAGS_FOLDER='{tmp_path}/dags'" in env.stdout
     assert "LAKEHOUSE_" not in env.stdout.replace("LAKEHOUSE_SPARK_CONN", "")
+
+
+def test_airflow_env_on_a_deployment_host_listens_on_its_address_and_uses_the_database_and_cluster_given(tmp_path):
+    """What `lakehouse hosts run airflow` gives (the host's address, the cluster's master) and the
+    database the metastore host printed: Airflow's URLs name the host's address, not loopback."""
+    shutil.copytree(PROJECT / "scripts", tmp_path / "scripts")
+    (tmp_path / ".venv").symlink_to(PROJECT / ".venv")
+    database = "postgresql+psycopg2://airflow:secret@10.77.0.4:54329/airflow?sslmode=verify-full"
+    given = {"LAKEHOUSE_BIND_ADDRESS": "10.77.0.9", "LAKEHOUSE_SPARK_MASTER": "spark://spark-master:7077"}
+    env = run_script(tmp_path, "scripts/airflow.sh", "env", AIRFLOW_DATABASE_URL=database, **given)
+    assert env.returncode == 0, env.stderr
+    for line in (
+        "export AIRFLOW__API__HOST=10.77.0.9",
+        "export AIRFLOW__API__BASE_URL='http://10.77.0.9:8080'",
+        "export AIRFLOW__CORE__EXECUTION_API_SERVER_URL='http://10.77.0.9:8080/execution/'",
+        f"export AIRFLOW__DATABASE__SQL_ALCHEMY_CONN='{database}'",
+        """export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}'""",
+    ):
+        assert line in env.stdout.splitlines(), (line, env.stdout)
+    assert "127.0.0.1:8080" not in env.stdout and "@127.0.0.1:" not in env.stdout
+
+
+def test_airflow_env_on_one_machine_is_on_loopback_with_its_own_database_and_local_spark(tmp_path):
+    shutil.copytree(PROJECT / "scripts", tmp_path / "scripts")
+    (tmp_path / ".venv").symlink_to(PROJECT / ".venv")
+    env = run_script(tmp_path, "scripts/airflow.sh", "env")
+    assert env.returncode == 0, env.stderr
+    assert "export AIRFLOW__API__BASE_URL='http://127.0.0.1:8080'" in env.stdout.splitlines()
+    assert """export AIRFLOW_CONN_SPARK_DEFAULT='{"conn_type": "spark", "host": "local[2]"}'""" in env.stdout
+    assert re.search(
+        r"SQL_ALCHEMY_CONN='postgresql\+psycopg2://airflow:[^@']+@127\.0\.0\.1:54329/airflow\?", env.stdout
+    )
 
 
 def test_a_misspelt_login_stops_the_airflow_script_before_anything_starts_or_is_written(tmp_path):

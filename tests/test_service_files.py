@@ -170,6 +170,24 @@ def test_a_driver_binds_to_its_hosts_address_and_to_loopback_on_one_machine(tmp_
     assert driver_address(_settings(tmp_path, LAKEHOUSE_SPARK_MASTER="spark://spark-master:7077")) is None
 
 
+def test_a_drivers_jvm_gets_its_hosts_address_over_an_inherited_one_and_an_inherited_one_over_loopback(
+    tmp_path, monkeypatch
+):
+    """The rule a job's session and the Airflow tasks' spark-submit share (a spark-submit driver's
+    JVM starts before the job's Python can set it)."""
+    from lakehouse.ops.airflow_support import spark_env
+    from lakehouse.storage.spark import driver_local_ip
+
+    on_host = {"LAKEHOUSE_BIND_ADDRESS": "10.77.0.9", "LAKEHOUSE_SPARK_MASTER": "spark://spark-master:7077"}
+    assert driver_local_ip(_settings(tmp_path, **on_host), "127.0.0.1") == "10.77.0.9"
+    assert driver_local_ip(_settings(tmp_path), "192.0.2.7") == "192.0.2.7"
+    assert driver_local_ip(_settings(tmp_path), None) == "127.0.0.1"  # local[2]
+    assert driver_local_ip(_settings(tmp_path, LAKEHOUSE_SPARK_MASTER="spark://spark-master:7077"), None) is None
+    for name, value in {**on_host, "LAKEHOUSE_HOME": str(tmp_path), "SPARK_LOCAL_IP": "127.0.0.1"}.items():
+        monkeypatch.setenv(name, value)
+    assert spark_env()["SPARK_LOCAL_IP"] == "10.77.0.9"
+
+
 def test_a_kafka_broker_set_up_on_one_address_is_found_there_and_refuses_to_start_on_another(tmp_path):
     settings = _settings(tmp_path)
     files = kafka.BrokerFiles(settings.kafka_dir())

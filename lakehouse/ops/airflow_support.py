@@ -17,7 +17,7 @@ from pathlib import Path
 
 from lakehouse.ops.orchestration import SPARK_CONN_ID
 from lakehouse.settings import PROJECT_ROOT, Settings
-from lakehouse.storage.spark import driver_java_options, spark_submit_jars
+from lakehouse.storage.spark import driver_java_options, driver_local_ip, spark_submit_jars
 
 OWNER = "lakehouse"
 JOBS = Path(os.environ.get("LAKEHOUSE_JOBS_DIR", PROJECT_ROOT / "jobs"))
@@ -41,12 +41,16 @@ def delta_jars() -> str:
 
 def spark_env() -> dict[str, str]:
     """spark-submit finds Spark through SPARK_HOME (pip's pyspark folder, unless set) and runs the
-    Python side with PYSPARK_PYTHON: this interpreter, where lakehouse is installed."""
+    Python side with PYSPARK_PYTHON: this interpreter, where lakehouse is installed. Its driver's
+    JVM starts before the job's Python, so it gets the job's SPARK_LOCAL_IP here: on a host of the
+    deployment, the host's address, where the driver's UI and block manager must listen."""
     spark_home = os.environ.get("SPARK_HOME")
     if not spark_home:
         spec = importlib.util.find_spec("pyspark")  # locates, does not import
         spark_home = str(Path(spec.origin).parent) if spec and spec.origin else ""
-    return {"SPARK_HOME": spark_home, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    env = {"SPARK_HOME": spark_home, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
+    local_ip = driver_local_ip(Settings.from_env(), os.environ.get("SPARK_LOCAL_IP"))
+    return env | ({"SPARK_LOCAL_IP": local_ip} if local_ip else {})
 
 
 USER_DEFINED_MACROS = {"lakehouse_delta_jars": delta_jars}

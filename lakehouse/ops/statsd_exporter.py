@@ -90,26 +90,28 @@ class Translator:
                 self.add(sample)
 
 
-def serve(udp_port: int, http_port: int, target_file: str | None) -> None:
-    """Receive StatsD on ``udp_port`` and serve the metrics on ``http_port`` (both on loopback; 0: any
-    free port), until killed.
+def serve(udp_port: int, http_port: int, target_file: str | None, http_host: str = "127.0.0.1") -> None:
+    """Receive StatsD on ``udp_port`` (on loopback: only Airflow's processes on this host send) and
+    serve the metrics on ``http_host``:``http_port`` (0: any free port), until killed.
 
     Args:
         udp_port: where Airflow sends its datagrams.
         http_port: where Prometheus scrapes.
         target_file: where to write the HTTP address for Prometheus's file service discovery (None: nowhere).
+        http_host: the address Prometheus scrapes: the host's own across hosts, where it runs on another.
     """
     from prometheus_client import CollectorRegistry, start_http_server
 
     from lakehouse.services.process import write_json
 
     translator = Translator(CollectorRegistry(auto_describe=True))
-    server, _ = start_http_server(http_port, addr="127.0.0.1", registry=translator.registry)
+    server, _ = start_http_server(http_port, addr=http_host, registry=translator.registry)
     receiver = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     receiver.bind(("127.0.0.1", udp_port))
+    metrics = f"{http_host}:{server.server_port}"
     if target_file:
-        write_json(_path(target_file), [{"targets": [f"127.0.0.1:{server.server_port}"], "labels": {}}])
-    print(f"StatsD on udp 127.0.0.1:{receiver.getsockname()[1]}, metrics on 127.0.0.1:{server.server_port}", flush=True)
+        write_json(_path(target_file), [{"targets": [metrics], "labels": {}}])
+    print(f"StatsD on udp 127.0.0.1:{receiver.getsockname()[1]}, metrics on {metrics}", flush=True)
     while True:
         translator.receive(receiver.recv(65535))
 
@@ -129,7 +131,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--udp-port", type=int, default=8125, help="StatsD's port (Airflow's statsd_port)")
     parser.add_argument("--http-port", type=int, default=9102, help="the metrics' port (0: any free one)")
     args = parser.parse_args(argv)
-    serve(args.udp_port, args.http_port, str(Settings.from_env().metrics_dir() / "airflow" / "airflow.json"))
+    settings = Settings.from_env()
+    serve(
+        args.udp_port, args.http_port, str(settings.metrics_dir() / "airflow" / "airflow.json"), settings.bind_address
+    )
 
 
 if __name__ == "__main__":

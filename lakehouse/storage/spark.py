@@ -331,6 +331,16 @@ def driver_address(settings: Settings) -> str | None:
     return None
 
 
+def driver_local_ip(settings: Settings, inherited: str | None) -> str | None:
+    """The SPARK_LOCAL_IP a driver's JVM starts with, given the one its process inherited: a host's
+    own address wins (the driver's UI and block manager bind to SPARK_LOCAL_IP, and on another
+    address the host's peers cannot reach them); on one machine an inherited one wins over loopback."""
+    local_ip = driver_address(settings)
+    if local_ip and settings.bind_address != LOOPBACK:
+        return local_ip
+    return inherited or local_ip
+
+
 def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: dict[str, str] | None = None):
     """A SparkSession with Delta, UTC time, small shuffles, and an in-memory catalog; ``confs`` adds
     to or overrides that configuration (the Spark service's endpoints and metastore, say).
@@ -346,13 +356,9 @@ def build_spark_session(settings: Settings, app_name: str = "lakehouse", confs: 
     if settings.spark_remote:
         return connect_session(settings)
     check_java()
-    local_ip = driver_address(settings)
-    if local_ip and settings.bind_address != LOOPBACK:
-        # A host's address wins over one inherited from a parent process: the driver's UI and block
-        # manager bind to SPARK_LOCAL_IP, and on another address the host's peers cannot reach them.
+    local_ip = driver_local_ip(settings, os.environ.get("SPARK_LOCAL_IP"))
+    if local_ip:
         os.environ["SPARK_LOCAL_IP"] = local_ip
-    elif local_ip:
-        os.environ.setdefault("SPARK_LOCAL_IP", local_ip)
     from pyspark.errors import PySparkRuntimeError
     from pyspark.sql import SparkSession
 
