@@ -1,20 +1,20 @@
 """The whole loop across the deployment's hosts on this machine (``lakehouse hosts``, a network
-namespace per host), each process started as an operator starts it with ``lakehouse hosts run``:
-the S3 server on the storage host, the Kafka broker on the kafka host, the Spark master on the
+namespace per host), each process started as an operator starts it with ``lakehouse hosts run``: the
+S3 server on the storage host, the Kafka broker on the kafka host, the Spark master on the
 spark-master host and a worker on each worker host; the producer on the analyst host writes the
 generated log to Kafka; the stream's driver on the stream host runs on the cluster's executors (and
 is SIGKILLed after its first batch's MERGE, before its progress row, and restarted); a late record;
 PostgreSQL on the metastore host and Airflow on the airflow host on that database, where the
 operator triggers a backfill from Kafka through Airflow's REST API and its task submits it to the
-cluster; a correction submitted to the cluster from the airflow host; the tables and checkpoints on S3 at storage:9000; the Spark
-service on the spark-service host (started while those jobs run), which the analyst host then
-queries over Spark Connect (``lakehouse sql``) and over JDBC (beeline). The tables, the audit and
-the serving view equal the embedded default's (local[2], file log) on the same events, row for
-row; every service listens on its host's address alone; ``down`` leaves nothing behind. In `make
-chaos` (HOST_FAULTS=all) the kafka host restarts while the stream reads; the stream host is cut from
-the storage host for 30 s while the stream runs, and the stall alert goes from Prometheus and the
-Alertmanager on the monitor host to a webhook receiver on the machine; the spark-service host
-restarts while the analyst asks.
+cluster; a correction submitted to the cluster from the airflow host; the tables and checkpoints on
+S3 at storage:9000; the Spark service on the spark-service host (started while those jobs run),
+which the analyst host then queries over Spark Connect (``lakehouse sql``) and over JDBC (beeline).
+The tables, the audit and the serving view equal the embedded default's (local[2], file log) on the
+same events, row for row; every service listens on its host's address alone; ``down`` leaves nothing
+behind. In `make chaos` (HOST_FAULTS=all) the kafka host restarts while the stream reads; the stream
+host is cut from the storage host for 30 s while the stream runs, and the stall alert goes from
+Prometheus and the Alertmanager on the monitor host to a webhook receiver on the machine; the
+spark-service host restarts while the analyst asks.
 
 The tests' session compares what the loop wrote: it reaches the storage host's bucket through the
 bridge (the machine's address on the subnet), and the broker at the kafka host's address."""

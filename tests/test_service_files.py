@@ -173,8 +173,8 @@ def test_a_driver_binds_to_its_hosts_address_and_to_loopback_on_one_machine(tmp_
 def test_a_drivers_jvm_gets_its_hosts_address_over_an_inherited_one_and_an_inherited_one_over_loopback(
     tmp_path, monkeypatch
 ):
-    """The rule a job's session and the Airflow tasks' spark-submit share (a spark-submit driver's
-    JVM starts before the job's Python can set it)."""
+    """A job's session sets it before its JVM starts; the Airflow tasks' spark-submit, whose driver's
+    JVM starts before the job's Python, gets a host's address, and on one machine what it inherits."""
     from lakehouse.ops.airflow_support import spark_env
     from lakehouse.storage.spark import driver_local_ip
 
@@ -183,7 +183,9 @@ def test_a_drivers_jvm_gets_its_hosts_address_over_an_inherited_one_and_an_inher
     assert driver_local_ip(_settings(tmp_path), "192.0.2.7") == "192.0.2.7"
     assert driver_local_ip(_settings(tmp_path), None) == "127.0.0.1"  # local[2]
     assert driver_local_ip(_settings(tmp_path, LAKEHOUSE_SPARK_MASTER="spark://spark-master:7077"), None) is None
-    for name, value in {**on_host, "LAKEHOUSE_HOME": str(tmp_path), "SPARK_LOCAL_IP": "127.0.0.1"}.items():
+    monkeypatch.setenv("LAKEHOUSE_HOME", str(tmp_path))
+    assert "SPARK_LOCAL_IP" not in spark_env()
+    for name, value in {**on_host, "SPARK_LOCAL_IP": "127.0.0.1"}.items():
         monkeypatch.setenv(name, value)
     assert spark_env()["SPARK_LOCAL_IP"] == "10.77.0.9"
 

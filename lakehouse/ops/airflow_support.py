@@ -16,8 +16,8 @@ from datetime import timedelta
 from pathlib import Path
 
 from lakehouse.ops.orchestration import SPARK_CONN_ID
-from lakehouse.settings import PROJECT_ROOT, Settings
-from lakehouse.storage.spark import driver_java_options, driver_local_ip, spark_submit_jars
+from lakehouse.settings import LOOPBACK, PROJECT_ROOT, Settings
+from lakehouse.storage.spark import driver_java_options, spark_submit_jars
 
 OWNER = "lakehouse"
 JOBS = Path(os.environ.get("LAKEHOUSE_JOBS_DIR", PROJECT_ROOT / "jobs"))
@@ -42,15 +42,17 @@ def delta_jars() -> str:
 def spark_env() -> dict[str, str]:
     """spark-submit finds Spark through SPARK_HOME (pip's pyspark folder, unless set) and runs the
     Python side with PYSPARK_PYTHON: this interpreter, where lakehouse is installed. Its driver's
-    JVM starts before the job's Python, so it gets the job's SPARK_LOCAL_IP here: on a host of the
-    deployment, the host's address, where the driver's UI and block manager must listen."""
+    JVM starts before the job's Python, so on a host of the deployment it gets the host's address
+    as SPARK_LOCAL_IP here, where the driver's UI and block manager must listen. On one machine
+    the JVM keeps what it inherits: the master is the spark_default connection's, which the
+    settings may not name, so they cannot tell loopback from an address a cluster reaches."""
     spark_home = os.environ.get("SPARK_HOME")
     if not spark_home:
         spec = importlib.util.find_spec("pyspark")  # locates, does not import
         spark_home = str(Path(spec.origin).parent) if spec and spec.origin else ""
     env = {"SPARK_HOME": spark_home, "PYSPARK_PYTHON": os.environ.get("PYSPARK_PYTHON", sys.executable)}
-    local_ip = driver_local_ip(Settings.from_env(), os.environ.get("SPARK_LOCAL_IP"))
-    return env | ({"SPARK_LOCAL_IP": local_ip} if local_ip else {})
+    settings = Settings.from_env()
+    return env | ({"SPARK_LOCAL_IP": settings.bind_address} if settings.bind_address != LOOPBACK else {})
 
 
 USER_DEFINED_MACROS = {"lakehouse_delta_jars": delta_jars}
