@@ -12,9 +12,9 @@
 #   AIRFLOW_HOME, AIRFLOW_PORT (8080), AIRFLOW_PG_PORT (54329), AIRFLOW_HEALTH_PORT (8974: the
 #   scheduler's health check), AIRFLOW_STATSD_PORT (8125, UDP: Airflow's metrics) and
 #   AIRFLOW_METRICS_PORT (9102: the same metrics for Prometheus), LAKEHOUSE_HOME,
-#   LAKEHOUSE_SPARK_CONN: the spark_default connection as JSON (default local[2]; e.g.
-#   '{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}' for a cluster; without it,
-#   LAKEHOUSE_SPARK_MASTER's cluster when that names one).
+#   LAKEHOUSE_SPARK_CONN: the spark_default connection as JSON, e.g.
+#   '{"conn_type": "spark", "host": "spark://spark-master", "port": 7077}' for a cluster (without it:
+#   the cluster LAKEHOUSE_SPARK_MASTER names, if it names one, else local[2]).
 # Across hosts (docs/operations.md, "Deployment across hosts"): LAKEHOUSE_BIND_ADDRESS, which
 #   `lakehouse hosts run` sets, is the address PostgreSQL and the api-server listen on and are
 #   reached at (default 127.0.0.1); AIRFLOW_DATABASE_URL names a database elsewhere, as `metastore`
@@ -218,8 +218,8 @@ stop_directory() {
 # Airflow's database and the metastore never cross a network in clear. A certificate authority made
 # once per AIRFLOW_HOME (lakehouse.services.certificates, as Kafka's) signs the server's key and
 # certificate for the address it listens on (BIND) and that address's names; clients check the
-# server against it (sslmode=verify-full with TLS_CA as the root). The authority's key stays in tls/ (mode 700); the server's PEM is in the
-# cluster folder, readable by postgres only.
+# server against it (sslmode=verify-full with TLS_CA as the root). The authority's key stays in tls/
+# (mode 700); the server's PEM is in the cluster folder, readable by postgres only.
 TLS="$AIRFLOW_HOME/tls"
 TLS_CA="$TLS/ca.crt"
 ensure_postgres_certificate() {

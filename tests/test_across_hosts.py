@@ -58,6 +58,7 @@ from tests.conftest import make_settings
 from tests.hosts import LAKEHOUSE, NEEDS_ROOT, answers, lakehouse, leftovers, on_host, own_deployment, running
 from tests.services import beeline_command
 from tests.test_airflow_e2e import Airflow, wait_for_dags
+from tests.test_deployment import script_default
 from tests.test_exit_codes import Store, change_log, lines, run_loop
 from tests.test_kafka import RETENTION, rows
 from tests.test_metrics import prometheus_api, stall_notification, until, webhook_receiver
@@ -102,7 +103,7 @@ WATCHED_PACE = {
 JVM_FREE_RUNS = int(os.environ.get("LAKEHOUSE_EXIT_HOST_RUNS", "200" if ALL_HOST_FAULTS else "0"))
 AIRFLOW_SCRIPT = str(PROJECT_ROOT / "scripts" / "airflow.sh")
 BACKFILL_DAG = "lakehouse_backfill"
-SCHEDULER_HEALTH_PORT = 8974  # scripts/airflow.sh's AIRFLOW_HEALTH_PORT
+SCHEDULER_HEALTH_PORT = script_default("AIRFLOW_HEALTH_PORT")
 SERVED_COLUMNS = ["window_start", "bridge_id", "vehicle_type", "vehicles", "revenue", "source"]
 SERVED = f"SELECT {', '.join(SERVED_COLUMNS)} FROM gold.toll_traffic ORDER BY 1, 2, 3"
 # The long-running services, each on its host as `lakehouse hosts run HOST -- ...` starts it, in two
@@ -262,7 +263,7 @@ class DagRun:
         self.client, self.dag_id, self.run_id = client, dag_id, run_id
 
     def poll(self) -> int | None:
-        state = self.client.request("GET", self.client.run_path(self.dag_id, self.run_id))["state"]
+        state = self.client.state(self.dag_id, self.run_id)
         return None if state not in ("success", "failed") else int(state == "failed")
 
     def wait(self, timeout: float) -> int:
@@ -368,8 +369,9 @@ SERVICE_SETTINGS = {"LAKEHOUSE_SPARK_MASTER": "local[2]", "LAKEHOUSE_SQL_STALENE
 
 def _run_the_jobs(spark, loop: Loop, airflow: AirflowOnHosts, embedded_audit, records: int) -> subprocess.Popen:
     """The producer on the analyst host (``records`` records); the stream on the stream host, killed
-    after its first batch's MERGE and restarted, a late record, the stream again; the backfill and the correction
-    from the airflow host. The Spark service starts on its host meanwhile: the starting `serve`."""
+    after its first batch's MERGE and restarted, a late record, the stream again; the backfill through
+    Airflow (worker-1 cut while it runs) and the correction from the airflow host. The Spark service
+    starts on its host meanwhile: the starting `serve`."""
     config = ("events", "seed", "rate", "late_fraction", "late_delay", "duplicate_fraction", "malformed_fraction")
     options = [(f"--{name.replace('_', '-')}", str(getattr(CONFIG, name))) for name in config]
     loop.on("analyst", "generate", "--sink", "kafka", *(part for option in options for part in option))

@@ -97,10 +97,13 @@ class Airflow:
     def run_path(self, dag_id: str, run_id: str) -> str:
         return f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
 
+    def state(self, dag_id: str, run_id: str) -> str:
+        return self.request("GET", self.run_path(dag_id, run_id))["state"]
+
     def wait_for(self, dag_id: str, run_id: str, timeout: float = RUN_TIMEOUT) -> str:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            state = self.request("GET", self.run_path(dag_id, run_id))["state"]
+            state = self.state(dag_id, run_id)
             if state in ("success", "failed"):
                 return state
             time.sleep(3)
@@ -645,10 +648,7 @@ def test_a_user_triggers_a_backfill_from_the_ui_form_and_sees_it_succeed(spark, 
                 time.sleep(1)
             run_id = new.pop()
             page.goto(f"{client.base_url}/dags/lakehouse_backfill/runs/{urllib.parse.quote(run_id, safe='')}")
-            while client.request("GET", client.run_path("lakehouse_backfill", run_id))["state"] not in (
-                "success",
-                "failed",
-            ):
+            while client.state("lakehouse_backfill", run_id) not in ("success", "failed"):
                 assert time.monotonic() < deadline, "the run did not finish"
                 time.sleep(3)
             page.reload()
@@ -662,7 +662,7 @@ def test_a_user_triggers_a_backfill_from_the_ui_form_and_sees_it_succeed(spark, 
     print(f"\nbrowser flow took {time.monotonic() - began:.0f}s")
     conf = client.request("GET", client.run_path("lakehouse_backfill", run_id))["conf"]
     assert conf["start"].startswith(start.strftime("%Y-%m-%dT%H:%M")) and conf["reprocess"] == "redo", conf
-    assert client.request("GET", client.run_path("lakehouse_backfill", run_id))["state"] == "success"
+    assert client.state("lakehouse_backfill", run_id) == "success"
     assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, HOUR0, HOUR0 + timedelta(hours=2))
 
 

@@ -171,7 +171,7 @@ def test_compose_reaches_each_host_only_on_ports_the_description_gives_it():
     assert {("storage", 9000), ("kafka", 9092), ("metastore", 54329), ("spark-master", 7077)} <= mentioned
 
 
-def _script_default(variable: str) -> int:
+def script_default(variable: str) -> int:
     return int(re.search(rf"\$\{{{variable}:-(\d+)\}}", (PROJECT_ROOT / "scripts" / "airflow.sh").read_text())[1])
 
 
@@ -180,10 +180,10 @@ def test_the_described_ports_are_those_the_services_start_on_by_default():
     started_on = {
         DeployedService.S3: {"s3": defaults.s3_port},
         DeployedService.KAFKA: {"broker": defaults.kafka_port},
-        DeployedService.POSTGRESQL: {"sql": _script_default("AIRFLOW_PG_PORT")},
+        DeployedService.POSTGRESQL: {"sql": script_default("AIRFLOW_PG_PORT")},
         DeployedService.SPARK_MASTER: {"master": defaults.cluster_port},
         DeployedService.SPARK_SERVICE: {"connect": defaults.connect_port, "thrift": defaults.thrift_port},
-        DeployedService.AIRFLOW_API_SERVER: {"api": _script_default("AIRFLOW_PORT")},
+        DeployedService.AIRFLOW_API_SERVER: {"api": script_default("AIRFLOW_PORT")},
         DeployedService.PROMETHEUS: {"web": defaults.prometheus_port},
         DeployedService.ALERTMANAGER: {"web": defaults.alertmanager_port},
     }
