@@ -180,7 +180,7 @@ cluster-stop:
 	@$(VENV)/bin/lakehouse cluster stop
 
 # The Airflow tests alone: DAG integrity, dag.test() of each DAG, the newcomer's make airflow, and end
-# to end on a real Airflow (PostgreSQL, api-server, scheduler, dag-processor) with a browser test.
+# to end on a real Airflow (PostgreSQL, api-server, scheduler, dag-processor, triggerer) with a browser test.
 test-airflow: setup system-deps
 	$(VENV)/bin/python -m pytest -m airflow
 # --- end Airflow ---

@@ -118,6 +118,7 @@ _STRIPPED_FIELDS = (
     "alert_webhook_url",
     "alertmanager_config",
     "prometheus_stream_targets",
+    "prometheus_airflow_targets",
 )
 _PORT_FIELDS = (
     "connect_port",
@@ -316,10 +317,11 @@ class Services:
     prometheus_port: int = 9090
     prometheus_scrape_interval: str = "15s"
     alert_for: str = ""
-    # Streams' endpoints on other hosts, as HOST:PORT separated by commas, which that Prometheus
-    # scrapes besides those the home's metrics/ folder names (a stream writes its address there only
-    # on its own host); `lakehouse hosts run` sets it from docker/deployment.yaml.
+    # Streams' endpoints and Airflow's StatsD exporters on other hosts, as HOST:PORT separated by
+    # commas, which that Prometheus scrapes besides those the home's metrics/ folder names (each writes
+    # its address there only on its own host); `lakehouse hosts run` sets both from docker/deployment.yaml.
     prometheus_stream_targets: str = ""
+    prometheus_airflow_targets: str = ""
     # The Alertmanager `lakehouse alertmanager start` runs (0: any free port), which that Prometheus
     # sends what fires to; the webhook it POSTs each notification to, firing and resolved (empty: none,
     # the alerts wait in its API; the URL of a chat's webhook is a secret); how long it gathers a new

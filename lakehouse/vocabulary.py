@@ -278,6 +278,7 @@ class DeployedService(StrEnum):
     AIRFLOW_SCHEDULER = "airflow-scheduler"
     AIRFLOW_DAG_PROCESSOR = "airflow-dag-processor"
     AIRFLOW_TRIGGERER = "airflow-triggerer"
+    AIRFLOW_METRICS = "airflow-metrics"  # the StatsD exporter: Airflow's metrics, for Prometheus
     SPEED_LAYER = "speed-layer"  # the stream's driver
     PROMETHEUS = "prometheus"
     ALERTMANAGER = "alertmanager"

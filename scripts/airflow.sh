@@ -2,7 +2,8 @@
 # Run Airflow locally on PostgreSQL with this checkout's dags/ and LocalExecutor.
 #
 #   scripts/airflow.sh start   # install PostgreSQL if absent, start it, migrate, create the users, start
-#                              # api-server, scheduler and dag-processor; print generated passwords once
+#                              # api-server, scheduler, dag-processor and triggerer; print generated
+#                              # passwords once
 #   scripts/airflow.sh stop    # stop what start started (the test directory's slapd too)
 #   scripts/airflow.sh env     # print the environment the processes run with (source it for `airflow ...`)
 #   scripts/airflow.sh metastore  # start PostgreSQL only, with the Spark service's metastore database;
@@ -302,8 +303,8 @@ start_statsd_exporter() {
     echo $! > "$RUN/statsd-exporter.pid"
 }
 
-# The scheduler serves no task logs (--skip-serve-logs): its tasks run on this host (LocalExecutor),
-# where the api-server reads their log files, and Airflow's log server would listen on every address.
+# The scheduler and the triggerer serve no task logs (--skip-serve-logs): both run on this host, where
+# the api-server reads their log files, and Airflow's log server would listen on every address.
 start_scheduler() {
     SUPERVISE_LIVENESS="curl -fsS --max-time 10 http://127.0.0.1:$HEALTH_PORT/health" \
         start_process scheduler scheduler --skip-serve-logs
@@ -349,6 +350,8 @@ start() {
     start_process api-server api-server --port "$PORT"
     start_scheduler
     start_process dag-processor dag-processor
+    # Deferred tasks (a team's deferrable sensor, say) wait on the triggerer: without one they never resume.
+    start_process triggerer triggerer --skip-serve-logs
     wait_for_api || { stop >/dev/null; exit 1; }
     if ! kill -0 "$(cat "$RUN/statsd-exporter.pid")" 2>/dev/null; then
         tail -n 20 "$LOGS/statsd-exporter.log"; echo "the StatsD exporter exited" >&2; stop >/dev/null; exit 1
@@ -370,7 +373,7 @@ stop_session() {
 }
 
 stop() {
-    for name in scheduler dag-processor api-server statsd-exporter; do
+    for name in scheduler dag-processor triggerer api-server statsd-exporter; do
         local pidfile="$RUN/$name.pid"
         if [ -f "$pidfile" ]; then
             stop_session "$(cat "$pidfile")"

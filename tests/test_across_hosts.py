@@ -7,13 +7,15 @@ is SIGKILLed after its first batch's MERGE, before its progress row, and restart
 PostgreSQL on the metastore host and Airflow on the airflow host on that database, where the
 operator triggers a backfill from Kafka through Airflow's REST API and its task submits it to the
 cluster; a correction submitted to the cluster from the airflow host; the tables and checkpoints on
-S3 at storage:9000; the Spark service on the spark-service host (started while those jobs run),
-which the analyst host then queries over Spark Connect (``lakehouse sql``) and over JDBC (beeline).
+S3 at storage:9000; the Spark service on the spark-service host (started while those jobs run), its
+catalog in the Hive metastore in the metastore host's PostgreSQL, which the analyst host then
+queries over Spark Connect (``lakehouse sql``) and over JDBC (beeline).
 The tables, the audit and the serving view equal the embedded default's (local[2], file log) on the
 same events, row for row; every service listens on its host's address alone; ``down`` leaves nothing
 behind. In `make chaos` (HOST_FAULTS=all) the kafka host restarts while the stream reads; the stream
 host is cut from the storage host for 30 s while the stream runs, and the stall alert goes from
-Prometheus and the Alertmanager on the monitor host to a webhook receiver on the machine; the
+Prometheus and the Alertmanager on the monitor host to a webhook receiver on the machine (that
+Prometheus also scrapes Airflow's StatsD exporter on the airflow host); the
 spark-service host restarts while the analyst asks.
 
 The tests' session compares what the loop wrote: it reaches the storage host's bucket through the
@@ -43,7 +45,8 @@ from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.services import deployment
-from lakehouse.services.spark_service import ServiceState, jdbc_url
+from lakehouse.services.prometheus import AIRFLOW_JOB, STREAM_JOB
+from lakehouse.services.spark_service import METASTORE_DRIVER, ServiceState, jdbc_url
 from lakehouse.serving.sql import format_rows
 from lakehouse.settings import KAFKA_CREDENTIALS, LOOPBACK, PROJECT_ROOT, Settings
 from lakehouse.storage.catalog import STREAM_PROGRESS, pipeline_tables, register_tables
@@ -62,6 +65,7 @@ from tests.test_deployment import script_default
 from tests.test_exit_codes import Store, change_log, lines, run_loop
 from tests.test_kafka import RETENTION, rows
 from tests.test_metrics import prometheus_api, stall_notification, until, webhook_receiver
+from tests.test_service import metastore_tables
 
 pytestmark = [pytest.mark.services, pytest.mark.slow, *NEEDS_ROOT]
 
@@ -153,6 +157,7 @@ def _cached_on_the_machine(settings) -> None:
     from lakehouse.storage.java import maven_central_jar
 
     maven_central_jar(S3PROXY)
+    maven_central_jar(METASTORE_DRIVER)
     broker_jars()
     delta_class_path(settings)  # the Spark service's; the jobs' JARs are the tests' session's
 
@@ -183,6 +188,8 @@ class Loop:
     def __init__(self, described: deployment.Deployment, env: dict[str, str], root: Path):
         self.described, self.env, self.root = described, env, root
         self.addresses = {host.name: str(host.address) for host in described.hosts}
+        # The Hive metastore's settings, once the metastore host's PostgreSQL is up (its password among them).
+        self.metastore: dict[str, str] = {}
 
     def home(self, host: str) -> Path:
         return self.root / host
@@ -221,6 +228,12 @@ class Loop:
         settings `hosts run` gives."""
         env = self.host_env(host, **self.job_settings())
         return _started(env, host, *arguments, **overrides)
+
+    def serve(self) -> subprocess.Popen:
+        """`lakehouse serve` started on the spark-service host, its catalog in the metastore host's
+        PostgreSQL: the metastore's password in its environment, never on a command line."""
+        env = self.host_env("spark-service", **self.job_settings(), **self.metastore)
+        return _started(env, "spark-service", "serve", **SERVICE_SETTINGS)
 
     def on(self, host: str, *arguments: str) -> str:
         """`lakehouse ARGUMENTS` run on the host as a job of the loop; its output."""
@@ -283,11 +296,15 @@ class AirflowOnHosts:
         self.starting: subprocess.Popen | None = None
 
     def start(self) -> None:
-        """PostgreSQL on the metastore host, then Airflow started on the airflow host on that database
-        (not awaited: it migrates its database meanwhile)."""
+        """PostgreSQL on the metastore host, which also holds the Spark service's Hive metastore (its
+        settings kept for `Loop.serve`), then Airflow started on the airflow host on that database (not
+        awaited: it migrates its database meanwhile)."""
         database_host = self.loop.host_env("metastore", AIRFLOW_HOME=str(self.homes / "metastore"))
         exports = _finished(_started(database_host, "metastore", "metastore", program=AIRFLOW_SCRIPT))
         database = dict(line.removeprefix("export ").replace("'", "").split("=", 1) for line in exports.splitlines())
+        self.loop.metastore = {
+            name: value for name, value in database.items() if name.startswith("LAKEHOUSE_METASTORE_")
+        }
         # The database's URL, with its password, in the environment: never on a command line.
         env = self.loop.host_env("airflow", **self.loop.job_settings(), AIRFLOW_HOME=str(self.homes / "airflow"))
         env |= {"AIRFLOW_DATABASE_URL": database["AIRFLOW_DATABASE_URL"], "LAKEHOUSE_PIPELINES": PIPELINE.name}
@@ -344,6 +361,8 @@ def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_vi
         service = _run_the_jobs(spark, loop, airflow, embedded_audit, written.records)
         analyst = {**loop.host_env("analyst", **loop.job_settings()), **loop.analyst_login()}
         assert _query_from_the_analyst(loop, service, analyst) == format_rows(SERVED_COLUMNS, expected, "csv")
+        # The service's catalog is the metastore host's, which a restarted service finds again.
+        assert {"gold.toll_traffic__speed", "bronze.toll_traffic_events"} <= set(metastore_tables(loop.metastore))
         if ALL_HOST_FAULTS:
             _restart_the_service_host(loop, analyst, format_rows(SERVED_COLUMNS, expected, "csv"))
         assert Auditor(spark, on_hosts, PIPELINE).reconcile(start, end, target="serving", record=False).ok
@@ -385,7 +404,7 @@ def _run_the_jobs(spark, loop: Loop, airflow: AirflowOnHosts, embedded_audit, re
     if ALL_HOST_FAULTS:
         _restart_kafka_while(loop, restarted)
     _finished(restarted)
-    service = loop.start("spark-service", "serve", **SERVICE_SETTINGS)
+    service = loop.serve()
     _check_kafka_audit(spark, settings, embedded_audit)
     if ALL_HOST_FAULTS:
         _stall_the_stream_from_storage(loop, settings, records)
@@ -447,7 +466,9 @@ def _stall_the_stream_from_storage(loop: Loop, settings: Settings, records: int)
         stream = loop.start("stream", "stream", **WATCHED_PACE)
         try:
             until(lambda: _read(settings) == records + 1, 300, "the straggler read", stream)
-            until(lambda: _stream_target_up(prometheus), 60, "Prometheus scraping the stream", stream)
+            until(lambda: _target_up(prometheus, STREAM_JOB), 60, "Prometheus scraping the stream", stream)
+            # Airflow's metrics too, from its StatsD exporter on the airflow host.
+            until(lambda: _target_up(prometheus, AIRFLOW_JOB), 60, "Prometheus scraping Airflow", stream)
             _stall_and_resume(loop, settings, stream, notifications, records)
         finally:
             with contextlib.suppress(ProcessLookupError):
@@ -497,9 +518,9 @@ def _read(settings: Settings) -> int:
     return 0 if progress is None else sum(progress.column("input_rows").to_pylist())
 
 
-def _stream_target_up(prometheus: str) -> bool:
-    """Whether Prometheus's last scrape of the stream's endpoint succeeded."""
-    scraped = prometheus_api(prometheus, "query", query='up{job="lakehouse_stream"}')["result"]
+def _target_up(prometheus: str, job: str) -> bool:
+    """Whether Prometheus's last scrape of the job's one endpoint succeeded."""
+    scraped = prometheus_api(prometheus, "query", query=f'up{{job="{job}"}}')["result"]
     return [series["value"][1] for series in scraped] == ["1"]
 
 
@@ -569,7 +590,7 @@ def _restart_the_service_host(loop: Loop, analyst: dict[str, str], answer: str) 
     said = [line for line in err.splitlines() if line.strip()]
     assert asked.returncode != 0 and not out and len(said) == 1, err[-3000:]
     assert said[0].startswith("lakehouse: error: the Spark service does not answer"), said
-    assert json.loads(_finished(loop.start("spark-service", "serve", **SERVICE_SETTINGS)))["up"]
+    assert json.loads(_finished(loop.serve()))["up"]
     gone = time.monotonic() - killed_at
     assert _finished(_started(analyst, "analyst", "sql", SERVED, "--format", "csv")) == answer
     print(f"\nthe spark-service host restarted; meanwhile the analyst read: {said[0]}")
@@ -653,7 +674,7 @@ def _check_bound_to_their_hosts(loop: Loop) -> None:
             host.name,
             listening,
         )
-    for name in (*SERVICES[0], "spark-service"):
+    for name in (*SERVICES[0], "spark-service", "metastore", "airflow"):
         host = loop.described.host(name)
         for port in loop.described.host_ports(host):
             assert answers(loop.described, name, str(host.address), port), (name, port)

@@ -184,6 +184,7 @@ def test_the_described_ports_are_those_the_services_start_on_by_default():
         DeployedService.SPARK_MASTER: {"master": defaults.cluster_port},
         DeployedService.SPARK_SERVICE: {"connect": defaults.connect_port, "thrift": defaults.thrift_port},
         DeployedService.AIRFLOW_API_SERVER: {"api": script_default("AIRFLOW_PORT")},
+        DeployedService.AIRFLOW_METRICS: {"metrics": script_default("AIRFLOW_METRICS_PORT")},
         DeployedService.PROMETHEUS: {"web": defaults.prometheus_port},
         DeployedService.ALERTMANAGER: {"web": defaults.alertmanager_port},
     }
@@ -197,30 +198,49 @@ def test_the_described_ports_are_those_the_services_start_on_by_default():
     assert defaults.bind_address == "127.0.0.1"  # one machine: every service on loopback
 
 
-def test_the_monitor_hosts_prometheus_scrapes_the_stream_at_its_described_port_in_both_deployments(tmp_path):
+@pytest.mark.parametrize(
+    ("job", "service", "host"),
+    [
+        ("lakehouse_stream", DeployedService.SPEED_LAYER, "stream"),
+        ("airflow", DeployedService.AIRFLOW_METRICS, "airflow"),
+    ],
+)
+def test_the_monitor_hosts_prometheus_scrapes_each_endpoint_at_its_described_port_in_both_deployments(
+    tmp_path, job, service, host
+):
     """`lakehouse prometheus start` on the monitor host, told by `hosts run`, and compose's Prometheus
-    (docker/prometheus.yml) scrape the stream where the description puts its endpoint, and compose's
-    stream serves it there."""
+    (docker/prometheus.yml) scrape the stream and Airflow's StatsD exporter where the description
+    puts them; on one machine, only what the home's files name."""
     from lakehouse.services import prometheus
 
-    port = DEPLOYMENT.ports[DeployedService.SPEED_LAYER]["metrics"]
+    target = [{"targets": [f"{host}:{DEPLOYMENT.ports[service]['metrics']}"]}]
     monitor = DEPLOYMENT.host_environment(DEPLOYMENT.host("monitor"))
     config = yaml.safe_load(prometheus.config_text(make_settings(tmp_path, **monitor), tmp_path / "alerts.yml"))
     jobs = {job["job_name"]: job for job in config["scrape_configs"]}
-    assert jobs[prometheus.STREAM_JOB]["static_configs"] == [{"targets": [f"stream:{port}"]}]
-    assert "static_configs" not in jobs["spark_service"] and "static_configs" not in prometheus_job_on(tmp_path)
+    assert jobs[job]["static_configs"] == target and "static_configs" not in jobs["spark_service"]
+    assert "static_configs" not in prometheus_job_on(tmp_path, job)
     composed = yaml.safe_load((PROJECT_ROOT / "docker" / "prometheus.yml").read_text())["scrape_configs"]
-    stream_job = next(job for job in composed if job["job_name"] == prometheus.STREAM_JOB)
-    assert stream_job["static_configs"] == [{"targets": [f"stream:{port}"]}] and stream_job["honor_labels"]
-    assert SERVICES["stream"]["environment"]["LAKEHOUSE_METRICS_PORT"] == str(port)
+    composed_job = next(entry for entry in composed if entry["job_name"] == job)
+    assert composed_job["static_configs"] == target and composed_job["honor_labels"]
 
 
-def prometheus_job_on(home: Path) -> dict:
-    """The stream job of one machine's Prometheus: the streams its home's files name, no others."""
+def test_composes_stream_and_statsd_exporter_serve_at_their_described_ports():
+    assert SERVICES["stream"]["environment"]["LAKEHOUSE_METRICS_PORT"] == str(
+        DEPLOYMENT.ports[DeployedService.SPEED_LAYER]["metrics"]
+    )
+    exporter = SERVICES["airflow-metrics"]["command"]
+    assert exporter[exporter.index("--http-port") + 1] == str(
+        DEPLOYMENT.ports[DeployedService.AIRFLOW_METRICS]["metrics"]
+    )
+    assert exporter[exporter.index("--udp-port") + 1] == COMPOSE["x-airflow-env"]["AIRFLOW__METRICS__STATSD_PORT"]
+
+
+def prometheus_job_on(home: Path, job: str = "lakehouse_stream") -> dict:
+    """A job of one machine's Prometheus: the endpoints its home's files name, no others."""
     from lakehouse.services import prometheus
 
     config = yaml.safe_load(prometheus.config_text(make_settings(home), home / "alerts.yml"))
-    return next(job for job in config["scrape_configs"] if job["job_name"] == prometheus.STREAM_JOB)
+    return next(entry for entry in config["scrape_configs"] if entry["job_name"] == job)
 
 
 def test_each_host_is_told_its_address_to_bind_to_and_the_services_by_name():
@@ -231,6 +251,7 @@ def test_each_host_is_told_its_address_to_bind_to_and_the_services_by_name():
         "LAKEHOUSE_SPARK_MASTER": "spark://spark-master:7077",
         "LAKEHOUSE_SQL_ROUTE": "sc://spark-service:15002",
         "LAKEHOUSE_PROMETHEUS_STREAM_TARGETS": "stream:9464",
+        "LAKEHOUSE_PROMETHEUS_AIRFLOW_TARGETS": "airflow:9102",
         "LAKEHOUSE_BIND_ADDRESS": "10.77.0.2",
     }
     Settings.from_env(DEPLOYMENT.host_environment(storage))  # values the settings accept

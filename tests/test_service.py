@@ -805,7 +805,7 @@ def test_jdbc_takes_connections_over_tls_only_from_a_server_its_certificate_auth
     assert _versions(settings) == versions
 
 
-def _metastore_tables(env) -> dict[str, int]:
+def metastore_tables(env) -> dict[str, int]:
     with _metastore(env) as connection:
         rows = connection.execute(
             'SELECT d."NAME", t."TBL_NAME", t."TBL_ID" FROM "TBLS" t JOIN "DBS" d ON d."DB_ID" = t."DB_ID" '
@@ -816,7 +816,7 @@ def _metastore_tables(env) -> dict[str, int]:
 
 def test_the_catalog_lives_in_postgresql_and_survives_a_restart(service):
     env, _, _ = service
-    before = _metastore_tables(env)
+    before = metastore_tables(env)
     assert {"gold.toll_traffic__speed", "bronze.toll_traffic_events", "ops.batch_coverage"} <= set(before)
 
     assert lakehouse(env, "serve", "--stop").returncode == 0
@@ -824,7 +824,7 @@ def test_the_catalog_lives_in_postgresql_and_survives_a_restart(service):
     restarted = lakehouse(env, "serve", timeout=400)
 
     assert restarted.returncode == 0, restarted.stderr
-    assert _metastore_tables(env) == before  # the same entries: kept, not registered again
+    assert metastore_tables(env) == before  # the same entries: kept, not registered again
     assert "toll_traffic__speed" in beeline(env, "SHOW TABLES IN gold").stdout
 
 

@@ -26,6 +26,7 @@ CLIENT_SETTINGS = {
     DeployedService.SPARK_SERVICE: ("LAKEHOUSE_SQL_ROUTE", "sc://{host}:{connect}"),
     # Prometheus, on another host than the stream, does not see the address the stream writes in its home.
     DeployedService.SPEED_LAYER: ("LAKEHOUSE_PROMETHEUS_STREAM_TARGETS", "{host}:{metrics}"),
+    DeployedService.AIRFLOW_METRICS: ("LAKEHOUSE_PROMETHEUS_AIRFLOW_TARGETS", "{host}:{metrics}"),
 }
 # The settings that give a host's own service its described port, where the one-machine default is
 # another: a stream's metrics endpoint takes any free port on one machine, a known one across hosts.

@@ -28,7 +28,10 @@ START_SECONDS = 30
 STOP_SECONDS = 10
 # The jobs Prometheus scrapes, by the files under <home>/metrics/ that name their targets.
 STREAM_JOB = "lakehouse_stream"
-SCRAPE_JOBS = {STREAM_JOB: "*.json", "spark_service": "spark/*.json", "airflow": "airflow/*.json"}
+AIRFLOW_JOB = "airflow"
+SCRAPE_JOBS = {STREAM_JOB: "*.json", "spark_service": "spark/*.json", AIRFLOW_JOB: "airflow/*.json"}
+# The jobs whose endpoints on other hosts the settings name, by the setting that names them.
+OTHER_HOSTS_TARGETS = {STREAM_JOB: "prometheus_stream_targets", AIRFLOW_JOB: "prometheus_airflow_targets"}
 
 
 def rules_text(rules: str, alert_for: str) -> str:
@@ -77,9 +80,10 @@ def config_text(settings: Settings, rules_file: Path) -> str:
 
 
 def _static_targets(settings: Settings, job: str) -> dict:
-    """The streams on other hosts, named in the settings rather than by files in the home."""
-    targets = [target.strip() for target in settings.prometheus_stream_targets.split(",") if target.strip()]
-    return {"static_configs": [{"targets": targets}]} if job == STREAM_JOB and targets else {}
+    """The job's endpoints on other hosts, named in the settings rather than by files in the home."""
+    named = getattr(settings, OTHER_HOSTS_TARGETS[job]) if job in OTHER_HOSTS_TARGETS else ""
+    targets = [target.strip() for target in named.split(",") if target.strip()]
+    return {"static_configs": [{"targets": targets}]} if targets else {}
 
 
 class ServerFiles(ServerFolder):
