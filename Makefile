@@ -67,8 +67,9 @@ test-spark: setup
 test-rest: setup system-deps
 	$(VENV)/bin/python -m pytest -m "not unit and not long" -n 3 --dist loadfile --no-loadscope-reorder --durations=15
 
-# The loops that make chaos repeats at length, once each (the chaos loop's 2 chosen kills): out of
-# make test for CI's budget (docs/development.md, "CI budget").
+# Out of make test for CI's budget (docs/development.md, "CI budget"): the loops that make chaos
+# repeats at length, once each (the chaos loop's 2 chosen kills), and the drills make chaos runs (a
+# hung Airflow scheduler, a chunk's Spark process killed, a backfill racing a correction).
 test-long: setup system-deps
 	$(VENV)/bin/python -m pytest -m long --durations=15
 
@@ -98,6 +99,7 @@ bench: setup
 # Then two Spark drivers racing 100 commits each to one s3a:// table, and Spark against delta-rs,
 # through each of Spark's S3 log stores: conditional writes, DynamoDB, single-driver
 # (tests/s3_commit_race.py; COMMIT_RACE_ROUNDS, COMMIT_RACES; figures in test-artifacts/s3_commits.json).
+# Then the drills of the long tier but the chaos loop, run above at length (make test-long's).
 # Then the loop across hosts with every host fault it makes (HOST_FAULTS=all; CI makes the worker's cut).
 chaos: setup system-deps
 	$(VENV)/bin/python -m tests.chaos
@@ -105,6 +107,7 @@ chaos: setup system-deps
 	CHAOS_STORE=s3 CHAOS_RACE_ROUNDS=$${CHAOS_RACE_ROUNDS:-5} $(VENV)/bin/python -m tests.chaos
 	$(VENV)/bin/python -m tests.s3_commit_race
 	LAKEHOUSE_EXIT_RUNS=1000 LAKEHOUSE_EXIT_S3_RUNS=1000 $(VENV)/bin/python -m pytest -q tests/test_exit_codes.py
+	$(VENV)/bin/python -m pytest -q -m long --ignore=tests/test_chaos.py
 	HOST_FAULTS=all $(VENV)/bin/python -m pytest -q -s tests/test_across_hosts.py
 
 # Every benchmark at a tiny size, one run each (CI runs the backfill suite's: tests/test_bench_smoke.py).

@@ -102,28 +102,29 @@ def pytest_collection_modifyitems(items):
 
 
 # The files that took longest in CI (summed test time with --durations=0 in a clean clone on
-# 2026-11-29: test_dags 688 s, test_kafka 655 s ... test_clocks 55 s), most first, but the chaos loop
-# (521 s, one test) first of all, then the loop across hosts (one test, which held 470 s of
-# test_kafka's). Handed out in this order, three workers end within 15 s of an ideal split of the
-# 4,740 s.
+# 2026-12-03: test_dags 917 s, test_service 804 s ... test_crash_safety 71 s, of 6,474 s), most first,
+# but the chaos loop (one test, in make test-long) first of all, then the loop across hosts (one test
+# of 745 s): a long test handed out late would leave the other workers idle while it ends.
 LONGEST_FILES = (
     "test_chaos.py",
     "test_across_hosts.py",
     "test_dags.py",
-    "test_kafka.py",
-    "test_airflow_e2e.py",
     "test_service.py",
+    "test_airflow_e2e.py",
     "test_audit.py",
-    "test_event_time.py",
     "test_readme_commands.py",
-    "test_s3_commits.py",
+    "test_kafka.py",
+    "test_event_time.py",
     "test_event_time_properties.py",
     "test_storage_faults.py",
-    "test_cli.py",
-    "test_backpressure.py",
+    "test_s3_commits.py",
     "test_writers.py",
-    "test_backfill_reprocess.py",
     "test_own_pipeline.py",
+    "test_backpressure.py",
+    "test_cli.py",
+    "test_exit_codes.py",
+    "test_backfill_reprocess.py",
+    "test_window_join.py",
     "test_dedupe.py",
-    "test_clocks.py",
+    "test_crash_safety.py",
 )

@@ -561,6 +561,9 @@ def table_data_files(table_dir):
     return {path for path in table_dir.rglob("*.parquet") if "_delta_log" not in path.parts}
 
 
+# A drill: make chaos runs it (make test-long), CI does not (docs/development.md, "CI budget"); the
+# chaos loop kills backfills mid-write a hundred times, and CI's database restart retries a chunk.
+@pytest.mark.long
 def test_a_chunk_whose_spark_process_is_killed_mid_write_is_retried_to_the_clean_result(spark, live):
     client, settings, oracle = live
     start, end = HOUR0, HOUR0 + timedelta(hours=1)
@@ -761,9 +764,11 @@ def scheduler_process(supervisor: int) -> int:
     return int(children.stdout.split()[0])
 
 
-# Last in the module: it freezes the scheduler the tests above need. SIGSTOP stands in for the hang
+# A drill: make chaos runs it (make test-long), CI does not (docs/development.md, "CI budget").
+# After the tests that need the scheduler: it freezes it for a minute. SIGSTOP stands in for the hang
 # Airflow 3.3.2 falls into when its database goes away mid-task (docs/airflow.md, "A database
 # restart"): a process that stays up and schedules nothing.
+@pytest.mark.long
 def test_a_hung_scheduler_is_restarted_by_its_liveness_probe_and_runs_what_was_triggered_meanwhile(live):
     client, _, _ = live
     client.unpause("lakehouse_backfill")

@@ -363,7 +363,10 @@ def test_two_backfills_over_overlapping_ranges_at_once_both_finish_with_the_trut
     assert sorted((r.status, r.chunks) for r in runs) == [("succeeded", 4), ("succeeded", 4)]
 
 
+# A drill: make chaos runs it (make test-long), besides racing a backfill, a correction, the stream
+# and maintenance every round on S3; CI does not (docs/development.md, "CI budget").
 @pytest.mark.slow
+@pytest.mark.long
 def test_a_backfill_racing_a_correction_on_the_same_windows_both_finish_with_the_truth(spark, home):
     from lakehouse.layers.corrections import CorrectionRun
     from lakehouse.storage.catalog import CORRECTION_RUNS

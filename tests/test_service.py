@@ -22,8 +22,9 @@ from pathlib import Path
 import pytest
 
 from lakehouse.dataflow.pipelines import get_pipeline
-from lakehouse.eventtime import parse_duration
+from lakehouse.eventtime import parse_duration, parse_instant
 from lakehouse.generator import GeneratorConfig, generate
+from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.location import local_path
 from lakehouse.services.certificates import Authority
@@ -31,7 +32,7 @@ from lakehouse.services.spark_service import ServiceState, jdbc_url
 from lakehouse.settings import LOOPBACK, Settings
 from lakehouse.storage.catalog import CORRECTIONS, DATA_QUALITY, ensure_pipeline_tables, ensure_table, pipeline_tables
 from lakehouse.storage.ops_tables import read_rows
-from lakehouse.vocabulary import JOBS_USER, QueryOutcome, Role, SqlEndpoint
+from lakehouse.vocabulary import JOBS_USER, QueryOutcome, Role, RunStatus, Source, SqlEndpoint
 from tests.airflow_env import airflow_env, migrate_scratch_db
 from tests.conftest import make_settings
 from tests.frames import inline_frame
@@ -655,30 +656,18 @@ def _home_with_a_log(root: Path) -> Settings:
     return settings
 
 
-def _spark_submit_backfill(settings: Settings) -> subprocess.CompletedProcess:
-    import pyspark
-
-    from lakehouse.storage.spark import spark_submit_jars
-
-    submit = [str(Path(sys.executable).with_name("spark-submit")), "--master", "local[1]"]
-    submit += ["--jars", spark_submit_jars(settings), str(PROJECT / "jobs" / "backfill.py"), *BACKFILL]
-    # spark-submit finds Spark through SPARK_HOME (pip's pyspark is one) and runs the job with the
-    # interpreter PYSPARK_PYTHON names: this environment's, where lakehouse is installed.
-    env = {**os.environ, "LAKEHOUSE_HOME": str(local_path(settings.home)), "LAKEHOUSE_SHUFFLE_PARTITIONS": "2"}
-    env |= {"SPARK_HOME": str(Path(pyspark.__file__).parent), "PYSPARK_PYTHON": sys.executable}
-    return subprocess.run(submit, env=env, capture_output=True, text=True, timeout=300)
-
-
 def _batch_rows(spark, settings: Settings) -> list:
     batch = spark.read.format("delta").load(pipeline_tables(PIPELINE).batch.uri(settings))
     return batch.drop("run_id", "updated_at").orderBy("window_start", "bridge_id", "vehicle_type").collect()
 
 
-def test_the_backfill_dag_runs_its_chunks_through_the_service_and_writes_what_spark_submit_writes(
+def test_the_backfill_dag_runs_its_chunks_through_the_service_and_writes_what_a_job_in_its_own_jvm_writes(
     spark, service, tmp_path
 ):
+    """The DAG's chunks as tasks that need no Java, through the service, against the same backfill in
+    the tests' own JVM (spark-submit runs that code in the Airflow tests and across hosts)."""
     env, served, _ = service
-    through_dag, submitted = _home_with_a_log(tmp_path / "dag"), _home_with_a_log(tmp_path / "submit")
+    through_dag, own_jvm = _home_with_a_log(tmp_path / "dag"), _home_with_a_log(tmp_path / "own-jvm")
     airflow_home = tmp_path / "airflow"
     migrate_scratch_db(airflow_home)
     dag_env = airflow_env(airflow_home, local_path(through_dag.home), LAKEHOUSE_LOG_RETENTION="3650d")
@@ -691,15 +680,15 @@ def test_the_backfill_dag_runs_its_chunks_through_the_service_and_writes_what_sp
     command = [str(Path(sys.executable).with_name("airflow")), "dags", "test", "lakehouse_backfill", "-c"]
 
     run = subprocess.run([*command, json.dumps(conf)], env=dag_env, cwd=PROJECT, capture_output=True, text=True)
-    submit = _spark_submit_backfill(submitted)
+    start, end = (parse_instant(conf[bound], bound) for bound in ("start", "end"))
+    in_own_jvm = BatchLayer(spark, own_jvm, PIPELINE).backfill(start, end, source=Source.LOG, chunk=conf["chunk"])
 
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
-    assert submit.returncode == 0, submit.stderr[-3000:]
-    assert " 2 chunks recomputed, " in submit.stdout
+    assert in_own_jvm.chunks == 2 and in_own_jvm.status == RunStatus.SUCCEEDED, in_own_jvm
     chunks = [r for r in read_rows(through_dag, "ops", "backfill_runs") if r["status"] == "succeeded"]
     assert len(chunks) == 2, "one run per chunk, each a task of the DAG"
     rows = _batch_rows(spark, through_dag)
-    assert rows and rows == _batch_rows(spark, submitted)
+    assert rows and rows == _batch_rows(spark, own_jvm)
 
 
 def _streamed_with_a_straggler(spark, root: Path) -> Settings:
