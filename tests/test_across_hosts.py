@@ -60,7 +60,7 @@ from tests.chaos import kill_after
 from tests.conftest import make_settings
 from tests.hosts import LAKEHOUSE, NEEDS_ROOT, answers, lakehouse, leftovers, on_host, own_deployment, running
 from tests.services import beeline_command
-from tests.test_airflow_e2e import Airflow, wait_for_dags
+from tests.test_airflow_e2e import FINISHED, Airflow, wait_for_dags
 from tests.test_deployment import script_default
 from tests.test_exit_codes import Store, change_log, lines, run_loop
 from tests.test_kafka import RETENTION, rows
@@ -277,7 +277,7 @@ class DagRun:
 
     def poll(self) -> int | None:
         state = self.client.state(self.dag_id, self.run_id)
-        return None if state not in ("success", "failed") else int(state == "failed")
+        return None if state not in FINISHED else int(state == "failed")
 
     def wait(self, timeout: float) -> int:
         ended = self.client.wait_for(self.dag_id, self.run_id, timeout)
@@ -295,20 +295,18 @@ class AirflowOnHosts:
         self.loop, self.homes = loop, homes
         self.starting: subprocess.Popen | None = None
 
-    def start(self) -> None:
-        """PostgreSQL on the metastore host, which also holds the Spark service's Hive metastore (its
-        settings kept for `Loop.serve`), then Airflow started on the airflow host on that database (not
-        awaited: it migrates its database meanwhile)."""
+    def start(self) -> dict[str, str]:
+        """PostgreSQL on the metastore host, then Airflow started on the airflow host on that database
+        (not awaited: it migrates its database meanwhile); returns the settings of the Hive metastore
+        the same PostgreSQL holds, for the Spark service (`Loop.serve`)."""
         database_host = self.loop.host_env("metastore", AIRFLOW_HOME=str(self.homes / "metastore"))
         exports = _finished(_started(database_host, "metastore", "metastore", program=AIRFLOW_SCRIPT))
         database = dict(line.removeprefix("export ").replace("'", "").split("=", 1) for line in exports.splitlines())
-        self.loop.metastore = {
-            name: value for name, value in database.items() if name.startswith("LAKEHOUSE_METASTORE_")
-        }
         # The database's URL, with its password, in the environment: never on a command line.
         env = self.loop.host_env("airflow", **self.loop.job_settings(), AIRFLOW_HOME=str(self.homes / "airflow"))
         env |= {"AIRFLOW_DATABASE_URL": database["AIRFLOW_DATABASE_URL"], "LAKEHOUSE_PIPELINES": PIPELINE.name}
         self.starting = _started(env, "airflow", "start", program=AIRFLOW_SCRIPT)
+        return {name: value for name, value in database.items() if name.startswith("LAKEHOUSE_METASTORE_")}
 
     def trigger_backfill(self, start: str, end: str) -> DagRun:
         """The backfill of [start, end) from the log, triggered by the operator through the REST API
@@ -355,7 +353,7 @@ def test_the_loop_across_hosts_gives_the_embedded_defaults_tables_and_serving_vi
         lakehouse(env, "hosts", "up")
         loop.start_services()
         airflow = AirflowOnHosts(loop, airflow_homes)
-        airflow.start()
+        loop.metastore = airflow.start()
         loop.reach_the_bucket(spark)
         on_hosts = loop.machine_settings()
         service = _run_the_jobs(spark, loop, airflow, embedded_audit, written.records)

@@ -43,6 +43,8 @@ PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
 # Generous: on a shared 2-core machine a Spark job under spark-submit takes from 30 s to several minutes.
 RUN_TIMEOUT = 1200
+# The states a DAG run ends in.
+FINISHED = ("success", "failed")
 # PostgreSQL runs as its own user: its cluster must be under a folder that user can enter.
 AIRFLOW_HOME = PROJECT / ".cache" / "airflow-e2e"
 
@@ -104,7 +106,7 @@ class Airflow:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             state = self.state(dag_id, run_id)
-            if state in ("success", "failed"):
+            if state in FINISHED:
                 return state
             time.sleep(3)
         raise AssertionError(f"{dag_id} run {run_id} still not finished after {timeout}s")
@@ -523,7 +525,7 @@ def test_an_airflow_backfill_of_the_batch_layer_recomputes_each_hourly_interval(
     deadline = time.monotonic() + RUN_TIMEOUT
     while time.monotonic() < deadline:
         runs = [r for r in client.runs("lakehouse_batch_layer") if r["run_type"] == "backfill"]
-        if runs and all(r["state"] in ("success", "failed") for r in runs):
+        if runs and all(r["state"] in FINISHED for r in runs):
             break
         time.sleep(3)
     runs = [r for r in client.runs("lakehouse_batch_layer") if r["run_type"] == "backfill"]
@@ -667,7 +669,7 @@ def test_a_user_triggers_a_backfill_from_the_ui_form_and_sees_it_succeed(spark, 
                 time.sleep(1)
             run_id = new.pop()
             page.goto(f"{client.base_url}/dags/lakehouse_backfill/runs/{urllib.parse.quote(run_id, safe='')}")
-            while client.state("lakehouse_backfill", run_id) not in ("success", "failed"):
+            while client.state("lakehouse_backfill", run_id) not in FINISHED:
                 assert time.monotonic() < deadline, "the run did not finish"
                 time.sleep(3)
             page.reload()
