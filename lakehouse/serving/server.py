@@ -191,6 +191,8 @@ class Registrar:
     def __init__(self, spark, settings: Settings):
         self.spark, self.settings = spark, settings
         self.registered: set[str] = self._tables_kept()
+        # Views are defined at the first registration, then again only with the tables they read.
+        self.views_defined = False
 
     def _tables_kept(self) -> set[str]:
         from lakehouse.storage.catalog import registrable_tables
@@ -209,22 +211,36 @@ class Registrar:
     def register_new(self) -> list[str]:
         from py4j.protocol import Py4JError
 
-        from lakehouse.storage.catalog import register_tables, registrable_tables
+        from lakehouse.storage.catalog import register_tables
 
+        created = self._created_since()
+        if not created and self.views_defined:
+            return []
         # Delta caches a DeltaLog per path, also one for a table that did not exist yet, and its
-        # existence check reads that cached state: forget it for the tables still unregistered, so a
-        # table another process created since is seen (none of them is queried, so nothing is lost).
+        # existence check reads that cached state: forget it for the tables created since, so that
+        # they are seen (none of them is queried yet, so nothing is lost).
         jvm = self.spark._jvm
-        for table in registrable_tables():
-            if table.qualified_name not in self.registered:
-                try:
-                    path = jvm.org.apache.hadoop.fs.Path(table.uri(self.settings))
-                    jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(self.spark._jsparkSession, path)
-                except Py4JError:
-                    break
+        for uri in created:
+            try:
+                jvm.org.apache.spark.sql.delta.DeltaLog.invalidateCache(
+                    self.spark._jsparkSession, jvm.org.apache.hadoop.fs.Path(uri)
+                )
+            except Py4JError:
+                break
         added = register_tables(self.spark, self.settings, skip=frozenset(self.registered))
         self.registered.update(added)
+        self.views_defined = True
         return added
+
+    def _created_since(self) -> list[str]:
+        """The locations of the tables not registered yet that now have a commit, asked of storage
+        (delta-rs): a check of every table every few seconds costs the driver's JVM nothing. Asking
+        the JVM instead (forgetting its cached log of each of the 56 tables, then its existence
+        check) kept an idle service's JVM at a tenth of a core."""
+        from lakehouse.storage.catalog import registrable_tables, table_in_storage
+
+        unregistered = (table for table in registrable_tables() if table.qualified_name not in self.registered)
+        return [uri for table in unregistered if table_in_storage(uri := table.uri(self.settings), self.settings)]
 
 
 def _new_write_token(settings: Settings) -> str:
