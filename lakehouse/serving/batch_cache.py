@@ -14,8 +14,8 @@ of its log on the driver) and uncaches a table that moved, within the same stale
 (``LAKEHOUSE_SQL_STALENESS``) the service's uncached answers have; it caches the table again once
 it has held still for SETTLED_SECONDS, so that a backfill's run of commits costs one rebuild, not
 one per chunk. The version is read before the rebuild, which reads at least that version: a commit
-landing during a rebuild is caught at the next tick. With a staleness bound of 0 (every answer checks each table's log first) nothing is
-cached: no cache could keep that promise.
+landing during a rebuild is caught at the next tick. With a staleness bound of 0 (every answer
+checks each table's log first) nothing is cached: no cache could keep that promise.
 """
 
 from __future__ import annotations
