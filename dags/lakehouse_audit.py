@@ -18,9 +18,9 @@ closed window of `gold.<pipeline>__speed` is compared with the truth recomputed 
 log, and each difference gets a cause (a session pipeline's sessions are compared by groups of
 overlapping sessions). Each windowed join whose two pipelines both run is audited
 too: what the stream joined against the join of both logs' truth. The run **fails when a
-difference is unexplained**; the failure appends a row to `ops.alerts` and posts it to the
-`lakehouse_alerts_webhook` connection when one is configured. Results: `audit.reconciliations`,
-`audit.reconciliation_differences`.
+difference is unexplained**, on its first try: a verdict on the data is not retried. The failure
+appends a row to `ops.alerts` and posts it to the `lakehouse_alerts_webhook` connection when one is
+configured. Results: `audit.reconciliations`, `audit.reconciliation_differences`.
 """
 
 

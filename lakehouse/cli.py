@@ -10,7 +10,7 @@ import sys
 
 from lakehouse.commands import layers, log, maintenance, project, reading, services
 from lakehouse.commands.base import AuditFailed, Unhealthy, chosen_pipeline
-from lakehouse.errors import LakehouseError
+from lakehouse.errors import ExitCode, LakehouseError
 from lakehouse.settings import Settings
 
 # The order `lakehouse --help` has always listed the commands in, whichever module adds each; a command
@@ -83,11 +83,11 @@ def main(argv: list[str] | None = None) -> int:
         return _reader_gone()
     except LakehouseError as error:
         print(f"lakehouse: error: {error}", file=sys.stderr)
-        return 2
+        return ExitCode.REFUSED
     except (AuditFailed, Unhealthy):
-        return 1
+        return ExitCode.CHECK_FAILED
     except KeyboardInterrupt:
-        return 130
+        return ExitCode.INTERRUPTED
     except Exception as error:
         from lakehouse.serving.read_only import refusal
         from lakehouse.storage.faults import explain
@@ -97,8 +97,8 @@ def main(argv: list[str] | None = None) -> int:
         if refused is None:
             raise
         print(f"lakehouse: error: {refused}", file=sys.stderr)
-        return 2
-    return 0
+        return ExitCode.REFUSED
+    return ExitCode.DONE
 
 
 def _reader_gone() -> int:

@@ -26,14 +26,17 @@ RESULT_PREFIX = "@@dag-test-result "
 
 
 def run_job_in_this_process(operator, context) -> None:
-    """``SparkSubmitOperator.execute``, in this process: the job's exit code decides the task's fate."""
+    """``SparkSubmitOperator.execute``, in this process: the job's exit code decides the task's fate,
+    reported as SparkSubmitHook reports spark-submit's (what SparkJobOperator reads)."""
+    from airflow.sdk.exceptions import AirflowException
+
     argv = [operator.application, *(operator.application_args or [])]
     saved_argv, sys.argv = sys.argv, argv
     try:
         runpy.run_path(operator.application, run_name="__main__")
     except SystemExit as finished:
         if finished.code not in (0, None):
-            raise RuntimeError(f"{operator.application} exited with code {finished.code}") from None
+            raise AirflowException(f"Cannot execute: {operator.application}. Error code is: {finished.code}.") from None
     finally:
         sys.argv = saved_argv
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 import pytest
 from jsonschema import FormatChecker, ValidationError, validate
 
-from lakehouse.errors import LakehouseError
+from lakehouse.errors import ExitCode, LakehouseError
 from lakehouse.ops.health import assess_stream_health
 from lakehouse.ops.orchestration import (
     SCHEDULED_BY,
@@ -294,3 +294,15 @@ def test_a_check_judges_its_own_moment_on_the_batches_started_by_then():
     verdict = assess_stream_health("toll_traffic", batches, NOW, timedelta(minutes=15), 3)
     assert not verdict.ok and "batch 7" in verdict.message and "42m ago" in verdict.message
     assert assess_stream_health("toll_traffic", batches, NOW + timedelta(minutes=31), timedelta(minutes=15), 3).ok
+
+
+@pytest.mark.parametrize("code", [ExitCode.REFUSED, 137])
+def test_a_jobs_check_verdict_fails_its_task_without_retries_and_any_other_failure_may_retry(code):
+    from airflow.sdk.exceptions import AirflowFailException
+
+    from lakehouse.ops.spark_job_operator import job_failed
+
+    verdict = job_failed("lakehouse audit --pipeline toll_traffic", ExitCode.CHECK_FAILED)
+    assert isinstance(verdict, AirflowFailException) and "not retried" in str(verdict)
+    fault = job_failed("lakehouse audit --pipeline toll_traffic", code)
+    assert not isinstance(fault, AirflowFailException) and f"failed with exit code {int(code)};" in str(fault)

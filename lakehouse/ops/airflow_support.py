@@ -15,6 +15,7 @@ import sys
 from datetime import timedelta
 from pathlib import Path
 
+from lakehouse.errors import ExitCode
 from lakehouse.ops.orchestration import SPARK_CONN_ID
 from lakehouse.settings import LOOPBACK, PROJECT_ROOT, Settings
 from lakehouse.storage.spark import driver_java_options, spark_submit_jars
@@ -68,15 +69,15 @@ def through_service(job: str) -> bool:
 
 
 def spark_job(task_id: str, job: str, application_args, **kwargs):
-    """``jobs/<job>.py``'s command: through the Spark service when the settings name one, else a
-    SparkSubmitOperator on the ``spark_default`` connection's master."""
+    """``jobs/<job>.py``'s command: through the Spark service when the settings name one, else
+    spark-submit (:class:`SparkJobOperator`) on the ``spark_default`` connection's master."""
     if through_service(job):
         from airflow.providers.standard.operators.python import PythonOperator
 
         return PythonOperator(task_id=task_id, python_callable=run_job, op_args=[job, *application_args], **kwargs)
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from lakehouse.ops.spark_job_operator import SparkJobOperator
 
-    return SparkSubmitOperator(task_id=task_id, **spark_job_kwargs(job), application_args=application_args, **kwargs)
+    return SparkJobOperator(task_id=task_id, **spark_job_kwargs(job), application_args=application_args, **kwargs)
 
 
 def spark_job_mapped(task_id: str, job: str, **kwargs):
@@ -85,22 +86,22 @@ def spark_job_mapped(task_id: str, job: str, **kwargs):
         from airflow.providers.standard.operators.python import PythonOperator
 
         return PythonOperator.partial(task_id=task_id, python_callable=functools.partial(run_job, job), **kwargs)
-    from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+    from lakehouse.ops.spark_job_operator import SparkJobOperator
 
-    return SparkSubmitOperator.partial(task_id=task_id, **spark_job_kwargs(job), **kwargs)
+    return SparkJobOperator.partial(task_id=task_id, **spark_job_kwargs(job), **kwargs)
 
 
 def run_job(job: str, *application_args: str) -> None:
     """The job's command in the task's own process, as a Spark Connect client of the service: no JVM
-    here. Fails the task (so that it retries) when the command fails."""
+    here. Fails the task when the command fails: without retries when it exits with a check's verdict."""
     # The command line's module, named as spark-submit names the job's file: the task imports it when
     # it runs, never the DAG processor, and the DAG processor never imports pyspark.
     cli = importlib.import_module("lakehouse.cli")
     code = cli.main([job, *application_args])
-    if code != 0:
-        raise RuntimeError(
-            f"lakehouse {job} {' '.join(application_args)} failed with exit code {code}; see the log above"
-        )
+    if code != ExitCode.DONE:
+        from lakehouse.ops.spark_job_operator import job_failed
+
+        raise job_failed(f"lakehouse {job} {' '.join(application_args)}", code)
 
 
 def spark_job_kwargs(job: str) -> dict:
