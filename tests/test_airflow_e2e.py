@@ -25,6 +25,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import functions as F
 
+from lakehouse.dataflow.fingerprints import parse_bronze_fingerprint
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
@@ -506,6 +507,16 @@ def test_a_backfill_triggered_through_the_api_survives_a_database_restart_and_fi
     others = [r for r in runs if r not in succeeded]
     assert len(others) == sum(chunk_tries) - len(chunk_tries), (runs, chunk_tries)
     assert all(r.status == RunStatus.FAILED or r.chunks_skipped == 1 for r in others), others
+    # Each recomputed chunk is covered by the batch layer, with the bronze version it read.
+    coverage = read(spark, settings, BATCH_COVERAGE).join(
+        spark.createDataFrame([(r.run_id,) for r in succeeded], "run_id string"), on="run_id"
+    )
+    chunks = sorted((c.range_start, c.range_end, c.input_fingerprint) for c in coverage.collect())
+    assert [(chunk_start, chunk_end) for chunk_start, chunk_end, _ in chunks] == [
+        (start, start + timedelta(hours=1)),
+        (start + timedelta(hours=1), end),
+    ]
+    assert all(parse_bronze_fingerprint(fingerprint) for _, _, fingerprint in chunks), chunks
 
 
 def test_an_airflow_backfill_of_the_batch_layer_recomputes_each_hourly_interval(spark, live):

@@ -19,7 +19,6 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pyspark.sql import functions as F
 
-from lakehouse.dataflow.fingerprints import parse_bronze_fingerprint
 from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
@@ -132,39 +131,6 @@ def home(streamed, tmp_path):
 
 def read(spark, settings, table):
     return spark.read.format("delta").load(table.uri(settings))
-
-
-@pytest.mark.slow
-def test_backfill_dag_recomputes_each_chunk_to_the_truth_and_summarises(spark, airflow, home):
-    settings, oracle = home
-    start, end = HOUR0, HOUR0 + timedelta(hours=2)
-    conf = {
-        "pipeline": "toll_traffic",
-        "start": iso(start),
-        "end": iso(end),
-        "source": "bronze",
-        "chunk": "1h",
-        "reprocess": "skip",
-        "dry_run": False,
-    }
-    run = airflow.run(local_path(settings.home), "lakehouse_backfill", conf=conf)
-    assert run["state"] == "success", run["output"][-3000:]
-    assert run["tasks"] == {
-        "validate_and_plan": "success",
-        "recompute_chunk[0]": "success",
-        "recompute_chunk[1]": "success",
-        "summarise": "success",
-    }
-    assert gold_rows(read(spark, settings, TABLES.batch)) == truth(oracle, start, end)
-    coverage = read(spark, settings, BATCH_COVERAGE).orderBy("range_start").collect()
-    assert [(c.range_start, c.range_end) for c in coverage] == [
-        (start, start + timedelta(hours=1)),
-        (start + timedelta(hours=1), end),
-    ]
-    assert all(parse_bronze_fingerprint(c.input_fingerprint) for c in coverage)
-    labels = [r.label for r in read(spark, settings, BACKFILL_RUNS).collect()]
-    assert len(labels) == 2 and all("|" in label for label in labels)
-    assert "| 2 | 2 | 0 |" in run["output"]  # the summary: 2 planned, 2 recomputed, 0 skipped
 
 
 @pytest.mark.slow
