@@ -23,6 +23,14 @@ def percentile(values: list[float], fraction: float) -> float:
     return ordered[rank - 1]
 
 
+def percentiles(seconds: list[float]) -> dict:
+    """p50 and p95 of ``seconds``, rounded to milliseconds, and how many there were."""
+    if not seconds:
+        return {"p50_s": None, "p95_s": None, "n": 0}
+    p50, p95 = (round(percentile(seconds, fraction), 3) for fraction in (0.5, 0.95))
+    return {"p50_s": p50, "p95_s": p95, "n": len(seconds)}
+
+
 def timed(action: Callable[[], object]) -> tuple[float, object]:
     began = time.perf_counter()
     outcome = action()

@@ -1,7 +1,7 @@
 """``python -m bench [--smoke] [--only SUITES]``: run, save, summarise.
 
 SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_growth, speed_merge, orchestration,
-throughput, batch_stages, freshness, recovery, sql_latency, topology.
+throughput, batch_stages, freshness, recovery, sql_latency, analysts, topology.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
 table printed at the end is the one kept in the README. A full run (not ``--smoke``) also appends
@@ -24,7 +24,18 @@ from pathlib import Path
 
 import psutil
 
-from bench import backfill, batch_stages, history, orchestration, recovery, speed_merge, sql_latency, stream, topology
+from bench import (
+    analysts,
+    backfill,
+    batch_stages,
+    history,
+    orchestration,
+    recovery,
+    speed_merge,
+    sql_latency,
+    stream,
+    topology,
+)
 from bench.data import DataSet, ensure_log, ensure_tables
 from bench.service import SharedService
 
@@ -42,8 +53,11 @@ SUITES = (
     "freshness",
     "recovery",
     "sql_latency",
+    "analysts",
     "topology",
 )
+# The suites that run at half the speed layer's sustainable rate, which the throughput suite measures.
+AT_HALF_RATE = ("freshness", "analysts")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,6 +84,9 @@ class Plan:
     speed_growth_batches: int = 4
     speed_merge_rows: tuple[int, ...] = (1_000_000, 10_000_000)  # rows in the day of __speed a MERGE goes into
     speed_merge_panes: int = 10_000
+    analysts: int = 8  # SQL clients in an analysts' phase, half over JDBC and half through Connect
+    analysts_phase_s: float = 60  # each phase, with the analysts or without
+    analysts_phases: int = 3  # of each kind
     sql_points: int = 20  # one-window lookups on the serving view, and aggregates over its whole day
     sql_aggregates: int = 5
     sql_cli_queries: int | None = None  # all of them
@@ -115,6 +132,9 @@ class Plan:
             sql_points=1,
             sql_aggregates=1,
             sql_cli_queries=1,  # a JVM per query: the aggregate only
+            analysts=2,
+            analysts_phase_s=10,
+            analysts_phases=1,
         )
 
 
@@ -321,6 +341,8 @@ def headline(results: dict) -> list[dict]:
     _stream_figures(results, add)
     _batch_figures(results, add)
     _sql_figures(results, add)
+    if "analysts" in results:
+        analysts.figures(results["analysts"], add)
     _topology_figures(results, add)
     return rows
 
@@ -379,15 +401,28 @@ def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: 
         "sql_latency": lambda: sql_latency.sql_latency(
             data, served, plan.runs, plan.sql_points, plan.sql_aggregates, plan.sql_cli_queries
         ),
+        "analysts": lambda: analysts.analysts(spark, analysts_plan(plan, results)),
         "freshness": lambda: stream.freshness(
-            spark,
-            max(results["throughput"]["jobs"]["lakehouse"]["events_per_s"]["median"] / 2, 1.0),
-            plan.freshness_seconds,
-            plan.trigger,
-            plan.probe_every,
-            plan.freshness_grace,
+            spark, half_rate(results), plan.freshness_seconds, plan.trigger, plan.probe_every, plan.freshness_grace
         ),
     }
+
+
+def half_rate(results: dict) -> float:
+    """Half the speed layer's sustainable rate, from this run's throughput suite (events/s)."""
+    return max(results["throughput"]["jobs"]["lakehouse"]["events_per_s"]["median"] / 2, 1.0)
+
+
+def analysts_plan(plan: Plan, results: dict) -> analysts.AnalystsPlan:
+    return analysts.AnalystsPlan(
+        rate=half_rate(results),
+        analysts=plan.analysts,
+        phase_s=plan.analysts_phase_s,
+        phases=plan.analysts_phases,
+        trigger=plan.trigger,
+        probe_every=plan.probe_every,
+        warm_up_s=plan.analysts_phase_s,
+    )
 
 
 def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESULTS) -> dict:
@@ -408,9 +443,9 @@ def run(plan: Plan, suites: tuple[str, ...], mode: str, results_dir: Path = RESU
         results_dir.mkdir(parents=True, exist_ok=True)  # what is measured survives a later failure
         partial.write_text(json.dumps(results, indent=1, default=str))
 
-    served = SharedService(data)
+    served = SharedService.on(data)
     measures = _measures(spark, plan, data, served, results)
-    if "freshness" in suites and "throughput" not in suites:  # it runs at half the measured rate
+    if set(AT_HALF_RATE) & set(suites) and "throughput" not in suites:
         suites = ("throughput", *suites)
     try:
         ensure_tables(spark, data)

@@ -1,24 +1,36 @@
 """One Spark service for the suites that use it (orchestration, sql_latency): started on the data
-set's home, on free ports, by the first suite that asks, and stopped when the run ends. A start costs
-a JVM's start-up and the tables' registration, which no suite times."""
+set's home, on free ports, by the first suite that asks, and stopped when the run ends (the analysts
+suite starts one of its own on the home it streams to). A start costs a JVM's start-up and the
+tables' registration, which no suite times."""
 
 from __future__ import annotations
 
 import time
 
-from bench.data import DataSet
+from bench.data import DataSet, settings_for
 from lakehouse.services import spark_service as service
+from lakehouse.settings import Settings
 from lakehouse.vocabulary import Role
 
 BENCH_USER = "bench"
 
 
 class SharedService:
-    def __init__(self, data: DataSet):
-        self.settings = data.settings(LAKEHOUSE_CONNECT_PORT="0", LAKEHOUSE_THRIFT_PORT="0")
+    def __init__(self, settings: Settings):
+        self.settings = settings
         self.started_s: float | None = None
         self._url: str | None = None
         self._password: str | None = None
+
+    @classmethod
+    def on(cls, data: DataSet) -> SharedService:
+        """The service of a data set's home."""
+        return cls(data.settings(LAKEHOUSE_CONNECT_PORT="0", LAKEHOUSE_THRIFT_PORT="0"))
+
+    @classmethod
+    def on_home(cls, home, **env: str) -> SharedService:
+        """The service of a bench's own home."""
+        return cls(settings_for(home, LAKEHOUSE_CONNECT_PORT="0", LAKEHOUSE_THRIFT_PORT="0", **env))
 
     def connect_url(self) -> str:
         """The service's ``sc://`` URL, starting it the first time."""

@@ -19,12 +19,13 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from bench.data import DataSet
-from bench.measure import percentile
+from bench.measure import percentile, percentiles
 from bench.service import SharedService
 from lakehouse.settings import PROJECT_ROOT
 
@@ -35,25 +36,30 @@ BIN = Path(sys.executable).parent
 VIEW = "gold.toll_traffic"
 
 
+def lookup(window_start: datetime) -> str:
+    """One window's rows of the serving view."""
+    return (
+        f"SELECT window_start, bridge_id, vehicle_type, vehicles, revenue, source FROM {VIEW} "
+        f"WHERE window_start = TIMESTAMP '{window_start.replace(second=0, microsecond=0)}' "
+        "ORDER BY bridge_id, vehicle_type"
+    )
+
+
+# Aggregates over the whole serving view, as a dashboard's panels ask.
+AGGREGATES = (
+    f"SELECT bridge_id, sum(vehicles) AS vehicles, sum(revenue) AS revenue FROM {VIEW} GROUP BY 1 ORDER BY 1",
+    f"SELECT date_trunc('hour', window_start) AS hour, sum(vehicles) AS vehicles FROM {VIEW} GROUP BY 1 ORDER BY 1",
+    f"SELECT window_start, bridge_id, revenue FROM {VIEW} ORDER BY revenue DESC, window_start, bridge_id LIMIT 10",
+    f"SELECT vehicle_type, source, count(*) AS windows, sum(vehicles) AS vehicles FROM {VIEW} GROUP BY 1, 2 "
+    "ORDER BY 1, 2",
+    f"SELECT count(DISTINCT window_start) AS windows, sum(vehicles) AS vehicles, max(updated_at) AS newest FROM {VIEW}",
+)
+
+
 def queries(data: DataSet, points: int, aggregates: int) -> list[str]:
     """``points`` one-window lookups spread over the day, then up to five aggregates over all of it."""
     step = timedelta(days=data.days) / points
-    lookups = [
-        f"SELECT window_start, bridge_id, vehicle_type, vehicles, revenue, source FROM {VIEW} "
-        f"WHERE window_start = TIMESTAMP '{(data.start + i * step).replace(second=0, microsecond=0)}' "
-        "ORDER BY bridge_id, vehicle_type"
-        for i in range(points)
-    ]
-    summaries = [
-        f"SELECT bridge_id, sum(vehicles) AS vehicles, sum(revenue) AS revenue FROM {VIEW} GROUP BY 1 ORDER BY 1",
-        f"SELECT date_trunc('hour', window_start) AS hour, sum(vehicles) AS vehicles FROM {VIEW} GROUP BY 1 ORDER BY 1",
-        f"SELECT window_start, bridge_id, revenue FROM {VIEW} ORDER BY revenue DESC, window_start, bridge_id LIMIT 10",
-        f"SELECT vehicle_type, source, count(*) AS windows, sum(vehicles) AS vehicles FROM {VIEW} GROUP BY 1, 2 "
-        "ORDER BY 1, 2",
-        f"SELECT count(DISTINCT window_start) AS windows, sum(vehicles) AS vehicles, max(updated_at) AS newest "
-        f"FROM {VIEW}",
-    ]
-    return lookups + summaries[:aggregates]
+    return [lookup(data.start + i * step) for i in range(points)] + list(AGGREGATES[:aggregates])
 
 
 def _through_cli(data: DataSet, statements: list[str]) -> tuple[list[float], list[str]]:
@@ -102,14 +108,21 @@ def _jdbc_class_path() -> str:
 
 def _through_jdbc(jdbc_url: str, statements: list[str]) -> list[float]:
     """Each statement timed once on one JDBC connection, after a warm-up pass on it."""
-    import tempfile
-
     with tempfile.NamedTemporaryFile("w", suffix=".sql") as listing:
         listing.write("\n".join(statements) + "\n")
         listing.flush()
         command = ["java", "-cp", _jdbc_class_path(), "JdbcLatency", jdbc_url, listing.name]
         done = subprocess.run(command, capture_output=True, text=True, check=True)
     return [float(line) for line in done.stdout.split()]
+
+
+def jdbc_client_command(jdbc_url: str, statements: list[str], seconds: float) -> list[str]:
+    """The JDBC client's command that runs the statements in turn for ``seconds`` (after the first
+    one), printing when the timed queries began, then each one's seconds: the statements go in a
+    file the client reads first."""
+    listing = Path(tempfile.mkdtemp(prefix="jdbc-statements-")) / "statements.sql"
+    listing.write_text("\n".join(statements) + "\n")
+    return ["java", "-cp", _jdbc_class_path(), "JdbcLatency", jdbc_url, str(listing), str(seconds)]
 
 
 def sql_latency(
@@ -137,23 +150,15 @@ def sql_latency(
         "queries": {"points": points, "aggregates": min(aggregates, len(statements) - points)},
         "service_start_s": service.started_s,
         "jobs": {
-            "service": _percentiles(timed["cached"]["connect"])
+            "service": percentiles(timed["cached"]["connect"])
             | {"first_round_p50_s": percentile(served["first_round"], 0.5)},
-            "cli": _percentiles(cli_seconds),
+            "cli": percentiles(cli_seconds),
             **{
-                f"{way}_{state}": _percentiles(timed[state][way])
+                f"{way}_{state}": percentiles(timed[state][way])
                 for state in CACHE_STATES
                 for way in ("connect", "jdbc")
             },
         },
-    }
-
-
-def _percentiles(seconds: list[float]) -> dict:
-    return {
-        "p50_s": round(percentile(seconds, 0.5), 3),
-        "p95_s": round(percentile(seconds, 0.95), 3),
-        "n": len(seconds),
     }
 
 

@@ -344,6 +344,32 @@ def _probe_line(sequence: int) -> str:
     )
 
 
+class ProbeWriter:
+    """Writes a one-event file (``_probe_line``) to the log every ``every`` seconds, in a thread,
+    from ``start`` to ``stop``; ``written`` holds each probe's bridge_id and when it was written."""
+
+    def __init__(self, settings, every: float):
+        self.settings, self.every = settings, every
+        self.written: dict[str, float] = {}
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._write, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopped.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=30)
+
+    def _write(self) -> None:
+        writer, sequence = LogWriter(self.settings, PIPELINE), 0
+        while not self._stopped.wait(self.every):
+            writer.write(datetime.now(UTC), f"probe{sequence:05d}", [_probe_line(sequence)])
+            self.written[f"probe-{sequence:05d}"] = time.time()
+            sequence += 1
+
+
 def _freshness_once(
     spark, job: str, rate: float, seconds: float, trigger: str, probe_every: float, grace: float
 ) -> dict:
@@ -353,34 +379,22 @@ def _freshness_once(
     if job == "lakehouse":
         register_tables(spark, settings)
     committed = FirstCommits(committed_to, "bridge_id", "probe-")
-    stop = threading.Event()
-    written: dict[str, float] = {}
-
     load = _start_load(home, rate, seconds)
-
-    def probes() -> None:
-        writer, sequence = LogWriter(settings, PIPELINE), 0
-        while not stop.wait(probe_every):
-            line = _probe_line(sequence)
-            writer.write(datetime.now(UTC), f"probe{sequence:05d}", [line])
-            written[f"probe-{sequence:05d}"] = time.time()
-            sequence += 1
-
-    prober = threading.Thread(target=probes, daemon=True)
-    prober.start()
+    probes = ProbeWriter(settings, probe_every)
+    probes.start()
+    written = probes.written
     deadline = time.time() + seconds
     while time.time() < deadline + grace:
         _raise_if_stopped(query, job)
         if time.time() >= deadline:
-            stop.set()
+            probes.stop()
             load.terminate()
             if set(written) <= set(committed.scan()):
                 break
         time.sleep(0.5)
-    stop.set()
+    probes.stop()
     load.terminate()
     load.wait(timeout=30)
-    prober.join(timeout=30)
     batch_seconds = [seconds for _, seconds in batches_read(query)]
     _stop_between_batches(query)
     seen = committed.scan()

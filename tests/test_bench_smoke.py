@@ -161,3 +161,27 @@ def test_the_dag_parse_figure_stands_alone_against_its_goal():
 
     assert (parse["value"], parse["baseline"], parse["ratio"], parse["target"]) == (0.25, None, None, "< 1 s")
     assert "| parsing every DAG file, as Airflow's dag-processor does | 0.25 s |  |  | < 1 s |" in table([parse])
+
+
+def test_each_probe_counts_in_the_phase_it_was_written_in_and_the_analysts_figures_take_every_client():
+    from bench.analysts import AnalystsPlan, _report
+    from bench.run import headline
+
+    plan = AnalystsPlan(rate=10.0, analysts=2, phase_s=10, phases=1, trigger="2s", probe_every=2.0, warm_up_s=5)
+    phases = [
+        {"kind": "quiet", "span": (100.0, 110.0)},
+        {"kind": "analysts", "span": (110.0, 120.0), "latencies": {"jdbc": [0.2, 0.4], "connect": [0.6, 1.0]}},
+    ]
+    # probe-0 in the warm-up; probe-1 and -2 quiet; probe-3 with the analysts; probe-4 never seen.
+    written = {"probe-0": 95.0, "probe-1": 101.0, "probe-2": 109.0, "probe-3": 111.0, "probe-4": 119.0}
+    seen = {"probe-0": 99.0, "probe-1": 103.0, "probe-2": 112.0, "probe-3": 117.0}
+
+    report = _report(plan, phases, written, seen, backfills=3)
+
+    assert report["probes"] == {"quiet": {"written": 2, "seen": 2}, "analysts": {"written": 2, "seen": 1}}
+    assert (report["freshness"]["quiet"]["n"], report["freshness"]["analysts"]["p95_s"]) == (2, 6.0)
+    assert [report["analysts"][way]["n"] for way in ("jdbc", "connect", "all")] == [2, 2, 4]
+    rows = {row["figure"]: (row["value"], row["ratio"], row["target"]) for row in headline({"analysts": report})}
+    freshness = rows["stream freshness p95 with the analysts vs without"]
+    assert freshness[0] == 6.0 and freshness[2] == "<= 1.2" and freshness[1] > 1
+    assert rows["serving view p95, 2 analysts while the stream and a backfill run"][2] == "<= 1.0 s"
