@@ -5,7 +5,7 @@ Takes the arguments of ``lakehouse audit``; settings come from LAKEHOUSE_* envir
 
 import sys
 
-from lakehouse.cli import main
+from lakehouse.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["audit", *sys.argv[1:]]))
+    entry(["audit", *sys.argv[1:]])

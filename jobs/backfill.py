@@ -6,7 +6,7 @@ Takes the arguments of ``lakehouse backfill``; settings come from LAKEHOUSE_* en
 
 import sys
 
-from lakehouse.cli import main
+from lakehouse.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["backfill", *sys.argv[1:]]))
+    entry(["backfill", *sys.argv[1:]])

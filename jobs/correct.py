@@ -6,7 +6,7 @@ Takes the arguments of ``lakehouse correct``; settings come from LAKEHOUSE_* env
 
 import sys
 
-from lakehouse.cli import main
+from lakehouse.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["correct", *sys.argv[1:]]))
+    entry(["correct", *sys.argv[1:]])

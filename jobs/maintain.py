@@ -5,7 +5,7 @@ Takes the arguments of ``lakehouse maintain``; settings come from LAKEHOUSE_* en
 
 import sys
 
-from lakehouse.cli import main
+from lakehouse.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["maintain", *sys.argv[1:]]))
+    entry(["maintain", *sys.argv[1:]])

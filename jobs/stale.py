@@ -5,7 +5,7 @@ Takes the arguments of ``lakehouse stale``; settings come from LAKEHOUSE_* envir
 
 import sys
 
-from lakehouse.cli import main
+from lakehouse.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["stale", *sys.argv[1:]]))
+    entry(["stale", *sys.argv[1:]])

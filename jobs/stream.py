@@ -5,7 +5,7 @@ Takes the arguments of ``lakehouse stream``; settings come from LAKEHOUSE_* envi
 
 import sys
 
-from lakehouse.cli import main
+from lakehouse.cli import entry
 
 if __name__ == "__main__":
-    sys.exit(main(["stream", *sys.argv[1:]]))
+    entry(["stream", *sys.argv[1:]])

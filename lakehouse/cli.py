@@ -7,6 +7,8 @@ import argparse
 import os
 import signal
 import sys
+import traceback
+from typing import NoReturn
 
 from lakehouse.commands import layers, log, maintenance, project, reading, services
 from lakehouse.commands.base import AuditFailed, Unhealthy, chosen_pipeline
@@ -101,6 +103,17 @@ def main(argv: list[str] | None = None) -> int:
     return ExitCode.DONE
 
 
+def entry(argv: list[str] | None = None) -> NoReturn:
+    """A process's whole life as a command (the ``lakehouse`` script, ``jobs/*.py``): ``main``'s
+    exit code, or, when something unforeseen was raised, its traceback and ExitCode.CRASHED."""
+    try:
+        code = main(argv)
+    except Exception:
+        traceback.print_exc()
+        code = ExitCode.CRASHED
+    sys.exit(code)
+
+
 def _reader_gone() -> int:
     """The reader stopped reading (``lakehouse status | head -3``): end quietly, as a Unix tool that
     SIGPIPE ends, with the shell's code for that. Standard output goes to /dev/null, so that Python's
@@ -110,4 +123,4 @@ def _reader_gone() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    entry()

@@ -16,4 +16,7 @@ class ExitCode(IntEnum):
     CHECK_FAILED = 1
     # An argument refused or a fault met, with one `lakehouse: error: ...` line: a retry may pass.
     REFUSED = 2
+    # Something unforeseen raised, its traceback printed (sysexits' EX_SOFTWARE): not Python's own 1,
+    # which would read as a check's verdict and not be retried.
+    CRASHED = 70
     INTERRUPTED = 130

@@ -188,3 +188,22 @@ def test_a_user_id_without_a_name_is_recorded_by_its_number(monkeypatch):
 
     monkeypatch.setattr(getpass, "getuser", no_name)
     assert os_user() == f"uid {os.getuid()}"
+
+
+def test_something_unforeseen_exits_70_with_its_traceback_not_the_1_of_a_checks_verdict(monkeypatch, capsys):
+    from lakehouse import cli
+    from lakehouse.errors import ExitCode
+
+    def unforeseen(argv=None):
+        raise RuntimeError("an executor was lost")
+
+    monkeypatch.setattr(cli, "main", unforeseen)
+    with pytest.raises(SystemExit) as ended:
+        cli.entry(["audit"])
+    assert ended.value.code == ExitCode.CRASHED == 70
+    said = capsys.readouterr().err
+    assert "Traceback" in said and "RuntimeError: an executor was lost" in said
+    monkeypatch.setattr(cli, "main", lambda argv=None: ExitCode.CHECK_FAILED)
+    with pytest.raises(SystemExit) as ended:
+        cli.entry(["audit"])
+    assert ended.value.code == 1

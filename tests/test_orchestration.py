@@ -296,7 +296,7 @@ def test_a_check_judges_its_own_moment_on_the_batches_started_by_then():
     assert assess_stream_health("toll_traffic", batches, NOW + timedelta(minutes=31), timedelta(minutes=15), 3).ok
 
 
-@pytest.mark.parametrize("code", [ExitCode.REFUSED, 137])
+@pytest.mark.parametrize("code", [ExitCode.REFUSED, ExitCode.CRASHED, 137])
 def test_a_jobs_check_verdict_fails_its_task_without_retries_and_any_other_failure_may_retry(code):
     from airflow.sdk.exceptions import AirflowFailException
 
