@@ -507,14 +507,19 @@ def test_a_backfill_triggered_through_the_api_survives_a_database_restart_and_fi
     others = [r for r in runs if r not in succeeded]
     assert len(others) == sum(chunk_tries) - len(chunk_tries), (runs, chunk_tries)
     assert all(r.status == RunStatus.FAILED or r.chunks_skipped == 1 for r in others), others
-    # Each recomputed chunk is covered by the batch layer, with the bronze version it read.
+    assert_covered_hour_by_hour(spark, settings, succeeded, start, end)
+
+
+def assert_covered_hour_by_hour(spark, settings, runs, start: datetime, end: datetime) -> None:
+    """The backfill runs ``runs`` cover ``[start, end)`` in the batch layer an hour a run, each
+    with the bronze version it read."""
     coverage = read(spark, settings, BATCH_COVERAGE).join(
-        spark.createDataFrame([(r.run_id,) for r in succeeded], "run_id string"), on="run_id"
+        spark.createDataFrame([(r.run_id,) for r in runs], "run_id string"), on="run_id"
     )
     chunks = sorted((c.range_start, c.range_end, c.input_fingerprint) for c in coverage.collect())
+    hours = int((end - start) / timedelta(hours=1))
     assert [(chunk_start, chunk_end) for chunk_start, chunk_end, _ in chunks] == [
-        (start, start + timedelta(hours=1)),
-        (start + timedelta(hours=1), end),
+        (start + timedelta(hours=h), start + timedelta(hours=h + 1)) for h in range(hours)
     ]
     assert all(parse_bronze_fingerprint(fingerprint) for _, _, fingerprint in chunks), chunks
 
