@@ -36,8 +36,10 @@ WAYS = ("jdbc", "connect")
 # The backfill's chunk, and how far back from now its range starts.
 BACKFILL_CHUNK = "10m"
 BACKFILL_SPAN = timedelta(hours=1)
-# The longest the producer and the backfill loop run for, whatever happens to the bench.
+# The longest the backfill loop runs for, whatever happens to the bench.
 LOAD_LIMIT_S = 3600
+# How long an analysts' phase may run on after its end, while the queries in flight finish.
+PHASE_OVERRUN_S = 120
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,8 +58,11 @@ def analysts(spark, plan: AnalystsPlan) -> dict:
     home = scratch_home("analysts")
     settings = settings_for(home, LAKEHOUSE_TRIGGER_INTERVAL=plan.trigger)
     query, _, committed_to = start_job(spark, "lakehouse", home, plan.trigger)
-    # Bounded, and ended when the run ends: the analysts' warm-up makes its length unknown beforehand.
-    load = _start_load(home, plan.rate, LOAD_LIMIT_S)
+    # The producer generates its events before it writes the first: as many as the run's planned
+    # length and each analysts' phase's overrun (their queries in flight at its end) need, and no
+    # more (at the full plan's rate an hour's events took longer to generate than the first batch
+    # may). It is ended when the run ends.
+    load = _start_load(home, plan.rate, plan.warm_up_s + plan.phases * (2 * plan.phase_s + PHASE_OVERRUN_S))
     served = SharedService.on_home(home, LAKEHOUSE_TRIGGER_INTERVAL=plan.trigger)
     probes = ProbeWriter(settings, plan.probe_every)
     backfill = None
