@@ -178,7 +178,8 @@ def backfill_runs(home: Path) -> int:
     from lakehouse.storage.ops_tables import arrow_at
     from lakehouse.vocabulary import RunStatus
 
-    runs = arrow_at(BACKFILL_RUNS.uri(settings_for(home)), settings=settings_for(home))
+    settings = settings_for(home)
+    runs = arrow_at(BACKFILL_RUNS.uri(settings), settings=settings)
     return 0 if runs is None else sum(status == RunStatus.SUCCEEDED for status in runs.column("status").to_pylist())
 
 
