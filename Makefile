@@ -51,21 +51,26 @@ test:
 	@$(MAKE) --no-print-directory -j2 --output-sync=target setup system-deps lint test-unit
 	@$(MAKE) --no-print-directory test-rest
 
-# No JVM and no service: both cores, in parallel. Under a minute.
+# The test workers follow the machine's cores: a JVM-free test keeps one core busy, and the rest
+# tier runs one worker more than there are cores (below). CI's machines have 2: 2 and 3 workers.
+CORES := $(shell nproc 2>/dev/null || echo 2)
+REST_WORKERS := $(shell echo $$(( $(CORES) + 1 )))
+
+# No JVM and no service: every core, in parallel. Under a minute on 2.
 test-unit: $(PACKAGES_STAMP)
-	$(VENV)/bin/python -m pytest -m unit -n 2 -q
+	$(VENV)/bin/python -m pytest -m unit -n $(CORES) -q
 
 # The in-process Spark tests only (no subprocess JVMs, no Airflow).
 test-spark: setup
 	$(VENV)/bin/python -m pytest -m "spark and not slow and not airflow"
 
-# Every test that starts a JVM or a service, three files at a time on two cores: a third worker runs
-# while the others wait on Airflow, a port or a subprocess (measured in CI: 32m58s with two, 30m12s
-# with three). Each worker has its own session; a module's shared set-ups stay on one worker. Files go
+# Every test that starts a JVM or a service, a file per worker, three at a time on two cores: the
+# worker beyond the cores runs while the others wait on Airflow, a port or a subprocess (measured in
+# CI: 32m58s with two, 30m12s with three). Each worker has its own session; a module's shared set-ups stay on one worker. Files go
 # out longest first (tests/conftest.py), not by xdist's default of most tests first.
 # --durations: each CI run shows where its minutes go.
 test-rest: setup system-deps
-	$(VENV)/bin/python -m pytest -m "not unit and not long" -n 3 --dist loadfile --no-loadscope-reorder --durations=15
+	$(VENV)/bin/python -m pytest -m "not unit and not long" -n $(REST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15
 
 # Out of make test for CI's budget (docs/development.md, "CI budget"): the loops that make chaos
 # repeats at length, once each (the chaos loop's 2 chosen kills), and the drills make chaos runs (a
