@@ -73,7 +73,7 @@ def analysts(spark, plan: AnalystsPlan) -> dict:
         backfill = _start_backfills(home, LOAD_LIMIT_S)
         probes.start()
         time.sleep(plan.warm_up_s)
-        phases = _alternate(served, plan)
+        phases = _alternate(served, plan, committed_to)
         probes.stop()
         committed = FirstCommits(committed_to, "bridge_id", "probe-")
         _wait_for_probes(query, committed, probes.written, grace=120)
@@ -105,23 +105,24 @@ def _wait_for_probes(query, committed: FirstCommits, written: dict[str, float], 
         time.sleep(0.5)
 
 
-def _alternate(served: SharedService, plan: AnalystsPlan) -> list[dict]:
+def _alternate(served: SharedService, plan: AnalystsPlan, speed_table: Path) -> list[dict]:
     """Quiet and analysts' phases in turn; each phase's span and, for the analysts', their latencies."""
     phases = []
     for _ in range(plan.phases):
         began = time.time()
         time.sleep(plan.phase_s)
         phases.append({"kind": "quiet", "span": (began, time.time())})
-        began, latencies = _run_analysts(served, plan)
+        began, latencies = _run_analysts(served, plan, recent_queries(recent_windows(speed_table)))
         phases.append({"kind": "analysts", "span": (began, time.time()), "latencies": latencies})
     return phases
 
 
-def _run_analysts(served: SharedService, plan: AnalystsPlan) -> tuple[float, dict[str, list[float]]]:
+def _run_analysts(
+    served: SharedService, plan: AnalystsPlan, statements: list[str]
+) -> tuple[float, dict[str, list[float]]]:
     """``plan.analysts`` clients at once, each its own process, timing queries for ``plan.phase_s``
     after a first one each (a connection's or session's set-up): when the last of them began
     timing, and their seconds a query."""
-    statements = recent_queries(datetime.now(UTC))
     env = {**os.environ, **served.login()}  # the password in the environment, not in `ps`
     clients = []
     for number in range(plan.analysts):
@@ -144,10 +145,19 @@ def _run_analysts(served: SharedService, plan: AnalystsPlan) -> tuple[float, dic
     return timing_began, latencies
 
 
-def recent_queries(now: datetime, lookups: int = 6) -> list[str]:
-    """Point lookups of the last minutes' windows (the ones the stream is changing), then aggregates."""
-    minute = now.replace(second=0, microsecond=0, tzinfo=None)
-    return [lookup(minute - timedelta(minutes=2 + i)) for i in range(lookups)] + list(AGGREGATES)
+def recent_windows(speed_table: Path, count: int = 6) -> list[datetime]:
+    """The latest windows the speed table holds, newest first, in UTC: the ones the stream is
+    changing. (Windows picked by the clock missed: an analysts' phase may begin before the load has
+    run for as many minutes as it looks back.)"""
+    from deltalake import DeltaTable
+
+    starts = DeltaTable(str(speed_table)).to_pyarrow_table(columns=["window_start"]).column("window_start")
+    return sorted({start.replace(tzinfo=None) for start in starts.to_pylist()}, reverse=True)[:count]
+
+
+def recent_queries(windows: list[datetime]) -> list[str]:
+    """Point lookups of ``windows``, then the aggregates."""
+    return [lookup(window) for window in windows] + list(AGGREGATES)
 
 
 def _start_backfills(home: Path, seconds: float) -> subprocess.Popen:

@@ -15,7 +15,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -185,3 +185,20 @@ def test_each_probe_counts_in_the_phase_it_was_written_in_and_the_analysts_figur
     freshness = rows["stream freshness p95 with the analysts vs without"]
     assert freshness[0] == 6.0 and freshness[2] == "<= 1.2" and freshness[1] > 1
     assert rows["serving view p95, 2 analysts while the stream and a backfill run"][2] == "<= 1.0 s"
+
+
+def test_the_analysts_look_up_the_latest_windows_the_speed_table_holds(tmp_path):
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from bench.analysts import recent_queries, recent_windows
+    from bench.sql_latency import AGGREGATES
+
+    minutes = (0, 1, 1, 2, 3, 4, 5, 6, 7, 7)  # two rows (bridges) in some windows
+    starts = pa.array([datetime(2026, 12, 3, 18, m, tzinfo=UTC) for m in minutes], pa.timestamp("us", tz="UTC"))
+    write_deltalake(str(tmp_path), pa.table({"window_start": starts, "vehicles": list(range(len(minutes)))}))
+    windows = recent_windows(tmp_path)
+    assert windows == [datetime(2026, 12, 3, 18, m) for m in (7, 6, 5, 4, 3, 2)]
+    statements = recent_queries(windows)
+    assert len(statements) == len(windows) + len(AGGREGATES)
+    assert "WHERE window_start = TIMESTAMP '2026-12-03 18:07:00'" in statements[0]
