@@ -66,8 +66,9 @@ test-spark: setup
 
 # Every test that starts a JVM or a service, a file per worker, three at a time on two cores: the
 # worker beyond the cores runs while the others wait on Airflow, a port or a subprocess (measured in
-# CI: 32m58s with two, 30m12s with three). Each worker has its own session; a module's shared set-ups stay on one worker. Files go
-# out longest first (tests/conftest.py), not by xdist's default of most tests first.
+# CI: 32m58s with two, 30m12s with three). Each worker has its own session; a module's shared
+# set-ups stay on one worker. Files go out longest first (tests/conftest.py), not by xdist's default
+# of most tests first.
 # --durations: each CI run shows where its minutes go.
 test-rest: setup system-deps
 	$(VENV)/bin/python -m pytest -m "not unit and not long" -n $(REST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=15

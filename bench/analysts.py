@@ -149,10 +149,10 @@ def recent_windows(speed_table: Path, count: int = 6) -> list[datetime]:
     """The latest windows the speed table holds, newest first, in UTC: the ones the stream is
     changing. (Windows picked by the clock missed: an analysts' phase may begin before the load has
     run for as many minutes as it looks back.)"""
-    from deltalake import DeltaTable
+    from lakehouse.storage.ops_tables import arrow_at
 
-    starts = DeltaTable(str(speed_table)).to_pyarrow_table(columns=["window_start"]).column("window_start")
-    return sorted({start.replace(tzinfo=None) for start in starts.to_pylist()}, reverse=True)[:count]
+    starts = arrow_at(str(speed_table), ["window_start"]).column("window_start").to_pylist()
+    return sorted({start.replace(tzinfo=None) for start in starts}, reverse=True)[:count]
 
 
 def recent_queries(windows: list[datetime]) -> list[str]:
