@@ -31,6 +31,7 @@ from lakehouse.services.certificates import java_key_store
 from lakehouse.services.spark_service import ServiceState, delta_class_path, metastore_driver_jar
 from lakehouse.serving.batch_cache import BatchCache
 from lakehouse.serving.query_log import query_log_dir, register_query_log
+from lakehouse.serving.snapshots import SnapshotWarmer
 from lakehouse.serving.users import users_file
 from lakehouse.settings import Settings
 from lakehouse.vocabulary import JOBS_USER
@@ -296,10 +297,12 @@ def serve(settings: Settings) -> None:
     cache.refresh(registrar.registered)
     write_metrics_target(spark, settings)
     state = ServiceState.of(settings)
+    tick = _tick_seconds(settings)
+    SnapshotWarmer(spark, settings, registrar.registered).start(stopping, tick)
     state.write_ready(os.getpid(), sorted(registrar.registered))
     print(json.dumps({"ready": True, "kept": sorted(kept), "registered": sorted(added)}), flush=True)
     try:
-        _keep_current(registrar, cache, state, stopping, _tick_seconds(settings))
+        _keep_current(registrar, cache, state, stopping, tick)
     finally:
         state.clear()
         thrift.stop()

@@ -57,7 +57,8 @@ def extensions_jar() -> str:
     from pyspark.find_spark_home import _find_spark_home
 
     sources = sorted(source for folder in EXTENSIONS_SOURCES for source in folder.rglob("*.java"))
-    return compiled_jar(sources, [str(Path(_find_spark_home()) / "jars" / "*")], EXTENSIONS_JAR)
+    delta = [maven_central_jar(coordinates) for coordinates in spark_packages()]  # for SnapshotWarmer
+    return compiled_jar(sources, [str(Path(_find_spark_home()) / "jars" / "*"), *delta], EXTENSIONS_JAR)
 
 
 # Spark's Kafka source, JAR by JAR rather than through the package resolver. 4.1.1's source fails

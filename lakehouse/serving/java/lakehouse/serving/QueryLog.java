@@ -37,6 +37,8 @@ public final class QueryLog {
   private static final ObjectMapper JSON = new ObjectMapper();
   private static final DateTimeFormatter DAY = DateTimeFormatter.ofPattern("yyyy-MM-dd").withZone(ZoneOffset.UTC);
   private static volatile Path folder;
+  /** When a statement of someone other than the platform's jobs last ended, epoch milliseconds. */
+  private static volatile long lastReaderStatementMillis;
 
   private QueryLog() {}
 
@@ -84,6 +86,9 @@ public final class QueryLog {
    * @param error why it was refused or failed, or null
    */
   public static void record(String user, String endpoint, String statement, long startMillis, long rows, String error) {
+    if (!Logins.PLATFORM.equals(Logins.loggedInRole(user))) {
+      lastReaderStatementMillis = System.currentTimeMillis();
+    }
     Path logs = folder;
     if (logs == null) {
       return;
@@ -98,6 +103,11 @@ public final class QueryLog {
     line.put("outcome", outcome(error));
     line.put("error", error == null ? null : firstLine(error));
     append(logs.resolve("queries-" + DAY.format(Instant.ofEpochMilli(startMillis)) + ".jsonl"), line.toString() + "\n");
+  }
+
+  /** When a statement of someone other than the platform's jobs last ended (0: none since the start). */
+  public static long lastReaderStatementMillis() {
+    return lastReaderStatementMillis;
   }
 
   private static String firstLine(String text) {
