@@ -17,8 +17,9 @@ import time
 from datetime import timedelta
 
 from lakehouse.eventtime import parse_duration
+from lakehouse.serving.batch_cache import cached_tables
 from lakehouse.settings import Settings
-from lakehouse.storage.catalog import BATCH_COVERAGE, Table, all_pipelines, pipeline_tables
+from lakehouse.storage.catalog import Table, all_pipelines, pipeline_tables
 
 # How long after an analyst's last statement the service goes on building snapshots: a BI tool's
 # dashboard refreshes every few seconds to a minute.
@@ -26,9 +27,8 @@ READERS_RECENT_SECONDS = 60.0
 
 
 def served_tables() -> list[Table]:
-    """The tables the serving views read."""
-    tables = [t for p in all_pipelines().values() for t in (pipeline_tables(p).speed, pipeline_tables(p).batch)]
-    return [*tables, BATCH_COVERAGE]
+    """The tables the serving views read: each pipeline's speed table, and those the batch cache holds."""
+    return [*(pipeline_tables(p).speed for p in all_pipelines().values()), *cached_tables()]
 
 
 def readers_recent(last_statement_ms: int, now_ms: int) -> bool:

@@ -33,7 +33,7 @@ import scala.runtime.BoxedUnit;
  *
  * <p>It reaches into Delta's snapshot management ({@code createLogSegment}, {@code
  * getUpdatedSnapshot}, {@code installSnapshot}, {@code asyncUpdateTask}), public in bytecode but
- * not Delta's API; the service's tests prove its effect on the pinned Delta version.
+ * not Delta's API; tests/test_snapshot_warmer.py proves its effect on the pinned Delta version.
  */
 public final class SnapshotWarmer {
   /** Stands for Delta's background update: never done, so queries never start another. */
