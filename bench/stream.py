@@ -214,6 +214,7 @@ def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, 
                 else {key: max(value, peak.as_dict()[key]) for key, value in memory[job].items()}
             )
     return {
+        "events": data.events,
         "trigger_s": trigger_s,
         "files_per_trigger": list(sizes),
         "batches_per_drain": batches,
@@ -439,25 +440,40 @@ def write_load(home: str, rate: float, seconds: float) -> None:
     generate(settings_for(Path(home)), config, PIPELINE)
 
 
-def freshness(spark, rate: float, seconds: float, trigger: str, probe_every: float, grace: float) -> dict:
-    """p50 and p95 of log -> SQL visibility for each job at the same event rate."""
-    results = {}
-    for job in JOBS:
-        with PeakMemory(os.getpid()) as peak:
-            outcome = _freshness_once(spark, job, rate, seconds, trigger, probe_every, grace)
-        delays = outcome["delays"]
-        results[job] = {
-            "p50_s": percentile(delays, 0.5) if delays else None,
-            "p95_s": percentile(delays, 0.95) if delays else None,
-            "probes": outcome["probes"],
-            "probes_seen": outcome["probes_seen"],
-            "median_batch_s": summary(outcome["batch_seconds"])["median"] if outcome["batch_seconds"] else None,
-            "memory": peak.as_dict(),
-        }
+def freshness(
+    spark, rate: float, seconds: float, trigger: str, probe_every: float, grace: float, runs: int = 1
+) -> dict:
+    """p50 and p95 of log -> SQL visibility for each job at the same event rate, over the probes of
+    ``runs`` runs pooled. The jobs' order turns from run to run, as in the throughput suite: one run
+    of each, in a fixed order, gave p95 ratios 0.90-1.64 against the hand-written job over 12 runs
+    of much the same code, from about 45 probes each."""
+    outcomes: dict[str, dict] = {job: {"delays": [], "batch_seconds": [], "probes": 0, "memory": {}} for job in JOBS}
+    for run in range(runs):
+        for job in JOBS[run % len(JOBS) :] + JOBS[: run % len(JOBS)]:
+            with PeakMemory(os.getpid()) as peak:
+                outcome = _freshness_once(spark, job, rate, seconds, trigger, probe_every, grace)
+            pooled = outcomes[job]
+            pooled["delays"] += outcome["delays"]
+            pooled["batch_seconds"] += outcome["batch_seconds"]
+            pooled["probes"] += outcome["probes"]
+            pooled["memory"] = {key: max(value, pooled["memory"].get(key, 0)) for key, value in peak.as_dict().items()}
     return {
         "rate_events_per_s": rate,
         "seconds": seconds,
+        "runs": runs,
         "trigger_s": parse_duration(trigger).total_seconds(),
         "probe_every_s": probe_every,
-        "jobs": results,
+        "jobs": {job: _freshness_figures(pooled) for job, pooled in outcomes.items()},
+    }
+
+
+def _freshness_figures(pooled: dict) -> dict:
+    delays, batches = pooled["delays"], pooled["batch_seconds"]
+    return {
+        "p50_s": percentile(delays, 0.5) if delays else None,
+        "p95_s": percentile(delays, 0.95) if delays else None,
+        "probes": pooled["probes"],
+        "probes_seen": len(delays),
+        "median_batch_s": summary(batches)["median"] if batches else None,
+        "memory": pooled["memory"],
     }
