@@ -505,7 +505,7 @@ def record_history(report: dict, path: Path = history.HISTORY) -> None:
             date=report["finished_at"][:10],
             commit=commit,
             events=measured.get("events", plan["events"]),  # a suite with a data set of its own says so
-            runs=plan["runs"],
+            runs=measured.get("runs", plan["runs"]),  # and one with runs of its own
             note=f"python -m bench; {machine_info['cpu']}, {machine_info['cores']} cores",
         )
     ]

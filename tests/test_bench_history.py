@@ -79,7 +79,7 @@ def test_a_full_run_appends_its_figures_with_the_commit_measured(tmp_path, monke
     assert {line["events"] for line in lines} == {100_000} and lines[0]["note"].endswith("a CPU, 2 cores")
 
 
-def test_a_suite_with_a_data_set_of_its_own_records_its_size(tmp_path, monkeypatch):
+def test_a_suite_with_a_data_set_or_runs_of_its_own_records_them(tmp_path, monkeypatch):
     monkeypatch.setattr(history, "current_commit", lambda *_: "0123abcd")
 
     def rate(value):
@@ -90,16 +90,23 @@ def test_a_suite_with_a_data_set_of_its_own_records_its_size(tmp_path, monkeypat
         "files_per_trigger": [],
         "jobs": {"lakehouse": {"events_per_s": rate(30_000.0)}, "bare": {"events_per_s": rate(40_000.0)}},
     }
+    probes = {"p50_s": 4.0, "p95_s": 7.0, "median_batch_s": 2.0}
+    freshness = {"runs": 2, "trigger_s": 5.0, "jobs": {job: probes for job in ("lakehouse", "hand_written", "bare")}}
     report = {
         "finished_at": "2026-12-04T10:00:00+00:00",
         "plan": {"events": 100_000, "runs": 3},
         "machine": {"cpu": "a CPU", "cores": 2},
-        "results": {**RESULTS, "throughput": throughput},
+        "results": {**RESULTS, "throughput": throughput, "freshness": freshness},
     }
     path = tmp_path / "history.jsonl"
     record_history(report, path)
-    events = {line["suite"]: line["events"] for line in _lines(path)}
-    assert events == {"backfill": 100_000, "growth": 100_000, "throughput": 400_000}
+    recorded = {line["suite"]: (line["events"], line["runs"]) for line in _lines(path)}
+    assert recorded == {
+        "backfill": (100_000, 3),
+        "growth": (100_000, 3),
+        "throughput": (400_000, 3),
+        "freshness": (100_000, 2),
+    }
 
 
 def test_outside_git_the_commit_is_null(tmp_path, monkeypatch):
