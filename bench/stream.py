@@ -181,6 +181,11 @@ def sustainable_rate(points: list[tuple[int, float]], trigger_s: float) -> tuple
     return max(rows / max(seconds, trigger_s) for rows, seconds in points), fixed, per_event
 
 
+def highest(kept: dict[str, float], peaks: dict[str, float]) -> dict[str, float]:
+    """The peak memory of each part over the runs so far (``kept``) and one more (``peaks``)."""
+    return {key: max(value, kept.get(key, 0)) for key, value in peaks.items()}
+
+
 def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, int], batches: int) -> dict:
     """Sustainable events/s of each job, fitted per run from drains at two batch sizes."""
     trigger_s = parse_duration(trigger).total_seconds()
@@ -208,11 +213,7 @@ def throughput(spark, data: DataSet, runs: int, trigger: str, sizes: tuple[int, 
             results[job]["rate"].append(rate)
             results[job]["fixed_s"].append(fixed)
             results[job]["per_event_us"].append(per_event * 1e6)
-            memory[job] = (
-                peak.as_dict()
-                if job not in memory
-                else {key: max(value, peak.as_dict()[key]) for key, value in memory[job].items()}
-            )
+            memory[job] = highest(memory.get(job, {}), peak.as_dict())
     return {
         "events": data.events,
         "trigger_s": trigger_s,
@@ -456,7 +457,7 @@ def freshness(
             pooled["delays"] += outcome["delays"]
             pooled["batch_seconds"] += outcome["batch_seconds"]
             pooled["probes"] += outcome["probes"]
-            pooled["memory"] = {key: max(value, pooled["memory"].get(key, 0)) for key, value in peak.as_dict().items()}
+            pooled["memory"] = highest(pooled["memory"], peak.as_dict())
     return {
         "rate_events_per_s": rate,
         "seconds": seconds,
