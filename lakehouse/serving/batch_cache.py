@@ -9,13 +9,14 @@ a p50 of 0.18 s through Connect (0.43 s uncached) and 0.16 s through JDBC (0.26 
 read live, so the speed layer's freshness is untouched.
 
 Spark's cache is keyed on a table's plan, not its version: a commit made after caching is not seen
-until the cache is rebuilt. So the service asks each cached table's version on every tick (a listing
-of its log on the driver) and uncaches a table that moved, within the same staleness bound
-(``LAKEHOUSE_SQL_STALENESS``) the service's uncached answers have; it caches the table again once
-it has held still for SETTLED_SECONDS, so that a backfill's run of commits costs one rebuild, not
-one per chunk. The version is read before the rebuild, which reads at least that version: a commit
-landing during a rebuild is caught at the next tick. With a staleness bound of 0 (every answer
-checks each table's log first) nothing is cached: no cache could keep that promise.
+until the cache is rebuilt. So the service asks each cached table's version on every tick and
+uncaches a table that moved, within the same staleness bound (``LAKEHOUSE_SQL_STALENESS``) the
+service's uncached answers have; it caches the table again once it has held still for
+SETTLED_SECONDS, so that a backfill's run of commits costs one rebuild, not one per chunk. The tick
+reads the version from storage (delta-rs), building nothing; only a table about to be cached has its
+snapshot brought up to date in the session, before the rebuild, which so reads at least that
+version: a commit landing during a rebuild is caught at the next tick. With a staleness bound of 0
+(every answer checks each table's log first) nothing is cached: no cache could keep that promise.
 """
 
 from __future__ import annotations
@@ -25,7 +26,14 @@ from datetime import timedelta
 
 from lakehouse.eventtime import parse_duration
 from lakehouse.settings import Settings
-from lakehouse.storage.catalog import BATCH_COVERAGE, Table, all_pipelines, pipeline_tables, table_version
+from lakehouse.storage.catalog import (
+    BATCH_COVERAGE,
+    Table,
+    all_pipelines,
+    committed_version,
+    pipeline_tables,
+    table_version,
+)
 
 
 def cached_tables() -> list[Table]:
@@ -69,7 +77,9 @@ class BatchCache:
             name = table.qualified_name
             if name not in registered:
                 continue
-            version = table_version(self.spark, table.uri(self.settings))
+            # Asked of the session, the version cost a snapshot build (a Spark job) after each of a
+            # backfill's commits, two a chunk beside the chunk's own work.
+            version = committed_version(table.uri(self.settings), self.settings)
             if self.versions.get(name) == version:
                 continue
             if name in self.versions:  # stale: from now on queries read the table itself
@@ -77,6 +87,7 @@ class BatchCache:
                 del self.versions[name]
             self.seen[name], still = settled(self.seen.get(name), version, time.monotonic())
             if still:
+                version = table_version(self.spark, table.uri(self.settings))  # the session's snapshot, current
                 self.spark.sql(f"CACHE TABLE {name}")
                 self.versions[name] = version
                 cached.append(name)

@@ -426,13 +426,21 @@ def table_version(spark: SparkSession, uri: str) -> int:
     A Spark Connect client has no JVM of its own to ask: it reads the log through delta-rs.
     """
     if is_remote(spark):
-        from deltalake import DeltaTable
-
-        from lakehouse.storage.ops_tables import delta_rs_location
-
-        location, options = delta_rs_location(uri)
-        return DeltaTable(location, storage_options=options, without_files=True).version()
+        return committed_version(uri)
     return _latest_snapshot(spark, uri).version()
+
+
+def committed_version(uri: str, settings: Settings | None = None) -> int:
+    """The newest version committed to the Delta table at ``uri``, read from storage through delta-rs
+    (its protocol and metadata, not its files; a few milliseconds). Unlike ``DeltaLog.update`` in a
+    session, it builds no snapshot: after a commit delta-rs wrote (no checksum file beside it),
+    that build is a Spark job."""
+    from deltalake import DeltaTable
+
+    from lakehouse.storage.ops_tables import delta_rs_location
+
+    location, options = delta_rs_location(uri, settings)
+    return DeltaTable(location, storage_options=options, without_files=True).version()
 
 
 def _latest_snapshot(spark: SparkSession, uri: str):
