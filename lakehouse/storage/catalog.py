@@ -417,13 +417,15 @@ def all_tables(pipeline: Pipeline) -> list[Table]:
 
 
 def table_version(spark: SparkSession, uri: str) -> int:
-    """The Delta table's latest version.
+    """The Delta table's latest version, with the session's snapshot brought up to it.
 
     Asked of the table's log on the driver (``DeltaLog.update``: a listing of ``_delta_log``, about
-    10 ms), not through ``history(1)``, which runs a Spark job (0.25-0.45 s, measured side by side on
-    the bench's bronze): the speed layer asks once per micro-batch. ``DeltaLog`` is Delta's internal
-    API, so the pinned Delta version matters; tests/test_writers.py checks it against the history.
-    A Spark Connect client has no JVM of its own to ask: it reads the log through delta-rs.
+    10 ms when nothing moved), not through ``history(1)``, which runs a Spark job (0.25-0.45 s,
+    measured side by side on the bench's bronze). A new version's snapshot is built on the way, a
+    Spark job after a commit delta-rs wrote; a caller that wants the number only asks
+    :func:`committed_version`. ``DeltaLog`` is Delta's internal API, so the pinned Delta version
+    matters; tests/test_writers.py checks it against the history. A Spark Connect client has no JVM
+    of its own to ask: it reads the log through delta-rs.
     """
     if is_remote(spark):
         return committed_version(uri)
