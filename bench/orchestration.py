@@ -147,9 +147,10 @@ def orchestration(
     # One untimed run of the sides WARMED_UP names first. The service is a long-lived process and a
     # deployment meets it warm, its JIT compiled and its tables' logs read (as the sql_latency suite
     # measures it): a run of the chunked side on a service fresh from its start took 34 s, the next
-    # 24 s. The one job starts a JVM every run, but without a run before, its first was the slow one
-    # (at 6081b50 its runs took 14.4-19.6 s, against 12.8-14.4 s with one), flattering the ratio. A
-    # spark-submit side's run would cost 7 minutes and warm nothing its 24 JVMs do not.
+    # 24 s. The one job starts a JVM every run, and is warmed alike so that a cold first run of the
+    # baseline cannot flatter the ratio (at 6081b50, without one, its runs took 14.4-19.6 s; at
+    # 5da9265, with one, 12.8-14.4 s). A spark-submit side's run would cost 7 minutes and warm
+    # nothing its 24 JVMs do not.
     warm_up = {name: _timed(command, envs[name]) for name, command in commands.items() if name in WARMED_UP}
     for _ in range(runs):
         for name, command in commands.items():
