@@ -1,7 +1,7 @@
 """``python -m bench [--smoke] [--only SUITES]``: run, save, summarise.
 
-SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_growth, speed_merge, orchestration,
-throughput, batch_stages, freshness, recovery, sql_latency, analysts, topology.
+SUITES: a comma-separated subset of backfill, cold, growth, correction, speed_growth, speed_merge, log_growth,
+orchestration, throughput, batch_stages, freshness, recovery, sql_latency, analysts, topology.
 
 Results go to ``bench/results/<UTC time>-<mode>.json`` (and ``latest-<mode>.json``); the summary
 table printed at the end is the one kept in the README. A full run (not ``--smoke``) also appends
@@ -30,6 +30,7 @@ from bench import (
     backfill,
     batch_stages,
     history,
+    log_growth,
     orchestration,
     recovery,
     speed_merge,
@@ -48,6 +49,7 @@ SUITES = (
     "correction",
     "speed_growth",
     "speed_merge",
+    "log_growth",
     "orchestration",
     "throughput",
     "batch_stages",
@@ -93,6 +95,7 @@ class Plan:
     speed_growth_batches: int = 4
     speed_merge_rows: tuple[int, ...] = (1_000_000, 10_000_000)  # rows in the day of __speed a MERGE goes into
     speed_merge_panes: int = 10_000
+    log_commits: tuple[int, ...] = (0, 1000, 2000)  # commits in the table's log at each measurement
     analysts: int = 8  # SQL clients in an analysts' phase, half over JDBC and half through Connect
     analysts_phase_s: float = 60  # each phase, with the analysts or without
     analysts_phases: int = 3  # of each kind
@@ -142,6 +145,7 @@ class Plan:
             speed_growth_batches=1,
             speed_merge_rows=(20_000,),
             speed_merge_panes=300,
+            log_commits=(0, 20),
             sql_points=1,
             sql_aggregates=1,
             sql_cli_queries=1,  # a JVM per query: the aggregate only
@@ -267,6 +271,7 @@ def _batch_figures(results: dict, add) -> None:
         add("backfill 1 day vs 1 hour (linear: 24)", median["backfill_1d"], median["backfill_1h"], "~24")
         add("audit 1 day vs 1 hour (linear: 24)", median["audit_1d"], median["audit_1h"], "~24")
     _speed_growth_figures(results, add)
+    _log_growth_figures(results, add)
     if "speed_merge" in results:
         speed_merge.figures(results["speed_merge"], add)
     if "orchestration" in results:
@@ -306,6 +311,20 @@ def _speed_growth_figures(results: dict, add) -> None:
     )
     add(f"pane state carried, __speed holding {many} vs {few}",
         held_many["pane_state_rows"], held_few["pane_state_rows"], "<= 1.1", "rows")  # fmt: skip
+
+
+def _log_growth_figures(results: dict, add) -> None:
+    """A commit and a read on a table whose log holds the most commits measured, against a new table."""
+    if "log_growth" not in results:
+        return
+    sizes = results["log_growth"]["sizes"]
+    new, grown = sizes[min(sizes, key=int)], sizes[max(sizes, key=int)]
+    for operation, kind in (
+        ("delta-rs append of one row", "append_seconds"),
+        ("Spark query of the table", "read_seconds"),
+    ):
+        add(f"{operation}, log of {max(sizes, key=int)} commits vs {min(sizes, key=int)}",
+            round(grown[kind]["median"] * 1000, 1), round(new[kind]["median"] * 1000, 1), "~1", "ms")  # fmt: skip
 
 
 def _sql_figures(results: dict, add) -> None:
@@ -400,8 +419,9 @@ def _measures(spark, plan: Plan, data: DataSet, served: SharedService, results: 
         "speed_merge": lambda: speed_merge.speed_merge(
             spark, speed_merge.MergePlan(plan.speed_merge_rows, plan.runs, plan.speed_merge_panes)
         ),
+        "log_growth": lambda: log_growth.log_growth(spark, plan.log_commits, plan.runs),
         "orchestration": lambda: orchestration.orchestration(
-            spark, data, served, plan.runs, plan.orchestration_hours, plan.orchestration_sides
+            spark, data, plan.runs, plan.orchestration_hours, plan.orchestration_sides
         ),
         "throughput": lambda: stream.throughput(
             spark, throughput_data(plan), plan.runs, plan.trigger, plan.throughput_sizes, plan.drain_batches
