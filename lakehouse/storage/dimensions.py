@@ -14,7 +14,7 @@ from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import dimension_table, table_exists
 from lakehouse.storage.frames import literal_frame
-from lakehouse.storage.ops_tables import arrow_at, delta_rs_location
+from lakehouse.storage.ops_tables import arrow_at, commit_hooks, delta_rs_location
 
 # The pin of a dimension table that does not exist yet: every event joins to no version.
 NO_VERSION = -1
@@ -68,7 +68,10 @@ def _overwrite(uri: str, schema, rows: list[dict], settings: Settings) -> None:
     from deltalake import write_deltalake
 
     location, options = delta_rs_location(uri, settings, writes=True)
-    write_deltalake(location, pa.Table.from_pylist(rows, schema=schema), mode="overwrite", storage_options=options)
+    frame = pa.Table.from_pylist(rows, schema=schema)
+    write_deltalake(
+        location, frame, mode="overwrite", storage_options=options, post_commithook_properties=commit_hooks()
+    )
 
 
 def dimension_version(settings: Settings, dimension: Dimension) -> int:

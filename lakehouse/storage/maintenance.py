@@ -1,5 +1,5 @@
-"""Daily upkeep: compact small files (OPTIMIZE), drop files no version needs any more (VACUUM), and
-expire the retained log.
+"""Daily upkeep: compact small files (OPTIMIZE), drop files no version needs any more (VACUUM),
+delete each table's expired log files, and expire the retained log.
 
 VACUUM's retention never goes below what the platform still needs: an audit re-run with ``--pins``
 reads the versions it pinned (time travel), so removed files must outlive the audit replay window,
@@ -88,8 +88,21 @@ def _compact(delta, name: str) -> dict:
     return {"files_added": metrics["numFilesAdded"], "files_removed": metrics["numFilesRemoved"]}
 
 
+def clean_expired_log(uri: str, settings: Settings) -> None:
+    """Delete the table's ``_delta_log`` files older than its ``delta.logRetentionDuration`` (Delta's
+    default: 30 days), up to a checkpoint that keeps every later version readable: Delta's own rule,
+    which the platform's delta-rs commits leave to this daily run (``ops_tables.commit_hooks``)."""
+    from deltalake import DeltaTable
+
+    from lakehouse.storage.ops_tables import delta_rs_location
+
+    location, options = delta_rs_location(uri, settings, writes=True)
+    DeltaTable(location, storage_options=options).cleanup_metadata()
+
+
 def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
-    """OPTIMIZE and VACUUM every existing table of the pipeline, then expire its old log hours.
+    """OPTIMIZE and VACUUM every existing table of the pipeline and delete its expired log files,
+    then expire the pipeline's old log hours.
 
     Args:
         spark: the session to read and write with.
@@ -117,5 +130,6 @@ def maintain(spark, settings: Settings, pipeline, now: datetime) -> dict:
         # VACUUM lists the table in spark.sql.sources.parallelPartitionDiscovery.parallelism tasks;
         # the session keeps that at the shuffle partitions, not Spark's 10000 (see lakehouse.storage.spark).
         delta.vacuum(retention.total_seconds() / 3600)
+        clean_expired_log(uri, settings)
     report["log_partitions_deleted"] = expire_log(settings, pipeline.topic, now)
     return report

@@ -18,6 +18,21 @@ from lakehouse.settings import Settings
 from lakehouse.storage.table_names import ALERTS_COLUMNS, ALERTS_TABLE
 
 
+def commit_hooks():
+    """What delta-rs does after each of the platform's commits: a checkpoint every
+    ``delta.checkpointInterval`` commits, as by default, but no clean-up of the expired log.
+
+    delta-rs looks for expired log files after every commit, Delta's rule being at each checkpoint,
+    and looking lists the whole ``_delta_log`` folder with a stat of each entry: on local storage,
+    about 5 ms a commit for every 1,000 entries (``bench.log_growth``). A table the speed layer writes
+    gains an entry per micro-batch, 17,000 a day at its 5 s trigger, and keeps them for its log
+    retention (Delta's 30 days). The daily maintenance deletes the expired files instead, by the same
+    rule (``lakehouse.storage.maintenance.clean_expired_log``)."""
+    from deltalake import PostCommitHookProperties
+
+    return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
+
+
 def delta_rs_location(uri: str, settings: Settings | None = None, writes: bool = False) -> tuple[str, dict[str, str]]:
     """The location as delta-rs spells it (plain local paths, ``s3://`` for Hadoop's ``s3a://``) and
     the options it needs there: an object store's endpoint and keys, from ``settings`` (None: this
@@ -157,7 +172,14 @@ def append_rows(uri: str, schema, rows: list[dict], settings: Settings | None = 
 
     location, options = delta_rs_location(uri, settings, writes=True)
     frame = pa.Table.from_pylist(rows, schema=schema)
-    write_deltalake(location, frame, mode="append", schema_mode="merge", storage_options=options)
+    write_deltalake(
+        location,
+        frame,
+        mode="append",
+        schema_mode="merge",
+        storage_options=options,
+        post_commithook_properties=commit_hooks(),
+    )
 
 
 def append_rows_stamped_once(
@@ -208,7 +230,7 @@ def append_arrow_stamped_once(
         return
     location, options = delta_rs_location(uri, settings, writes=True)
     table = DeltaTable(location, storage_options=options)
-    write_deltalake(table, as_table_types(rows, table), mode="append")
+    write_deltalake(table, as_table_types(rows, table), mode="append", post_commithook_properties=commit_hooks())
 
 
 def as_table_types(rows, table):

@@ -179,7 +179,7 @@ def upsert_once(
     """
     from deltalake import CommitProperties, DeltaTable, Transaction
 
-    from lakehouse.storage.ops_tables import as_table_types, delta_rs_location
+    from lakehouse.storage.ops_tables import as_table_types, commit_hooks, delta_rs_location
 
     location, options = delta_rs_location(uri, settings, writes=True)
     app_id, version = transaction
@@ -201,6 +201,7 @@ def upsert_once(
                 source_alias="s",
                 target_alias="t",
                 commit_properties=CommitProperties(app_transactions=[Transaction(app_id, version)]),
+                post_commithook_properties=commit_hooks(),
             )
             .when_matched_delete(predicate=f"s.{delete_when}")
             .when_matched_update(updates={c: f"s.{c}" for c in value_columns})
@@ -230,13 +231,16 @@ def replace_rows(rows, uri: str, predicate: str, settings: Settings | None = Non
     """
     from deltalake import DeltaTable, write_deltalake
 
-    from lakehouse.storage.ops_tables import as_table_types, delta_rs_location
+    from lakehouse.storage.ops_tables import as_table_types, commit_hooks, delta_rs_location
 
     location, options = delta_rs_location(uri, settings, writes=True)
 
     def execute() -> None:
         table = DeltaTable(location, storage_options=options)  # per attempt: the latest snapshot
-        write_deltalake(table, as_table_types(rows, table), mode="overwrite", predicate=predicate)
+        rows_as_table = as_table_types(rows, table)
+        write_deltalake(
+            table, rows_as_table, mode="overwrite", predicate=predicate, post_commithook_properties=commit_hooks()
+        )
 
     retry_on_conflict(execute, f"replace {predicate} in {uri}", conflicts=DELTA_RS_CONFLICTS)
 
