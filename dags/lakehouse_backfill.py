@@ -64,7 +64,7 @@ def lakehouse_backfill():
         from lakehouse.dataflow.pipelines import get_pipeline
         from lakehouse.errors import LakehouseError
         from lakehouse.layers.batch import parse_range
-        from lakehouse.ops.orchestration import chunk_job_args, plan_chunks, validate_backfill_request
+        from lakehouse.ops.orchestration import chunk_job_args, chunk_label, plan_chunks, validate_backfill_request
 
         try:
             request = validate_backfill_request(dict(params), Settings.from_env())
@@ -76,26 +76,21 @@ def lakehouse_backfill():
         if request.dry_run:
             return []
         who = dag_run.triggering_user_name
-        return [chunk_job_args(request, c, f"{run_id}|{c['start']}", who) for c in chunks]
+        return [chunk_job_args(request, c, chunk_label(run_id, c), who) for c in chunks]
 
     @task(trigger_rule="none_failed")
     def summarise(params=None, run_id=None) -> dict:
         """Chunks recomputed and skipped, rows written: this task's XCom and log."""
         from lakehouse.ops.orchestration import (
+            chunk_runs,
             plan_chunks,
             render_summary_note,
             request_from_params,
             summarise_backfill,
         )
-        from lakehouse.storage.ops_tables import read_rows
 
         request = request_from_params(dict(params))
-        runs = [
-            r
-            for r in read_rows(Settings.from_env(), "ops", "backfill_runs")
-            if (r.get("label") or "").startswith(f"{run_id}|")
-        ]
-        summary = summarise_backfill(request, plan_chunks(request), runs)
+        summary = summarise_backfill(request, plan_chunks(request), chunk_runs(Settings.from_env(), run_id))
         print(render_summary_note(summary))
         return summary
 

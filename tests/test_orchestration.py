@@ -15,6 +15,8 @@ from lakehouse.ops.orchestration import (
     SCHEDULED_BY,
     backfill_param_schemas,
     chunk_job_args,
+    chunk_label,
+    chunk_runs,
     joining_pipeline_names,
     pipeline_names,
     plan_chunks,
@@ -211,6 +213,32 @@ def test_summary_counts_only_succeeded_runs_and_reports_failed_attempts():
     summary = summarise_backfill(request, plan_chunks(request), runs)
     assert (summary["chunks_planned"], summary["chunks_recomputed"], summary["chunks_skipped"]) == (3, 1, 1)
     assert (summary["rows_written"], summary["events_used"], summary["failed_attempts"]) == (10, 40, 1)
+
+
+def test_a_runs_summary_reads_the_rows_of_its_own_chunks_and_no_other_runs(tmp_path):
+    from lakehouse.storage.catalog import BACKFILL_RUNS, ensure_table
+    from lakehouse.storage.ops_tables import append_rows
+
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path / "home")})
+    ensure_table(BACKFILL_RUNS, settings)
+    chunk = {"start": "2026-11-20T08:00:00Z", "end": "2026-11-20T09:00:00Z"}
+    labels = [
+        chunk_label("manual__1", chunk),
+        chunk_label("manual__1", {**chunk, "start": "2026-11-20T09:00:00Z"}),
+        chunk_label("manual__10", chunk),  # a run whose id starts with the other's
+        "manual__1",  # a command line's label that happens to be the run's id
+        None,
+    ]
+    rows = [{"run_id": f"r{n}", "label": label, "status": "succeeded"} for n, label in enumerate(labels)]
+    append_rows(BACKFILL_RUNS.uri(settings), BACKFILL_RUNS.arrow_schema, rows, settings)
+
+    assert sorted(row["label"] for row in chunk_runs(settings, "manual__1")) == sorted(labels[:2])
+    assert [row["run_id"] for row in chunk_runs(settings, "manual__10")] == ["r2"]
+    assert chunk_runs(settings, "manual__2") == []
+
+
+def test_no_run_is_read_before_the_table_exists(tmp_path):
+    assert chunk_runs(Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path / "home")}), "manual__1") == []
 
 
 def test_vacuum_never_keeps_less_than_audit_replays_and_deltas_safety_need():

@@ -206,6 +206,31 @@ def plan_chunks(request: BackfillRequest) -> list[dict[str, str]]:
     return chunks
 
 
+# A chunk's label in ops.backfill_runs: its Airflow run's id, this separator, the chunk's start.
+LABEL_SEPARATOR = "|"
+
+
+def chunk_label(run_id: str, chunk: dict[str, str]) -> str:
+    """Names an Airflow run's chunk in ``ops.backfill_runs`` (``run_id|start``)."""
+    return f"{run_id}{LABEL_SEPARATOR}{chunk['start']}"
+
+
+def chunk_runs(settings: Settings, run_id: str) -> list[dict]:
+    """The ``ops.backfill_runs`` rows of an Airflow run's chunks, each attempt's.
+
+    The table holds every backfill ever run and is never trimmed: the rows are picked in Arrow by
+    their labels' range (``run_id|`` up to the separator's successor) before any becomes a dict."""
+    import pyarrow.dataset as ds
+
+    from lakehouse.storage.ops_tables import arrow_at
+
+    first, beyond = run_id + LABEL_SEPARATOR, run_id + chr(ord(LABEL_SEPARATOR) + 1)
+    label = ds.field("label")
+    where = (label >= first) & (label < beyond)
+    rows = arrow_at(settings.table_uri("ops", "backfill_runs"), where=where, settings=settings)
+    return rows.to_pylist() if rows is not None else []
+
+
 def chunk_job_args(
     request: BackfillRequest, chunk: dict[str, str], run_label: str, triggered_by: str | None
 ) -> list[str]:
