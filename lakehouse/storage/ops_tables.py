@@ -22,9 +22,9 @@ def commit_hooks():
     """What delta-rs does after each of the platform's commits: a checkpoint every
     ``delta.checkpointInterval`` commits, as by default, but no clean-up of the expired log.
 
-    delta-rs looks for expired log files after every commit, Delta's rule being at each checkpoint,
-    and looking lists the whole ``_delta_log`` folder with a stat of each entry: on local storage,
-    about 5 ms a commit for every 1,000 entries (``bench.log_growth``). A table the speed layer writes
+    delta-rs looks for expired log files after every commit (Delta does at checkpoints), and looking
+    lists the whole ``_delta_log`` folder with a stat of each entry: on local storage, a one-row
+    append at 2,000 commits took 36 ms with it and 19 ms without (``bench.log_growth``). A table the speed layer writes
     gains an entry per micro-batch, 17,000 a day at its 5 s trigger, and keeps them for its log
     retention (Delta's 30 days). The daily maintenance deletes the expired files instead, by the same
     rule (``lakehouse.storage.maintenance.clean_expired_log``)."""
