@@ -434,15 +434,15 @@ def table_version(spark: SparkSession, uri: str) -> int:
 
 def committed_version(uri: str, settings: Settings | None = None) -> int:
     """The newest version committed to the Delta table at ``uri``, read from storage through delta-rs
-    (its protocol and metadata, not its files; a few milliseconds). Unlike ``DeltaLog.update`` in a
-    session, it builds no snapshot: after a commit delta-rs wrote (no checksum file beside it),
-    that build is a Spark job."""
+    (a few milliseconds on the platform's tables; delta-rs loads the table's state, files included).
+    Unlike ``DeltaLog.update`` in a session, it builds no snapshot: after a commit delta-rs wrote (no
+    checksum file beside it), that build is a Spark job."""
     from deltalake import DeltaTable
 
     from lakehouse.storage.ops_tables import delta_rs_location
 
     location, options = delta_rs_location(uri, settings)
-    return DeltaTable(location, storage_options=options, without_files=True).version()
+    return DeltaTable(location, storage_options=options).version()
 
 
 def _latest_snapshot(spark: SparkSession, uri: str):

@@ -12,7 +12,7 @@ from lakehouse.dataflow.dimensions import VALID_FROM, VALID_TO, apply_changes, j
 from lakehouse.dataflow.pipelines.base import Dimension, Pipeline
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import Settings
-from lakehouse.storage.catalog import dimension_table, table_exists
+from lakehouse.storage.catalog import committed_version, dimension_table, table_exists
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.ops_tables import arrow_at, commit_hooks, delta_rs_location
 
@@ -76,12 +76,10 @@ def _overwrite(uri: str, schema, rows: list[dict], settings: Settings) -> None:
 
 def dimension_version(settings: Settings, dimension: Dimension) -> int:
     """The table's latest version (``NO_VERSION`` before the first change log)."""
-    from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
-    location, options = delta_rs_location(dimension_table(dimension).uri(settings), settings)
     try:
-        return DeltaTable(location, storage_options=options, without_files=True).version()
+        return committed_version(dimension_table(dimension).uri(settings), settings)
     except TableNotFoundError:
         return NO_VERSION
 
