@@ -27,13 +27,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql import functions as F
 
 from lakehouse.audit.offline_docs import localize
 from lakehouse.dataflow.pipelines.base import Pipeline
 from lakehouse.dataflow.pipelines.row_rules import BRONZE, GOLD, RAW_EVENTS, load_suite, suite_path
+from lakehouse.dataflow.transforms import in_window_range
 from lakehouse.errors import LakehouseError
 from lakehouse.eventtime import parse_duration
+from lakehouse.layers.batch import in_bronze_span
 from lakehouse.location import local_path
 from lakehouse.settings import PROJECT_ROOT, Settings
 from lakehouse.storage.catalog import DATA_QUALITY, ensure_table, pipeline_tables
@@ -292,14 +293,8 @@ def audit_frames(
 
     window = pipeline.window.size_delta
     # Bronze is partitioned by event date: the date bounds prune it to the files of the range.
-    bronze = at(tables.bronze, pins["bronze"]).where(
-        F.col("event_date").between(F.lit(start.date()), F.lit((end + window).date()))
-        & (F.col(pipeline.event_time) >= F.lit(start))
-        & (F.col(pipeline.event_time) < F.lit(end + window))
-    )
-    speed = at(tables.speed, pins["speed"]).where(
-        (F.col("window_start") >= F.lit(start)) & (F.col("window_start") < F.lit(end))
-    )
+    bronze = at(tables.bronze, pins["bronze"]).where(in_bronze_span(pipeline, start, end + window))
+    speed = at(tables.speed, pins["speed"]).where(in_window_range(start, end))
     return {
         RAW_EVENTS: (tables.bronze.qualified_name, pins["bronze"], bronze),
         BRONZE: (tables.bronze.qualified_name, pins["bronze"], bronze),
