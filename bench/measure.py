@@ -41,6 +41,20 @@ def repeat(action: Callable[[], object], runs: int) -> list[float]:
     return [timed(action)[0] for _ in range(runs)]
 
 
+def wait_until_idle(at_least: float, busy_below: float = 0.15, patience: float = 60.0) -> float:
+    """Seconds waited for the machine to go quiet: ``at_least`` seconds, then until a whole second
+    passes with all cores together under ``busy_below`` busy, or ``patience`` more seconds have.
+
+    A side timed while a process of an earlier side still works (a Spark service rebuilding its
+    cache after the commits it saw, say) is timed on a machine the other side did not have."""
+    began = time.monotonic()
+    time.sleep(at_least)
+    deadline = time.monotonic() + patience
+    while psutil.cpu_percent(interval=1.0) >= busy_below * 100 and time.monotonic() < deadline:
+        pass
+    return time.monotonic() - began
+
+
 class PeakMemory:
     """Peak resident memory of a process tree, sampled in the background, split Python vs JVM.
 
