@@ -202,3 +202,24 @@ def test_the_analysts_look_up_the_latest_windows_the_speed_table_holds(tmp_path)
     statements = recent_queries(windows)
     assert len(statements) == len(windows) + len(AGGREGATES)
     assert "WHERE window_start = TIMESTAMP '2026-12-03 18:07:00'" in statements[0]
+
+
+def test_a_data_set_whose_tables_had_a_commit_since_it_was_built_is_built_again(tmp_path, monkeypatch):
+    """A suite that writes to the data set's tables (the backfill suites do) leaves them to be built
+    again, not to be measured by the next run as earlier runs left them."""
+    import pyarrow as pa
+    from deltalake import write_deltalake
+
+    from bench import data as bench_data
+
+    monkeypatch.setattr(bench_data, "CACHE", tmp_path)
+    data = bench_data.DataSet(10)
+    table = data.home / "warehouse" / "gold" / "toll_traffic__batch"
+    write_deltalake(str(table), pa.table({"vehicles": [1]}))
+    bench_data._mark(data, "tables")
+    assert bench_data._fresh_tables(data, "tables")
+
+    write_deltalake(str(table), pa.table({"vehicles": [2]}), mode="append")
+
+    assert not bench_data._fresh_tables(data, "tables")
+    assert not (data.home / "warehouse").exists()
