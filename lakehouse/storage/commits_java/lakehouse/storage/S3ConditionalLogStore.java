@@ -1,15 +1,21 @@
 package lakehouse.storage;
 
 import io.delta.storage.HadoopFileSystemLogStore;
+import io.delta.storage.internal.S3LogStoreUtil;
+import java.io.FileNotFoundException;
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
+import java.util.Arrays;
+import java.util.Comparator;
 import java.util.Iterator;
 import org.apache.hadoop.conf.Configuration;
 import org.apache.hadoop.fs.FSDataOutputStream;
 import org.apache.hadoop.fs.FSDataOutputStreamBuilder;
+import org.apache.hadoop.fs.FileStatus;
 import org.apache.hadoop.fs.FileSystem;
 import org.apache.hadoop.fs.Path;
 import org.apache.hadoop.fs.s3a.RemoteFileChangedException;
+import org.apache.hadoop.fs.s3a.S3AFileSystem;
 
 /**
  * Delta commits to S3 as delta-rs makes them: the commit file N.json is one PUT with
@@ -54,6 +60,35 @@ public class S3ConditionalLogStore extends HadoopFileSystemLogStore {
       conflict.initCause(taken);
       throw conflict;
     }
+  }
+
+  /**
+   * The log's entries from {@code path} on, asked of S3 from there (ListObjectsV2's start-after)
+   * rather than listed whole and then filtered. Hadoop's listStatus pages through every entry the
+   * log keeps, 1,000 a request, at each snapshot update, and a log keeps its entries for
+   * delta.logRetentionDuration (30 days by default): a table committed to every few seconds holds
+   * hundreds of thousands. Delta's own S3 store lists so behind delta.enableFastS3AListFrom
+   * (S3LogStoreUtil, used here), and delta-rs does too, from its last checkpoint.
+   */
+  @Override
+  public Iterator<FileStatus> listFrom(Path path, Configuration hadoopConf) throws IOException {
+    FileSystem fs = path.getFileSystem(hadoopConf);
+    if (!(fs instanceof S3AFileSystem)) {
+      return super.listFrom(path, hadoopConf);
+    }
+    Path from = fs.makeQualified(path);
+    Path log = from.getParent();
+    FileStatus[] listed = S3LogStoreUtil.s3ListFromArray(fs, from, log);
+    // Delta reads a missing log as a table that does not exist yet. Asked only when nothing is
+    // listed: a check before every listing was a LIST request of its own, two a read.
+    if (listed.length == 0 && !fs.exists(log)) {
+      throw new FileNotFoundException("No such file or directory: " + log);
+    }
+    String first = from.getName();
+    return Arrays.stream(listed)
+        .filter(status -> status.getPath().getName().compareTo(first) >= 0)
+        .sorted(Comparator.comparing(status -> status.getPath().getName()))
+        .iterator();
   }
 
   private static void writeLines(FSDataOutputStream out, Iterator<String> actions) throws IOException {
