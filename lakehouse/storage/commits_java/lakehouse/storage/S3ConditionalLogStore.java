@@ -65,9 +65,9 @@ public class S3ConditionalLogStore extends HadoopFileSystemLogStore {
   /**
    * The log's entries from {@code path} on, asked of S3 from there (ListObjectsV2's start-after)
    * rather than listed whole and then filtered. Hadoop's listStatus pages through every entry the
-   * log keeps, 1,000 a request, at each snapshot update, and a log keeps its entries for
-   * delta.logRetentionDuration (30 days by default): a table committed to every few seconds holds
-   * hundreds of thousands. Delta's own S3 store lists so behind delta.enableFastS3AListFrom
+   * log keeps, 5,000 a request (S3A's fs.s3a.paging.maximum), at each snapshot update, and a log
+   * keeps its entries for delta.logRetentionDuration (30 days by default): a table committed to
+   * every few seconds holds hundreds of thousands. Delta's own S3 store lists so behind delta.enableFastS3AListFrom
    * (S3LogStoreUtil, used here), and delta-rs does too, from its last checkpoint.
    */
   @Override
