@@ -560,6 +560,34 @@ def test_a_job_that_loses_the_race_to_create_a_table_finds_the_winners(tmp_path,
     assert (DeltaTable(str(location)).version(), DeltaTable(str(location)).metadata().id) == (0, winner)
 
 
+def test_a_local_table_is_found_without_listing_its_log(tmp_path, monkeypatch):
+    """A local log's first commit, or its checkpoint pointer once the commits before the checkpoint
+    are gone, says the table exists without delta-rs's listing of the whole log; a log folder with
+    neither is asked of delta-rs, which finds no table in one holding only a writer's temporary file."""
+    from deltalake import DeltaTable, write_deltalake
+
+    from lakehouse.storage import catalog
+
+    settings = make_settings(tmp_path / "home")
+    catalog.ensure_table(catalog.BACKFILL_RUNS, settings)
+    uri, location = catalog.BACKFILL_RUNS.uri(settings), local_path(catalog.BACKFILL_RUNS.uri(settings))
+    table = DeltaTable(str(location))
+    for _ in range(2):
+        write_deltalake(table, table.to_pyarrow_table(), mode="append")
+    table.create_checkpoint()
+    (location / "_delta_log" / f"{0:020d}.json").unlink()  # as the log's clean-up leaves it
+    listed = []
+    monkeypatch.setattr(DeltaTable, "is_deltatable", lambda *args, **kwargs: listed.append(args) or False)
+    assert catalog.table_in_storage(uri, settings) and not listed
+
+    started = local_path(catalog.BATCH_COVERAGE.uri(settings)) / "_delta_log"
+    started.mkdir(parents=True)
+    (started / ".00000000000000000000.json.3f1c.tmp").write_text('{"commitInfo":')
+    assert not catalog.table_in_storage(catalog.BATCH_COVERAGE.uri(settings), settings) and listed
+    monkeypatch.undo()
+    assert not catalog.table_in_storage(catalog.BATCH_COVERAGE.uri(settings), settings)
+
+
 def test_a_location_holding_something_else_is_a_one_line_error(tmp_path):
     from lakehouse.errors import LakehouseError
     from lakehouse.storage import catalog
