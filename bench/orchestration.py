@@ -20,6 +20,8 @@ the one before for that alone (a delta-rs append there: 25 ms, 7 ms on a new tab
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
 import shutil
@@ -32,6 +34,7 @@ from pathlib import Path
 from pyspark.sql import functions as F
 
 from bench.data import PIPELINE, DataSet, link_log_files, scratch_home, settings_for
+from bench.live_airflow import LiveAirflow
 from bench.measure import summary, wait_until_idle
 from bench.service import SharedService
 from lakehouse.dataflow.pipelines import get_pipeline
@@ -71,10 +74,17 @@ def _run(command: list[str], env: dict[str, str]) -> None:
         )
 
 
+# The side on a running Airflow (bench.live_airflow): triggered through the REST API as the UI does,
+# its chunks queued by the scheduler and run by the platform's LocalExecutor, each in a task process.
+ON_SCHEDULER = "airflow_scheduler_hourly_chunks_through_service"
 # The sides whose chunks are clients of the run's Spark service (LAKEHOUSE_SPARK_REMOTE set).
-THROUGH_SERVICE = frozenset({"airflow_hourly_chunks_through_service"})
-# The sides run once untimed first: those through the service, and the one job, the baseline.
+THROUGH_SERVICE = frozenset({"airflow_hourly_chunks_through_service", ON_SCHEDULER})
+# The sides run untimed first: those through the service, and the one job, the baseline.
 WARMED_UP = THROUGH_SERVICE | {"one_job"}
+# Untimed runs of each of those before the timed ones. The service's JIT takes more than one run to
+# settle: on the scheduler's side at ea4d77d, a fresh service's runs took 24.8, 20.0, 16.5, 17.0, 16.5
+# and 16.7 s, so with one warm-up run the first timed run still measured a warming service.
+WARM_UP_RUNS = 2
 
 
 # Before each side, the service gets time to finish what the last side's commits started: it
@@ -92,11 +102,22 @@ def _timed(command: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - began
 
 
-def _commands(start, end, hours: int) -> dict[str, list[str]]:
-    """The sides: the backfill DAG in hourly chunks (spark-submit per chunk, or through the Spark
-    service), and one ``lakehouse backfill`` of the range."""
-    conf = {"pipeline": PIPELINE, "start": _iso(start), "end": _iso(end), "source": "bronze", "chunk": "1h",
+def _timed_on_scheduler(airflow: LiveAirflow, conf: dict) -> float:
+    """Seconds from the trigger to the run's end on the running Airflow, started on a quiet machine."""
+    wait_until_idle(QUIET_AFTER_SECONDS)
+    return airflow.backfill_seconds(conf)
+
+
+def _trigger_conf(start, end) -> dict:
+    """The backfill DAG's parameters for the range in hourly chunks, as the UI's trigger form sends them."""
+    return {"pipeline": PIPELINE, "start": _iso(start), "end": _iso(end), "source": "bronze", "chunk": "1h",
             "reprocess": "redo", "dry_run": False}  # fmt: skip
+
+
+def _commands(start, end, hours: int) -> dict[str, list[str]]:
+    """The sides run as commands: the backfill DAG in hourly chunks by ``airflow dags test``
+    (spark-submit per chunk, or through the Spark service), and one ``lakehouse backfill`` of the range."""
+    conf = _trigger_conf(start, end)
     one_job = ["backfill", "--pipeline", PIPELINE, "--start", _iso(start), "--end", _iso(end),
                "--source", "bronze", "--chunk", f"{hours}h"]  # fmt: skip
     dag_test = [str(BIN / "airflow"), "dags", "test", "lakehouse_backfill", "-c", json.dumps(conf)]
@@ -165,7 +186,16 @@ def orchestration(
     served = SharedService.on_home(home)
     try:
         remote = {**env, "LAKEHOUSE_SPARK_REMOTE": served.connect_url()}  # started once, not timed
-        measured = _measured(spark, home, _sides(data, hours, sides), env, remote, runs)
+        commands, span = _sides(data, hours, sides)
+        runners = {name: functools.partial(_timed, command, remote if name in THROUGH_SERVICE else env)
+                   for name, command in commands.items()}  # fmt: skip
+        on_scheduler = not sides or ON_SCHEDULER in sides
+        with LiveAirflow(remote) if on_scheduler else contextlib.nullcontext() as airflow:  # started once, not timed
+            if airflow:
+                runners = {
+                    ON_SCHEDULER: functools.partial(_timed_on_scheduler, airflow, _trigger_conf(*span))
+                } | runners
+            measured = _measured(spark, home, runners, span, runs)
     finally:
         served.stop()
     return {
@@ -185,12 +215,12 @@ def _sides(data: DataSet, hours: int, sides: tuple[str, ...]) -> tuple[dict[str,
     return commands, (start, end)
 
 
-def _measured(spark, home: Path, sides, env: dict[str, str], remote: dict[str, str], runs: int) -> dict:
-    """Each side's seconds over ``runs`` runs, and the vehicles it left in ``__batch``."""
-    commands, (start, end) = sides
-    seconds: dict[str, list[float]] = {name: [] for name in commands}
+def _measured(spark, home: Path, runners: dict, span: tuple, runs: int) -> dict:
+    """Each side's seconds over ``runs`` runs (``runners``: a side's timed run, by name), and the
+    vehicles it left in ``__batch`` for ``span``."""
+    start, end = span
+    seconds: dict[str, list[float]] = {name: [] for name in runners}
     vehicles: dict[str, int] = {}
-    envs = {name: remote if name in THROUGH_SERVICE else env for name in commands}
     # One untimed run of the sides WARMED_UP names first. The service is a long-lived process and a
     # deployment meets it warm, its JIT compiled and its tables' logs read (as the sql_latency suite
     # measures it): a run of the chunked side on a service fresh from its start took 34 s, the next
@@ -198,15 +228,15 @@ def _measured(spark, home: Path, sides, env: dict[str, str], remote: dict[str, s
     # baseline cannot flatter the ratio (at 6081b50, without one, its runs took 14.4-19.6 s; at
     # 5da9265, with one, 12.8-14.4 s). A spark-submit side's run would cost 7 minutes and warm
     # nothing its 24 JVMs do not.
-    warm_up = {name: _timed(command, envs[name]) for name, command in commands.items() if name in WARMED_UP}
+    warm_up = {name: [run() for _ in range(WARM_UP_RUNS)] for name, run in runners.items() if name in WARMED_UP}
     for _ in range(runs):
-        for name, command in commands.items():
-            seconds[name].append(_timed(command, envs[name]))
+        for name, run in runners.items():
+            seconds[name].append(run())
             vehicles[name] = _vehicles(spark, home, start, end)
     if len(set(vehicles.values())) != 1:
         raise RuntimeError(f"the two backfills disagree on the vehicles counted: {vehicles}")
     return {
         name: {"seconds": summary(values), "vehicles": vehicles[name]}
-        | ({"warm_up_seconds": round(warm_up[name], 2)} if name in warm_up else {})
+        | ({"warm_up_seconds": [round(value, 2) for value in warm_up[name]]} if name in warm_up else {})
         for name, values in seconds.items()
     }

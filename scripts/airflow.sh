@@ -142,7 +142,9 @@ export AIRFLOW__CORE__DAGS_FOLDER='$ROOT/dags'
 # The DAGs and their tasks import this checkout's package, whichever checkout the venv was installed from.
 export PYTHONPATH='$ROOT'"\${PYTHONPATH:+:\$PYTHONPATH}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
-export AIRFLOW__CORE__EXECUTOR=LocalExecutor
+# LocalExecutor, whose workers start with the Spark Connect client imported when a Spark service is
+# named: a backfill chunk's task 0.45 s instead of 0.85 s (lakehouse/ops/local_executor.py).
+export AIRFLOW__CORE__EXECUTOR=lakehouse.ops.local_executor.ConnectClientLocalExecutor
 export AIRFLOW__CORE__PARALLELISM=4
 export AIRFLOW__CORE__FERNET_KEY='$FERNET_KEY'
 export AIRFLOW__CORE__AUTH_MANAGER=lakehouse.ops.airflow_auth_manager.ThrottledFabAuthManager
@@ -157,6 +159,10 @@ export AIRFLOW__API_AUTH__JWT_SECRET='$JWT_SECRET'
 export AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL=15
 export AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL=30
 export AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC=2
+# An idle scheduler loop sleeps this long (Airflow's default: 1 s), and a backfill's next chunk waits
+# for its next loop: 24 hourly chunks took 27 s with 1 s, 14 s with 0.2 s; the idle scheduler uses
+# 1.4% of a core with 1 s, 5.7% with 0.2 s (docs/airflow.md, "How a backfill's chunks run").
+export AIRFLOW__SCHEDULER__SCHEDULER_IDLE_SLEEP_TIME=0.2
 export AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT=600
 export AIRFLOW__SCHEDULER__ENABLE_HEALTH_CHECK=True
 export AIRFLOW__SCHEDULER__SCHEDULER_HEALTH_CHECK_SERVER_HOST=127.0.0.1

@@ -1,0 +1,59 @@
+"""The scheduler's executor (lakehouse.ops.local_executor): with a Spark service named, its workers
+start with the Connect client's libraries loaded, and a process forked from one uses them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+
+from lakehouse.settings import PROJECT_ROOT
+
+# Started as the scheduler starts it, then: the modules imported, the libraries each worker has
+# mapped, and what a process forked from the scheduler (as a worker forks a task) did with them.
+PROBE = textwrap.dedent("""
+    import json, os, sys
+    from lakehouse.ops.local_executor import CONNECT_JOB_MODULES, ConnectClientLocalExecutor
+
+    executor = ConnectClientLocalExecutor(parallelism=2)
+    executor.start()
+    try:
+        mapped = [open(f"/proc/{pid}/maps").read() for pid in executor.workers]
+        child = os.fork()
+        if child == 0:  # a task's process: the Connect client's libraries in use
+            import grpc, pandas, pyarrow as pa, pyarrow.compute as pc
+            assert pc.sum(pa.array([1, 2])).as_py() == 3 and len(pandas.DataFrame({"a": [1]})) == 1
+            grpc.insecure_channel("127.0.0.1:1").close()
+            os._exit(0)
+        _, status = os.waitpid(child, 0)
+        print(json.dumps({
+            "imported": [m for m in CONNECT_JOB_MODULES if m in sys.modules],
+            "workers_with_pyarrow": sum("libarrow" in maps for maps in mapped),
+            "workers": len(mapped),
+            "forked_task_exit": os.waitstatus_to_exitcode(status),
+        }))
+    finally:
+        executor.end()
+""")
+
+
+def started_executor(tmp_path, **env: str) -> dict:
+    home = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "PYTHONPATH": str(PROJECT_ROOT), "PATH": "/usr/bin:/bin"}
+    ran = subprocess.run(
+        [sys.executable, "-c", PROBE], env={**home, **env}, capture_output=True, text=True, timeout=120, check=True
+    )
+    return json.loads(next(line for line in ran.stdout.splitlines() if line.startswith("{")))
+
+
+def test_with_a_spark_service_the_workers_start_with_the_connect_client_loaded(tmp_path):
+    started = started_executor(tmp_path, LAKEHOUSE_SPARK_REMOTE="sc://127.0.0.1:15002")
+    assert started["imported"] == ["lakehouse.cli", "pyspark.sql.connect.session", "deltalake",
+                                   "lakehouse.layers.batch", "lakehouse.layers.corrections"]  # fmt: skip
+    assert started["workers_with_pyarrow"] == started["workers"] == 2
+    assert started["forked_task_exit"] == 0
+
+
+def test_without_a_spark_service_nothing_is_loaded_for_spark_submits_jobs(tmp_path):
+    started = started_executor(tmp_path)
+    assert started["imported"] == [] and started["workers_with_pyarrow"] == 0 and started["workers"] == 2
