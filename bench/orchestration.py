@@ -102,6 +102,12 @@ def _timed(command: list[str], env: dict[str, str]) -> float:
     return time.perf_counter() - began
 
 
+def _paused_while(airflow: LiveAirflow, run) -> float:
+    """``run()``'s seconds with the running Airflow paused (LiveAirflow.paused says why)."""
+    with airflow.paused():
+        return run()
+
+
 def _timed_on_scheduler(airflow: LiveAirflow, conf: dict) -> float:
     """Seconds from the trigger to the run's end on the running Airflow, started on a quiet machine."""
     wait_until_idle(QUIET_AFTER_SECONDS)
@@ -192,9 +198,8 @@ def orchestration(
         on_scheduler = not sides or ON_SCHEDULER in sides
         with LiveAirflow(remote) if on_scheduler else contextlib.nullcontext() as airflow:  # started once, not timed
             if airflow:
-                runners = {
-                    ON_SCHEDULER: functools.partial(_timed_on_scheduler, airflow, _trigger_conf(*span))
-                } | runners
+                others = {name: functools.partial(_paused_while, airflow, run) for name, run in runners.items()}
+                runners = {ON_SCHEDULER: functools.partial(_timed_on_scheduler, airflow, _trigger_conf(*span))} | others
             measured = _measured(spark, home, runners, span, runs)
     finally:
         served.stop()
