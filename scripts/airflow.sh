@@ -144,7 +144,7 @@ export PYTHONPATH='$ROOT'"\${PYTHONPATH:+:\$PYTHONPATH}"
 export AIRFLOW__CORE__LOAD_EXAMPLES=False
 # LocalExecutor, whose workers start with the Spark Connect client imported when a Spark service is
 # named: a backfill chunk's task 0.45 s instead of 0.85 s (lakehouse/ops/local_executor.py).
-export AIRFLOW__CORE__EXECUTOR=lakehouse.ops.local_executor.ConnectClientLocalExecutor
+export AIRFLOW__CORE__EXECUTOR=lakehouse.ops.local_executor.LakehouseLocalExecutor
 export AIRFLOW__CORE__PARALLELISM=4
 export AIRFLOW__CORE__FERNET_KEY='$FERNET_KEY'
 export AIRFLOW__CORE__AUTH_MANAGER=lakehouse.ops.airflow_auth_manager.ThrottledFabAuthManager

@@ -1,5 +1,6 @@
-"""The scheduler's executor (lakehouse.ops.local_executor): with a Spark service named, its workers
-start with the Connect client's libraries loaded, and a process forked from one uses them."""
+"""The scheduler's executor (lakehouse.ops.local_executor): its workers start with the DAG files'
+modules and the project loaded and, with a Spark service named, the Connect client's libraries, which
+a process forked from the scheduler (as a worker forks a task's) uses."""
 
 from __future__ import annotations
 
@@ -14,9 +15,10 @@ from lakehouse.settings import PROJECT_ROOT
 # mapped, and what a process forked from the scheduler (as a worker forks a task) did with them.
 PROBE = textwrap.dedent("""
     import json, os, sys
-    from lakehouse.ops.local_executor import CONNECT_JOB_MODULES, ConnectClientLocalExecutor
+    from lakehouse.ops.local_executor import CONNECT_JOB_MODULES, LakehouseLocalExecutor
+    from lakehouse.project.project import _cached
 
-    executor = ConnectClientLocalExecutor(parallelism=2)
+    executor = LakehouseLocalExecutor(parallelism=2)
     executor.start()
     try:
         mapped = [open(f"/proc/{pid}/maps").read() for pid in executor.workers]
@@ -29,6 +31,8 @@ PROBE = textwrap.dedent("""
         _, status = os.waitpid(child, 0)
         print(json.dumps({
             "imported": [m for m in CONNECT_JOB_MODULES if m in sys.modules],
+            "dag_modules": "lakehouse.ops.orchestration" in sys.modules,
+            "projects_cached": _cached.cache_info().currsize,
             "workers_with_pyarrow": sum("libarrow" in maps for maps in mapped),
             "workers": len(mapped),
             "forked_task_exit": os.waitstatus_to_exitcode(status),
@@ -39,7 +43,8 @@ PROBE = textwrap.dedent("""
 
 
 def started_executor(tmp_path, **env: str) -> dict:
-    home = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "PYTHONPATH": str(PROJECT_ROOT), "PATH": "/usr/bin:/bin"}
+    home = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "PYTHONPATH": str(PROJECT_ROOT), "PATH": "/usr/bin:/bin",
+            "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"), "LAKEHOUSE_HOME": str(tmp_path / "home")}  # fmt: skip
     ran = subprocess.run(
         [sys.executable, "-c", PROBE], env={**home, **env}, capture_output=True, text=True, timeout=120, check=True
     )
@@ -52,8 +57,10 @@ def test_with_a_spark_service_the_workers_start_with_the_connect_client_loaded(t
                                    "lakehouse.layers.batch", "lakehouse.layers.corrections"]  # fmt: skip
     assert started["workers_with_pyarrow"] == started["workers"] == 2
     assert started["forked_task_exit"] == 0
+    assert started["dag_modules"] and started["projects_cached"] == 1
 
 
-def test_without_a_spark_service_nothing_is_loaded_for_spark_submits_jobs(tmp_path):
+def test_without_a_spark_service_only_the_dag_files_are_loaded_for_spark_submits_jobs(tmp_path):
     started = started_executor(tmp_path)
     assert started["imported"] == [] and started["workers_with_pyarrow"] == 0 and started["workers"] == 2
+    assert started["dag_modules"] and started["projects_cached"] == 1  # every task parses its DAG file
