@@ -43,8 +43,13 @@ PROBE = textwrap.dedent("""
 
 
 def started_executor(tmp_path, **env: str) -> dict:
-    home = {"AIRFLOW_HOME": str(tmp_path / "airflow"), "PYTHONPATH": str(PROJECT_ROOT), "PATH": "/usr/bin:/bin",
-            "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"), "LAKEHOUSE_HOME": str(tmp_path / "home")}  # fmt: skip
+    home = {
+        "AIRFLOW_HOME": str(tmp_path / "airflow"),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "LAKEHOUSE_HOME": str(tmp_path / "home"),
+        "PYTHONPATH": str(PROJECT_ROOT),
+        "PATH": "/usr/bin:/bin",
+    }
     ran = subprocess.run(
         [sys.executable, "-c", PROBE], env={**home, **env}, capture_output=True, text=True, timeout=120, check=True
     )
