@@ -53,11 +53,15 @@ class LiveAirflow:
         started = subprocess.run([SCRIPT, "start"], env=self.env, capture_output=True, text=True, timeout=900)
         if started.returncode != 0:
             raise RuntimeError(f"scripts/airflow.sh start failed:\n{started.stdout[-2000:]}\n{started.stderr[-2000:]}")
-        password = json.loads((AIRFLOW_HOME / "passwords.json").read_text())["admin"]
-        login = {"username": "admin", "password": password}
-        self.token = self._request("POST", "/auth/token", login, signed_in=False)["access_token"]
-        self._wait_for(lambda: "lakehouse_backfill" in self._dag_ids(), "the dag-processor to register the DAGs")
-        self._request("PATCH", "/api/v2/dags/lakehouse_backfill", {"is_paused": False})
+        try:
+            password = json.loads((AIRFLOW_HOME / "passwords.json").read_text())["admin"]
+            login = {"username": "admin", "password": password}
+            self.token = self._request("POST", "/auth/token", login, signed_in=False)["access_token"]
+            self._wait_for(lambda: "lakehouse_backfill" in self._dag_ids(), "the dag-processor to register the DAGs")
+            self._request("PATCH", "/api/v2/dags/lakehouse_backfill", {"is_paused": False})
+        except BaseException:
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:

@@ -1,14 +1,16 @@
 """Orchestration overhead (benchmark 4, last figure): a day backfilled through Airflow, one task per
 hourly chunk, against one ``lakehouse backfill`` process over the whole day.
 
-The Airflow side is the ``lakehouse_backfill`` DAG run by ``airflow dags test`` on a scratch Airflow
-home: the same tasks a worker runs (validation, one ``spark-submit jobs/backfill.py`` per chunk, the
-summary), in sequence as the DAG's one-slot pool runs them, without a scheduler's polling delays.
-It runs twice: with spark-submit per chunk, and with ``LAKEHOUSE_SPARK_REMOTE`` naming the run's
-Spark service on the suite's home (bench.service), so that each chunk is a Spark Connect client
-(no JVM). Every side must leave the same vehicles in ``__batch``, or the ratio would compare
-different work. The side through the service and the one job run once untimed first: the service
-is measured warm, as a deployment meets it, and the baseline without a cold first run.
+The Airflow sides run the ``lakehouse_backfill`` DAG: on a running Airflow (bench.live_airflow, the
+deployment scripts/airflow.sh starts), triggered through its REST API as the UI's form triggers it,
+each chunk a task process of the scheduler's executor, the goal's side; and by ``airflow dags test``
+on a scratch Airflow home, the same tasks in one process, in sequence as the DAG's one-slot pool runs
+them. The chunks run with ``LAKEHOUSE_SPARK_REMOTE`` naming the run's Spark service on the suite's
+home (bench.service), so that each chunk is a Spark Connect client (no JVM), or, by ``dags test``,
+one ``spark-submit jobs/backfill.py`` each. Every side must leave the same vehicles in ``__batch``,
+or the ratio would compare different work. The sides through the service and the one job run
+untimed first (WARM_UP_RUNS): the service is measured warm, as a deployment meets it, and the
+baseline without a cold first run.
 
 The suite runs on a home of its own, made afresh each time from the data set's bronze table and
 log: the chunked side commits three times a chunk (``__batch``, ``ops.batch_coverage``,
@@ -226,7 +228,7 @@ def _measured(spark, home: Path, runners: dict, span: tuple, runs: int) -> dict:
     start, end = span
     seconds: dict[str, list[float]] = {name: [] for name in runners}
     vehicles: dict[str, int] = {}
-    # One untimed run of the sides WARMED_UP names first. The service is a long-lived process and a
+    # WARM_UP_RUNS untimed runs of the sides WARMED_UP names first. The service is a long-lived process and a
     # deployment meets it warm, its JIT compiled and its tables' logs read (as the sql_latency suite
     # measures it): a run of the chunked side on a service fresh from its start took 34 s, the next
     # 24 s. The one job starts a JVM every run, and is warmed alike so that a cold first run of the
