@@ -9,7 +9,8 @@ operator modules and reads the project's declarations; a job through the Spark s
 with pandas, pyarrow, gRPC and delta-rs. So this executor parses the DAG files once, and imports the
 Connect client when the settings name a service, before it starts its workers. Without a service the
 jobs run under spark-submit, a process of its own, and the client is not imported. The scheduler
-holds all of it once (about 100 MB with the client, shared by the forks).
+holds all of it once (13 MB of resident memory for the DAG files, 121 MB more for the client,
+shared by the forks).
 
 A project's declarations are cached by their files' modification times (lakehouse.project), so a
 task process still reads a project changed since the scheduler started. Measured on
