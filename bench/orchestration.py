@@ -105,7 +105,7 @@ def _timed(command: list[str], env: dict[str, str]) -> float:
 
 
 def _paused_while(airflow: LiveAirflow, run) -> float:
-    """``run()``'s seconds with the running Airflow paused (LiveAirflow.paused says why)."""
+    """``run()``'s seconds with the running Airflow paused (bench.live_airflow says why)."""
     with airflow.paused():
         return run()
 

@@ -44,6 +44,7 @@ from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.batch import BatchLayer
 from lakehouse.layers.corrections import CorrectionRun
 from lakehouse.layers.speed import run_speed_layer
+from lakehouse.ops.airflow_client import FINISHED
 from lakehouse.services import deployment
 from lakehouse.services.prometheus import AIRFLOW_JOB, STREAM_JOB
 from lakehouse.services.spark_service import METASTORE_DRIVER, ServiceState, jdbc_url
@@ -60,7 +61,7 @@ from tests.chaos import kill_after
 from tests.conftest import make_settings
 from tests.hosts import LAKEHOUSE, NEEDS_ROOT, answers, lakehouse, leftovers, on_host, own_deployment, running
 from tests.services import beeline_command
-from tests.test_airflow_e2e import FINISHED, Airflow, wait_for_dags
+from tests.test_airflow_e2e import Airflow, wait_for_dags
 from tests.test_deployment import script_default
 from tests.test_exit_codes import Store, change_log, lines, run_loop
 from tests.test_kafka import RETENTION, rows

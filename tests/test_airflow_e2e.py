@@ -30,6 +30,7 @@ from lakehouse.dataflow.pipelines import get_pipeline
 from lakehouse.generator import GeneratorConfig, generate
 from lakehouse.layers.speed import run_speed_layer
 from lakehouse.location import local_path
+from lakehouse.ops.airflow_client import FINISHED, AirflowClient, AirflowDeployment
 from lakehouse.storage.catalog import BACKFILL_RUNS, BATCH_COVERAGE, pipeline_tables
 from lakehouse.vocabulary import RunStatus
 from tests import sensor_project as sensors
@@ -44,22 +45,12 @@ PIPELINE = get_pipeline("toll_traffic")
 TABLES = pipeline_tables(PIPELINE)
 # Generous: on a shared 2-core machine a Spark job under spark-submit takes from 30 s to several minutes.
 RUN_TIMEOUT = 1200
-# The states a DAG run ends in.
-FINISHED = ("success", "failed")
 # PostgreSQL runs as its own user: its cluster must be under a folder that user can enter.
 AIRFLOW_HOME = PROJECT / ".cache" / "airflow-e2e"
 
 
-class Airflow:
-    """A REST API v2 client holding a JWT from the FAB auth manager's /auth/token."""
-
-    def __init__(self, base_url: str, password: str, username: str = "admin"):
-        self.base_url = base_url
-        self.username = username
-        self.password = password
-        self.token = self.request("POST", "/auth/token", {"username": username, "password": password}, auth=False)[
-            "access_token"
-        ]
+class Airflow(AirflowClient):
+    """The platform's REST client, able to sign in as the users and people this deployment made."""
 
     def as_user(self, username: str) -> Airflow:
         """A client signed in as another of the users `make airflow` creates, with its generated password."""
@@ -69,84 +60,30 @@ class Airflow:
         """A client signed in as one of the test directory's people, with their directory password."""
         return Airflow(self.base_url, directory_passwords()[uid], uid)
 
-    def request(self, method: str, path: str, body: dict | None = None, auth: bool = True):
-        headers = {"Content-Type": "application/json"}
-        if auth:
-            headers["Authorization"] = f"Bearer {self.token}"
-        data = json.dumps(body).encode() if body is not None else None
-        request = urllib.request.Request(self.base_url + path, data=data, method=method, headers=headers)
-        with urllib.request.urlopen(request, timeout=60) as response:
-            text = response.read()
-        return json.loads(text) if text else None
-
-    def status_of(self, method: str, path: str, body: dict | None = None, auth: bool = True) -> tuple[int, str]:
-        try:
-            self.request(method, path, body, auth)
-            return 200, ""
-        except urllib.error.HTTPError as error:
-            return error.code, error.read().decode()
-
-    def unpause(self, dag_id: str) -> None:
-        self.request("PATCH", f"/api/v2/dags/{dag_id}", {"is_paused": False})
-
-    def runs(self, dag_id: str) -> list[dict]:
-        return self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns?limit=100")["dag_runs"]
-
-    def trigger(self, dag_id: str, conf: dict) -> str:
-        return self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", {"logical_date": None, "conf": conf})[
-            "dag_run_id"
-        ]
-
-    def run_path(self, dag_id: str, run_id: str) -> str:
-        return f"/api/v2/dags/{dag_id}/dagRuns/{urllib.parse.quote(run_id, safe='')}"
-
-    def state(self, dag_id: str, run_id: str) -> str:
-        return self.request("GET", self.run_path(dag_id, run_id))["state"]
-
     def wait_for(self, dag_id: str, run_id: str, timeout: float = RUN_TIMEOUT) -> str:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            state = self.state(dag_id, run_id)
-            if state in FINISHED:
-                return state
-            time.sleep(3)
-        raise AssertionError(f"{dag_id} run {run_id} still not finished after {timeout}s")
-
-    def task_instances(self, dag_id: str, run_id: str) -> list[dict]:
-        return self.request("GET", self.run_path(dag_id, run_id) + "/taskInstances")["task_instances"]
-
-    def xcom(self, dag_id: str, run_id: str, task_id: str):
-        path = self.run_path(dag_id, run_id) + f"/taskInstances/{task_id}/xcomEntries/return_value"
-        return self.request("GET", path)["value"]
+        return super().wait_for(dag_id, run_id, timeout)
 
 
 @pytest.fixture(scope="module")
 def live(spark, tmp_path_factory):
     """Airflow started by scripts/airflow.sh on free ports, over a lakehouse with two streamed hours."""
-    airflow_home = AIRFLOW_HOME
-    lakehouse_home = airflow_home / "lakehouse"
-    env = {
-        **os.environ,
-        "AIRFLOW_HOME": str(airflow_home),
-        "AIRFLOW_PORT": str(free_port()),
-        "AIRFLOW_PG_PORT": str(free_port()),
-        "AIRFLOW_HEALTH_PORT": str(free_port()),
-        "AIRFLOW_STATSD_PORT": str(free_port()),
-        "AIRFLOW_METRICS_PORT": str(free_port()),
-        "LAKEHOUSE_HOME": str(lakehouse_home),
-        # Directory login, against the test directory the script serves with slapd: one start
-        # brings up both, and the platform's database users still get API tokens.
-        "AIRFLOW_LOGIN": "directory",
-        "AIRFLOW_LDAP_PORT": str(free_port()),
-        "LAKEHOUSE_PIPELINES": "toll_traffic",
-        "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"}),
-        # A project of the tests' own, the examples' copy: a test adds a pipeline to it while Airflow runs.
-        "LAKEHOUSE_PROJECT": str(airflow_home / "project"),
-    }
-    script = str(PROJECT / "scripts" / "airflow.sh")
-    subprocess.run([script, "stop"], env=env, capture_output=True)
-    subprocess.run(["rm", "-rf", str(airflow_home)], check=True)
-    sensors.project_copy(airflow_home / "project", PROJECT)
+    lakehouse_home = AIRFLOW_HOME / "lakehouse"
+    airflow = AirflowDeployment(
+        AIRFLOW_HOME,
+        {
+            "LAKEHOUSE_HOME": str(lakehouse_home),
+            # Directory login, against the test directory the script serves with slapd: one start
+            # brings up both, and the platform's database users still get API tokens.
+            "AIRFLOW_LOGIN": "directory",
+            "AIRFLOW_LDAP_PORT": str(free_port()),
+            "LAKEHOUSE_PIPELINES": "toll_traffic",
+            "LAKEHOUSE_SPARK_CONN": json.dumps({"conn_type": "spark", "host": "local[1]"}),
+            # A project of the tests' own, the examples' copy: a test adds a pipeline to it while Airflow runs.
+            "LAKEHOUSE_PROJECT": str(AIRFLOW_HOME / "project"),
+        },
+    )
+    airflow.clear()
+    sensors.project_copy(AIRFLOW_HOME / "project", PROJECT)
     settings = make_settings(lakehouse_home)
     generate(
         settings,
@@ -158,18 +95,17 @@ def live(spark, tmp_path_factory):
     oracle = run_oracle(local_path(settings.pipeline_log_uri(PIPELINE.name)), timedelta(minutes=2))
     started = time.monotonic()
     try:
-        out = subprocess.run([script, "start"], env=env, capture_output=True, text=True, timeout=600)
-        assert out.returncode == 0, out.stdout + out.stderr
+        printed = airflow.start()
         print(f"\nAirflow started in {time.monotonic() - started:.0f}s")
         password = generated_passwords()["admin"]
-        assert "Generated admin password (shown once; kept in" in out.stdout and password in out.stdout
-        assert all(f"Generated {uid} password" in out.stdout for uid in directory_passwords())
-        client = Airflow(f"http://127.0.0.1:{env['AIRFLOW_PORT']}", password)
+        assert "Generated admin password (shown once; kept in" in printed and password in printed
+        assert all(f"Generated {uid} password" in printed for uid in directory_passwords())
+        client = Airflow(airflow.base_url, password)
         wait_for_dags(client)
-        wait_for_healthy_scheduler(int(env["AIRFLOW_HEALTH_PORT"]))
+        wait_for_healthy_scheduler(int(airflow.env["AIRFLOW_HEALTH_PORT"]))
         yield client, settings, oracle
     finally:
-        subprocess.run([script, "stop"], env=env, capture_output=True, timeout=120)
+        airflow.stop()
 
 
 def test_airflows_metrics_reach_prometheus_format_through_the_statsd_exporter(live):
@@ -190,14 +126,8 @@ def test_airflows_metrics_reach_prometheus_format_through_the_statsd_exporter(li
     assert float(samples.get(heartbeats, 0)) > 0 and float(samples["airflow_job_start_total"]) >= 1, samples
 
 
-def wait_for_dags(client: Airflow, timeout: float = 300) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        dags = {d["dag_id"] for d in client.request("GET", "/api/v2/dags?limit=50")["dags"]}
-        if {"lakehouse_backfill", "lakehouse_batch_layer"} <= dags:
-            return
-        time.sleep(2)
-    raise AssertionError("the dag-processor did not register the DAGs")
+def wait_for_dags(client: AirflowClient, timeout: float = 300) -> None:
+    client.wait_for_dags({"lakehouse_backfill", "lakehouse_batch_layer"}, timeout)
 
 
 def wait_for_healthy_scheduler(port: int, timeout: float = 120) -> None:

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from lakehouse.errors import LakehouseError
-from lakehouse.services import cluster, kafka, kafka_access
-from lakehouse.services.process import claim_port, saved_port
+from lakehouse.services import cluster, kafka, kafka_access, process
+from lakehouse.services.process import claim_port, ephemeral_floor, free_port, saved_port
 from lakehouse.services.spark_service import ServiceState, _service_environment, connect_url, status
 from lakehouse.serving.server import endpoint_confs, hive_site
 from lakehouse.settings import Settings
@@ -101,6 +101,21 @@ def test_a_service_keeps_the_port_it_was_set_up_on_and_refuses_another_or_a_take
 # Another loopback address: a service bound to it does not answer on 127.0.0.1, as one bound to a
 # host's address in a deployment across hosts does not (tests/test_hosts.py runs that).
 ELSEWHERE = "127.0.0.2"
+
+
+def test_a_free_port_lies_below_the_ephemeral_range_and_skips_taken_and_handed_out_ones(monkeypatch):
+    """No outgoing connection can be handed a chosen port before its service binds it, and two ports
+    chosen for one deployment differ."""
+    ports = [free_port() for _ in range(20)]
+    assert all(process.CHOSEN_PORTS_FLOOR <= port < ephemeral_floor() for port in ports), ports
+    assert len(set(ports)) == len(ports)
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        draws = iter([taken.getsockname()[1], ports[0], 23_456, 23_457])
+        monkeypatch.setattr(process._ports, "randrange", lambda *_: next(draws))
+        chosen = free_port()
+    assert chosen in (23_456, 23_457) and chosen not in ports
 
 
 def test_the_spark_service_binds_both_endpoints_and_its_ui_to_the_bind_address(tmp_path):

@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -58,12 +59,47 @@ def reports_ready(host: str, port: int) -> bool:
         return False
 
 
+# The kernel hands out ports of this range to every outgoing connection and to binds of port 0, so a
+# port chosen there can be taken by any socket on the machine between its choice and its use (it
+# was: a scheduler's health port, during the tens of seconds Airflow takes to start). Below it, only
+# a process that picks a port itself can take one.
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+CHOSEN_PORTS_FLOOR = 10_000
+PORT_CHOICES = 200
+_ports = random.SystemRandom()
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = LOOPBACK) -> int:
-    """A port nothing listens on now at ``host`` (for a port setting of 0; another process may take
-    it first)."""
+    """A port nothing listens on now at ``host`` (for a port setting of 0), below the kernel's
+    ephemeral range and never one this process handed out before; another process may still take
+    it first."""
+    ceiling = ephemeral_floor()
+    for _ in range(PORT_CHOICES if ceiling > CHOSEN_PORTS_FLOOR else 0):
+        port = _ports.randrange(CHOSEN_PORTS_FLOOR, ceiling)
+        if port not in _handed_out and _bindable(host, port):
+            _handed_out.add(port)
+            return port
     with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
-        probe.bind((host, 0))
+        probe.bind((host, 0))  # a machine whose ephemeral range starts low, or a full range below it
         return probe.getsockname()[1]
+
+
+def ephemeral_floor() -> int:
+    """The first port of the kernel's ephemeral range (Linux's default where it cannot be read)."""
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
+
+
+def _bindable(host: str, port: int) -> bool:
+    with contextlib.closing(socket.socket(socket.AF_INET, socket.SOCK_STREAM)) as probe:
+        try:
+            probe.bind((host, port))
+        except OSError:
+            return False
+        return True
 
 
 def refuse_taken(port: int, remedy: str, host: str = LOOPBACK) -> None:
