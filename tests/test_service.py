@@ -219,6 +219,33 @@ def test_a_spark_connect_client_reads_the_serving_view(service):
     assert out.stdout.strip() == "[Row(source='batch', count=1), Row(source='speed', count=2)]", out.stderr
 
 
+# A job's rows reach it as Arrow in one request (lakehouse.storage.spark.to_arrow); pyspark's toArrow
+# first asks for the plan's schema in another.
+TO_ARROW_PROBE = """
+import sys
+from pyspark.sql import SparkSession
+from lakehouse.storage.spark import to_arrow
+session = SparkSession.builder.remote(sys.argv[1]).getOrCreate()
+frame = session.table("gold.toll_traffic")
+analysed = []
+analyse = session.client._analyze
+session.client._analyze = lambda *args, **kwargs: analysed.append(kwargs.get("method")) or analyse(*args, **kwargs)
+ours = to_arrow(frame)
+print(len(analysed), ours.num_rows, ours.equals(frame.toArrow()), ours.schema == frame.toArrow().schema)
+"""
+
+
+def test_a_jobs_rows_come_as_arrow_in_one_request_and_equal_pysparks_toarrow(service):
+    env, _, _ = service
+    url, client = connect_client(env)
+
+    out = subprocess.run(
+        [sys.executable, "-c", TO_ARROW_PROBE, url], env=client, capture_output=True, text=True, timeout=120
+    )
+
+    assert out.stdout.split() == ["0", "3", "True", "True"], out.stderr[-3000:]
+
+
 def _speed_version(settings) -> int:
     from deltalake import DeltaTable
 

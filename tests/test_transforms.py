@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from datetime import datetime
+from datetime import datetime, timedelta, timezone
 from decimal import Decimal
 
 import pyarrow as pa
@@ -563,3 +563,21 @@ def test_a_count_of_a_field_counts_the_events_holding_a_value_in_both_layers(spa
         *window_key, *[combined(m, F.col(f"p.{m.name}"), F.col(f"n.{m.name}")).alias(m.name) for m in orders.metrics]
     )
     assert {(r.window_start, r.shop): [r.orders, r.coupons_used] for r in merged.collect()} == oracle
+
+
+def test_a_timestamp_literal_names_utc_whatever_the_instants_form():
+    """Naive instants are UTC (the platform's convention); an aware one is converted; the literal
+    names its zone, so no session's time zone can shift it."""
+    naive = datetime(2026, 1, 5, 23, 0, 0, 250)
+    aware = datetime(2026, 1, 6, 1, 0, 0, 250, tzinfo=timezone(timedelta(hours=2)))
+    assert tx.sql_timestamp(naive) == tx.sql_timestamp(aware) == "TIMESTAMP'2026-01-05 23:00:00.000250+00:00'"
+
+
+def test_a_timestamp_literal_is_the_instant_spark_makes_of_the_datetime(spark):
+    moment = datetime(2026, 1, 5, 23, 59, 59, 999999)
+    row = (
+        spark.range(1)
+        .select((tx.timestamp_literal(moment) == F.lit(moment)).alias("same"), tx.timestamp_literal(moment).alias("at"))
+        .first()
+    )
+    assert row.same and row.at == moment

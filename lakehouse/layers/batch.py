@@ -55,6 +55,7 @@ from lakehouse.storage.dimensions import with_dimensions
 from lakehouse.storage.frames import literal_frame
 from lakehouse.storage.log import partition_uris
 from lakehouse.storage.ops_tables import append_rows
+from lakehouse.storage.spark import to_arrow
 from lakehouse.storage.writers import replace_rows, replace_where
 from lakehouse.vocabulary import DEFAULT_CHUNK, DEFAULT_REPROCESS, DEFAULT_SOURCE, Reprocess, RunStatus, Source, choices
 
@@ -109,11 +110,7 @@ def event_span(pipeline: Pipeline, start: datetime, end: datetime) -> tuple[date
 def events_between(pipeline: Pipeline, first_event: datetime, last_event: datetime) -> Column:
     """Events with event times in ``[first_event, last_event)``."""
     event_time = F.col(pipeline.event_time)
-    return (event_time >= F.lit(first_event)) & (event_time < F.lit(last_event))
-
-
-def sql_timestamp(moment: datetime) -> str:
-    return f"TIMESTAMP'{moment.isoformat(sep=' ')}'"
+    return (event_time >= tx.timestamp_literal(first_event)) & (event_time < tx.timestamp_literal(last_event))
 
 
 Chunk = tuple[datetime, datetime]
@@ -358,7 +355,7 @@ class ChunkWriter:
         Up to DRIVER_CHUNK_ROWS rows reach the driver once, as Arrow, and delta-rs replaces the
         chunk's windows; a larger chunk is written by Spark (``chunk_replacement``), computed again."""
         uri, columns = self.tables.batch.uri(self.settings), self.tables.batch.columns.fieldNames()
-        collected = rows.select(*columns, "events").limit(DRIVER_CHUNK_ROWS + 1).toArrow()
+        collected = to_arrow(rows.select(*columns, "events").limit(DRIVER_CHUNK_ROWS + 1))
         if collected.num_rows <= DRIVER_CHUNK_ROWS:
             replace_rows(collected.drop_columns(["events"]), uri, chunk_predicate(chunk), self.settings)
             return collected.num_rows, pc.sum(collected["events"]).as_py() or 0
@@ -436,7 +433,7 @@ def chunk_replacement(spark: SparkSession, batch_uri: str, rows: DataFrame, chun
         return (
             rows,
             batch_uri,
-            (f"window_start >= {sql_timestamp(chunk_start)} AND window_start < {sql_timestamp(chunk_end)}"),
+            (f"window_start >= {tx.sql_timestamp(chunk_start)} AND window_start < {tx.sql_timestamp(chunk_end)}"),
         )
     first_day, last_day = chunk_start.date(), (chunk_end - timedelta(microseconds=1)).date()
     whole_days = chunk_start.time() == chunk_end.time() == datetime.min.time()

@@ -24,7 +24,7 @@ from pyspark.sql import functions as F
 from lakehouse.dataflow import transforms as tx
 from lakehouse.dataflow.metric_merges import compared
 from lakehouse.dataflow.pipelines.base import Pipeline
-from lakehouse.layers.batch import event_span, sql_timestamp
+from lakehouse.layers.batch import event_span
 from lakehouse.settings import Settings
 from lakehouse.storage.catalog import (
     BATCH_COVERAGE,
@@ -292,8 +292,10 @@ class CorrectionRun:
     def _replace_condition(self, scope: DataFrame, earliest: datetime, latest: datetime) -> str:
         rows = scope.collect()
         if not self.pipeline.window.is_session:
-            starts = ", ".join(sql_timestamp(row["window_start"]) for row in rows)
+            starts = ", ".join(tx.sql_timestamp(row["window_start"]) for row in rows)
             return f"window_start IN ({starts})"
         (key,) = self.pipeline.keys  # session pipelines are keyed by one column
         values = ", ".join("'" + str(row[key]).replace("'", "''") + "'" for row in rows)
-        return f"{key} IN ({values}) AND window_start BETWEEN {sql_timestamp(earliest)} AND {sql_timestamp(latest)}"
+        return (
+            f"{key} IN ({values}) AND window_start BETWEEN {tx.sql_timestamp(earliest)} AND {tx.sql_timestamp(latest)}"
+        )

@@ -15,11 +15,15 @@ import re
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from lakehouse.errors import LakehouseError
 from lakehouse.settings import LOOPBACK, PROJECT_ROOT, Settings
 from lakehouse.storage.java import check_java, compiled_jar, maven_central_jar
 from lakehouse.vocabulary import JOBS_USER
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 LOG4J_CONFIG = Path(__file__).with_name("log4j2.properties")
 # The JIT's quick compiler only, and the serial garbage collector: half the CPU for a job of a minute
@@ -87,6 +91,20 @@ def platform_jars(settings: Settings) -> list[str]:
 def is_remote(spark) -> bool:
     """True for a Spark Connect session: its JVM is the service's, out of this process's reach."""
     return not hasattr(spark, "_jsparkSession")
+
+
+def to_arrow(frame) -> pa.Table:
+    """``frame.toArrow()`` in one request to a Spark Connect server, not two. pyspark's Connect
+    ``toArrow`` first asks the server to analyze the plan for its schema, then executes it, though the
+    execution's answer carries the same schema: the analysis cost a backfill chunk through the
+    service 40 ms of its 0.54 s (16 chunks, cProfile). A local session's frame is its own toArrow."""
+    if not is_remote(frame.sparkSession):
+        return frame.toArrow()
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    table, schema = frame._to_table()  # what Connect's toArrow executes, without its analysis first
+    schema = schema if schema is not None else frame.schema
+    return table.cast(to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True))
 
 
 def launched_by_spark_submit() -> bool:
