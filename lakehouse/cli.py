@@ -4,6 +4,7 @@ backfill, correct, replay), reading them (sql, status, audit, health) and the se
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import signal
 import sys
@@ -48,6 +49,10 @@ ORDER = (
 )
 
 
+# Built once a process (8-10 ms, most of it argparse's gettext lookups), and once for every Airflow
+# task the platform's executor forks (lakehouse.ops.local_executor): no option depends on the
+# environment or the project, so one parser parses every command line.
+@functools.cache
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lakehouse", description=__doc__)
     parser.add_argument(

@@ -33,6 +33,8 @@ PROBE = textwrap.dedent("""
             "imported": [m for m in CONNECT_JOB_MODULES if m in sys.modules],
             "dag_modules": "lakehouse.ops.orchestration" in sys.modules,
             "projects_cached": _cached.cache_info().currsize,
+            "parsers_built": sys.modules["lakehouse.cli"].build_parser.cache_info().currsize
+            if "lakehouse.cli" in sys.modules else 0,
             "workers_with_pyarrow": sum("libarrow" in maps for maps in mapped),
             "workers": len(mapped),
             "forked_task_exit": os.waitstatus_to_exitcode(status),
@@ -62,7 +64,7 @@ def test_with_a_spark_service_the_workers_start_with_the_connect_client_loaded(t
                                    "lakehouse.layers.batch", "lakehouse.layers.corrections"]  # fmt: skip
     assert started["workers_with_pyarrow"] == started["workers"] == 2
     assert started["forked_task_exit"] == 0
-    assert started["dag_modules"] and started["projects_cached"] == 1
+    assert started["dag_modules"] and started["projects_cached"] == 1 and started["parsers_built"] == 1
 
 
 def test_without_a_spark_service_only_the_dag_files_are_loaded_for_spark_submits_jobs(tmp_path):

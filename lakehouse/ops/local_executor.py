@@ -47,6 +47,7 @@ class LakehouseLocalExecutor(LocalExecutor):
         if Settings.from_env().spark_remote:
             for module in CONNECT_JOB_MODULES:
                 importlib.import_module(module)
+            importlib.import_module("lakehouse.cli").build_parser()  # cached: each task parses with it
         from airflow.dag_processing.dagbag import DagBag
 
         # A DAG file that fails to parse is recorded by the DagBag and said by the dag-processor.
