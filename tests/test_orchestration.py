@@ -237,6 +237,33 @@ def test_a_runs_summary_reads_the_rows_of_its_own_chunks_and_no_other_runs(tmp_p
     assert chunk_runs(settings, "manual__2") == []
 
 
+def test_a_runs_summary_opens_only_the_files_whose_labels_can_hold_its_chunks(tmp_path, monkeypatch):
+    """Each chunk appends a file: a run's summary must not open every other run's."""
+    from lakehouse.storage import ops_tables
+    from lakehouse.storage.catalog import BACKFILL_RUNS, ensure_table
+
+    settings = Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path / "home")})
+    ensure_table(BACKFILL_RUNS, settings)
+    chunk = {"start": "2026-11-20T08:00:00Z", "end": "2026-11-20T09:00:00Z"}
+    runs = ["manual__it's", "manual__it's", "manual__other", "manual__other", "scheduled__it's"]
+    for n, run in enumerate(runs):  # one commit, and so one file, a row
+        label = chunk_label(run, {**chunk, "start": f"2026-11-20T0{n}:00:00Z"})
+        row = {"run_id": f"r{n}", "label": label, "status": "succeeded"}
+        ops_tables.append_rows(BACKFILL_RUNS.uri(settings), BACKFILL_RUNS.arrow_schema, [row], settings)
+    opened = []
+    every_file = ops_tables._dataset
+
+    def recorded(*args):
+        dataset = every_file(*args)
+        opened.extend(dataset.files)
+        return dataset
+
+    monkeypatch.setattr(ops_tables, "_dataset", recorded)
+
+    assert sorted(row["run_id"] for row in chunk_runs(settings, "manual__it's")) == ["r0", "r1"]
+    assert len(opened) == 2
+
+
 def test_no_run_is_read_before_the_table_exists(tmp_path):
     assert chunk_runs(Settings.from_env({"LAKEHOUSE_HOME": str(tmp_path / "home")}), "manual__1") == []
 

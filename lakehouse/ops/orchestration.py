@@ -219,7 +219,9 @@ def chunk_runs(settings: Settings, run_id: str) -> list[dict]:
     """The ``ops.backfill_runs`` rows of an Airflow run's chunks, each attempt's.
 
     The table holds every backfill ever run and is never trimmed: the rows are picked in Arrow by
-    their labels' range (``run_id|`` up to the separator's successor) before any becomes a dict."""
+    their labels' range (``run_id|`` up to the separator's successor) before any becomes a dict, from
+    the files whose labels' range meets it. Each chunk appends a file, so until the day's compaction
+    the others are most of the table: summarising a day's 24 chunks read 245 files in 160 ms."""
     import pyarrow.dataset as ds
 
     from lakehouse.storage.ops_tables import arrow_at
@@ -227,7 +229,8 @@ def chunk_runs(settings: Settings, run_id: str) -> list[dict]:
     first, beyond = run_id + LABEL_SEPARATOR, run_id + chr(ord(LABEL_SEPARATOR) + 1)
     label = ds.field("label")
     where = (label >= first) & (label < beyond)
-    rows = arrow_at(settings.table_uri("ops", "backfill_runs"), where=where, settings=settings)
+    files = [("label", ">=", first), ("label", "<", beyond)]
+    rows = arrow_at(settings.table_uri("ops", "backfill_runs"), where=where, settings=settings, files_with=files)
     return rows.to_pylist() if rows is not None else []
 
 

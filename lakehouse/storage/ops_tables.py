@@ -92,7 +92,7 @@ def rows_at(
     return table.to_pylist() if table is not None else []
 
 
-def arrow_at(uri: str, columns: list[str] | None = None, where=None, settings: Settings | None = None):
+def arrow_at(uri: str, columns: list[str] | None = None, where=None, settings: Settings | None = None, files_with=None):
     """The rows of the table at ``uri`` matching the pyarrow expression ``where``, as an Arrow table
     (None when the table does not exist yet). No Spark job and no snapshot to build: for the small
     bookkeeping tables, read in milliseconds.
@@ -102,8 +102,11 @@ def arrow_at(uri: str, columns: list[str] | None = None, where=None, settings: S
         columns: the columns read (None: all).
         where: a ``pyarrow.dataset`` expression (None: every row).
         settings: where the table's store is (None: this process's settings).
+        files_with: delta-rs tuple filters that pick the files to open by the min and max the log
+            keeps of each (None: every file). Arrow opens each file it scans, so a table written a
+            row a commit costs a file a row: ``where`` picks rows, this spares the other files.
     """
-    dataset = _dataset(uri, settings)
+    dataset = _dataset(uri, settings, files_with)
     return dataset.to_table(columns=columns, filter=where) if dataset is not None else None
 
 
@@ -119,7 +122,7 @@ def row_count(uri: str, settings: Settings | None = None) -> int | None:
     return dataset.count_rows() if dataset is not None else None
 
 
-def _dataset(uri: str, settings: Settings | None):
+def _dataset(uri: str, settings: Settings | None, files_with=None):
     """The table's current files as a pyarrow dataset (None when the table does not exist yet).
 
     delta-rs lists the files; Arrow reads them through its own file system (``_arrow_files``),
@@ -139,7 +142,8 @@ def _dataset(uri: str, settings: Settings | None):
         table = DeltaTable(location, storage_options=options)
     except TableNotFoundError:
         return None
-    return table.to_pyarrow_dataset(filesystem=_arrow_files(Location.parse(uri), settings))
+    files = _arrow_files(Location.parse(uri), settings)
+    return table.to_pyarrow_dataset(filesystem=files, file_pruning_predicate=files_with)
 
 
 def _arrow_files(location: Location, settings: Settings | None):
