@@ -63,3 +63,14 @@ def test_queries_read_the_version_the_warmer_built_and_the_bound_holds_without_i
     append(location, 4)
     with staleness_bound(spark, "1ms"):  # the warmer has fallen behind the bound: queries update
         assert rows() == 4
+
+
+@pytest.mark.spark
+def test_a_refused_login_is_no_readers_query_and_keeps_the_warmer_idle(spark):
+    query_log = spark._jvm.lakehouse.serving.QueryLog
+    refusal = spark._jvm.lakehouse.serving.LoginRefused.PREFIX + "unknown user or wrong password/token"
+    before = query_log.lastReaderStatementMillis()
+    query_log.record("mallory", "jdbc", "", before, 0, refusal)
+    assert query_log.lastReaderStatementMillis() == before
+    query_log.record("ana", "jdbc", "SELECT 1", before, 1, None)  # a reader's statement, answered
+    assert query_log.lastReaderStatementMillis() > before

@@ -5,8 +5,8 @@ reader of a table's new version builds its state (a Spark job): the stream commi
 trigger, so on a busy service nearly every query waited for such a build. A thread of the service
 builds them instead, and installs each version once built (``SnapshotWarmer.java`` says how, and
 why the staleness bound still holds). It runs while someone other than the platform's jobs has ended
-a statement in the last READERS_RECENT_SECONDS: the builds cost CPU the stream could use, and an
-idle service needs none of them.
+a statement in the last READERS_RECENT_SECONDS (a refused login is no statement): the builds cost CPU
+the stream could use, and an idle service needs none of them.
 """
 
 from __future__ import annotations

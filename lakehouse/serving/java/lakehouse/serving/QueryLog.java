@@ -86,7 +86,10 @@ public final class QueryLog {
    * @param error why it was refused or failed, or null
    */
   public static void record(String user, String endpoint, String statement, long startMillis, long rows, String error) {
-    if (!Logins.PLATFORM.equals(Logins.loggedInRole(user))) {
+    // A refused login is nobody's query: a stray client retrying a wrong password must not keep the
+    // snapshot warmer building beside the platform's jobs.
+    boolean loginRefused = error != null && error.contains(LoginRefused.PREFIX);
+    if (!loginRefused && !Logins.PLATFORM.equals(Logins.loggedInRole(user))) {
       lastReaderStatementMillis = System.currentTimeMillis();
     }
     Path logs = folder;
