@@ -15,6 +15,7 @@ from lakehouse.commands import layers, log, maintenance, project, reading, servi
 from lakehouse.commands.base import AuditFailed, Unhealthy, chosen_pipeline
 from lakehouse.errors import ExitCode, LakehouseError
 from lakehouse.settings import Settings
+from lakehouse.storage.spark import release_connect_session
 
 # The order `lakehouse --help` has always listed the commands in, whichever module adds each; a command
 # missing here fails build_parser.
@@ -105,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"lakehouse: error: {refused}", file=sys.stderr)
         return ExitCode.REFUSED
+    finally:
+        release_connect_session()  # a command's session on the Spark service ends with it
     return ExitCode.DONE
 
 

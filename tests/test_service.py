@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import shutil
 import socket
@@ -728,6 +729,18 @@ def _streamed_with_a_straggler(spark, root: Path) -> Settings:
     return settings
 
 
+def connect_sessions_online(settings: Settings) -> int:
+    """The Spark Connect sessions open on the service, as its UI's Connect page counts them."""
+    import urllib.request
+
+    [target] = json.loads((settings.metrics_dir() / "spark" / "service.json").read_text())
+    with urllib.request.urlopen(f"http://{target['targets'][0]}/connect/", timeout=60) as answer:
+        page = re.sub(r"<[^>]+>|\s+", " ", answer.read().decode())
+    assert "Session Statistics (" in page, page[:2000]  # the Connect page, whose count of open ones
+    online = re.search(r"(\d+) session\(s\) are online", page)  # shows once one is open
+    return int(online[1]) if online else 0
+
+
 def test_a_correction_through_the_service_writes_what_one_in_its_own_jvm_writes_row_for_row(spark, service, tmp_path):
     env, served, _ = service
     streamed = _streamed_with_a_straggler(spark, tmp_path / "streamed")
@@ -738,10 +751,12 @@ def test_a_correction_through_the_service_writes_what_one_in_its_own_jvm_writes_
     remote |= {"LAKEHOUSE_SPARK_REMOTE": f"sc://127.0.0.1:{env['LAKEHOUSE_CONNECT_PORT']}"}
     remote |= {"LAKEHOUSE_SPARK_REMOTE_TOKEN": (served.service_dir() / "write-token").read_text()}
 
+    sessions_before = connect_sessions_online(served)
     connect = lakehouse(remote, "correct")
     CorrectionRun(spark, local, PIPELINE).run()
 
     assert connect.returncode == 0, connect.stderr[-3000:]
+    assert connect_sessions_online(served) == sessions_before, "the job's session on the service ends with it"
     assert _batch_rows(spark, through_service) == _batch_rows(spark, local)
     logged = [
         _rows_of(spark, CORRECTIONS.uri(settings), "run_id", "corrected_at") for settings in (through_service, local)

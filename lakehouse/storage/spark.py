@@ -107,6 +107,19 @@ def to_arrow(frame) -> pa.Table:
     return table.cast(to_arrow_schema(schema, error_on_duplicated_field_names_in_struct=True))
 
 
+def release_connect_session() -> None:
+    """End this process's Spark Connect session on the service, if it made one. An unreleased session
+    stays open there until the service's idle timeout (Spark's default: an hour), so a backfill of a
+    month in hourly chunks, a session a chunk, would leave 720 open. The release is one request, and
+    spares pyspark's own at exit (an ML cache clean-up on the session). A failed release leaves the
+    session to that timeout: the command's outcome stands either way."""
+    connect = sys.modules.get("pyspark.sql.connect.session")  # a command that made none never imported it
+    session = connect.SparkSession.getActiveSession() if connect else None
+    if session is not None:
+        with contextlib.suppress(Exception):
+            session.stop()
+
+
 def launched_by_spark_submit() -> bool:
     """True inside ``spark-submit jobs/...``: the JVM exists and handed Python its gateway."""
     return "PYSPARK_GATEWAY_PORT" in os.environ
