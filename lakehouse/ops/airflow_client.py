@@ -64,7 +64,7 @@ class AirflowClient:
 
     def __init__(self, base_url: str, password: str, username: str = "admin"):
         self.base_url = base_url
-        self.username = username
+        self.username, self.password = username, password  # a browser signs in with them too
         login = {"username": username, "password": password}
         self.token = self.request("POST", "/auth/token", login, auth=False)["access_token"]
 
