@@ -446,6 +446,53 @@ def test_a_delta_rs_replacement_that_loses_its_commit_to_a_concurrent_compaction
     assert _last_operations(spark, uri) == ["OPTIMIZE", "WRITE"]
 
 
+def test_two_chunks_of_one_day_replaced_at_once_both_land(spark, tmp_path, caplog, monkeypatch):
+    """Two backfill chunks committing at once, as with two slots in the backfill pool (an operator may
+    set them in Airflow's UI): both rewrite the day's file, and the one that loses the race runs again
+    on the other's commit, so neither undoes the other."""
+    import threading
+
+    import deltalake
+
+    layer = _batch_layer_holding_two_days(spark, tmp_path)
+    uri = layer.tables.batch.uri(layer.settings)
+    chunks = [(hour(h), hour(h + 1)) for h in (0, 1)]
+    new = {
+        c: inline_frame(spark, BATCH, [(c[0], c[1], "red", 1000 + c[0].hour, "new", hour(61))]).toArrow()
+        for c in chunks
+    }
+    both_opened, write, first_attempt = threading.Barrier(2, timeout=60), deltalake.write_deltalake, threading.local()
+
+    def together(table, *args, **kwargs):
+        if not getattr(first_attempt, "done", False):  # each writer holds its snapshot; neither has committed
+            first_attempt.done = True
+            both_opened.wait()
+        return write(table, *args, **kwargs)
+
+    monkeypatch.setattr(deltalake, "write_deltalake", together)
+    failures = []
+
+    def replace(chunk) -> None:
+        try:
+            replace_rows(new[chunk], uri, chunk_predicate(chunk), layer.settings)
+        except Exception as error:  # noqa: BLE001 - said by the assertion below
+            failures.append(error)
+
+    writers = [threading.Thread(target=replace, args=(chunk,)) for chunk in chunks]
+    for writer in writers:
+        writer.start()
+    for writer in writers:
+        writer.join(120)
+
+    assert not failures
+    assert any("lost a commit race" in record.getMessage() for record in caplog.records), (
+        "the writers did not race: the test proved nothing"
+    )
+    rows = _batch_rows(spark, layer)
+    assert rows[(hour(0), "red")] == (1000, "new") and rows[(hour(1), "red")] == (1001, "new")
+    assert (hour(0), "blue") not in rows and (hour(1), "blue") not in rows and len(rows) == 48 * 2 - 2
+
+
 def _version(spark, uri: str) -> int:
     return spark.sql(f"DESCRIBE HISTORY delta.`{uri}` LIMIT 1").first()["version"]
 
